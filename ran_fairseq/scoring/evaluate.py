@@ -1,0 +1,81 @@
+"""Score detokenized translations with sacreBLEU (BLEU, chrF, TER).
+
+``fairseq-score`` does not work with sacrebleu 2.6, so this is the project's scoring path:
+
+    python -m ran_fairseq.scoring.evaluate --generate-output gen.out --ref data-bin/X/test.raw.en
+    python -m ran_fairseq.scoring.evaluate --hyp hyp.txt --ref ref.txt [--metrics bleu ter]
+
+``--generate-output`` reads the detokenized ``D-<id>`` lines of ``fairseq-generate`` output
+(run with ``--bpe``/``--tokenizer`` so they are detokenized) and puts them back in corpus order.
+"""
+import argparse
+import json
+import sys
+
+METRICS = ("bleu", "chrf", "ter")
+
+
+def read_generate_output(path, prefix="D"):
+    """Hypotheses from ``fairseq-generate`` output in corpus order: ``{prefix}-<id>\\t<score>\\t<text>``
+    lines (the best hypothesis is the first line of each id). Raises ValueError if ids are missing."""
+    hyps = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            tag, sep, rest = line.rstrip("\n").partition("\t")
+            if not sep or not tag.startswith(prefix + "-") or not tag[len(prefix) + 1:].isdigit():
+                continue
+            idx = int(tag[len(prefix) + 1:])
+            if idx not in hyps:
+                hyps[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
+    if not hyps:
+        raise ValueError(f"no '{prefix}-<id>' lines in {path}: is it fairseq-generate output?")
+    missing = sorted(set(range(max(hyps) + 1)) - hyps.keys())
+    if missing:
+        raise ValueError(f"{path} lacks hypotheses for {len(missing)} sentence ids, e.g. {missing[:5]}")
+    return [hyps[i] for i in range(len(hyps))]
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def score(hyps, refs, metrics=METRICS, lowercase=False):
+    """``{metric: (score, signature)}`` of detokenized ``hyps`` against one reference each."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align line by line")
+    makers = {"bleu": lambda: BLEU(lowercase=lowercase), "chrf": CHRF,
+              "ter": lambda: TER(case_sensitive=not lowercase)}
+    out = {}
+    for name in metrics:
+        metric = makers[name]()
+        out[name] = (metric.corpus_score(hyps, [refs]).score, str(metric.get_signature()))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--generate-output", help="fairseq-generate output (detokenized D- lines)")
+    src.add_argument("--hyp", help="one detokenized hypothesis per line")
+    p.add_argument("--ref", required=True, help="one raw (detokenized) reference per line")
+    p.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS))
+    p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU and TER")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = p.parse_args(argv)
+    try:
+        hyps = read_generate_output(args.generate_output) if args.generate_output else read_lines(args.hyp)
+        result = score(hyps, read_lines(args.ref), args.metrics, args.lowercase)
+    except (OSError, ValueError) as e:
+        sys.exit(f"evaluate: {e}")
+    if args.json:
+        print(json.dumps({k: {"score": v[0], "signature": v[1]} for k, v in result.items()}))
+    else:
+        for name, (value, sig) in result.items():
+            print(f"{name.upper():5s} {value:6.2f}  {sig}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""ran_fairseq: a fairseq --user-dir plugin with four attention architectures for NMT.
+
+Install from a checkout with ``make install`` (or ``scripts/setup-env.sh``): fairseq builds C
+extensions that need torch, numpy and cython at build time, so they are installed first and the
+package is installed with ``pip install --no-build-isolation``.
+"""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="ran_fairseq",
+    version="0.1.0",
+    description="Recurrent and pervasive attention architectures for fairseq (--user-dir plugin)",
+    long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.8",
+    packages=find_packages(include=["ran_fairseq", "ran_fairseq.*"]),
+    install_requires=[
+        # An exact pin: a bare or open-ended torch requirement makes pip fetch a multi-GB CUDA build.
+        "torch==2.13.0",
+        # fairseq's compiled extensions and some of its code predate NumPy 2.
+        "numpy<2",
+        # PyPI's fairseq 0.12.2 does not install on Python >= 3.11; fairseq-fixed is 0.12.2 patched.
+        "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
+        "fairseq==0.12.2; python_version < '3.11'",
+        "sacrebleu>=2.0",
+        "subword-nmt>=0.3.8",
+        "sacremoses>=0.0.53",
+    ],
+    extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"]},
+)

@@ -1,0 +1,117 @@
+"""Test helpers shared by every test file: a tiny synthetic parallel corpus, binarization, and
+running fairseq's own entry points (train, generate, preprocess) with this plugin loaded.
+
+The CLIs run in subprocesses, as a user would run them; ``build_model`` builds a model in-process
+from the same command-line flags for tests that look at tensors.
+"""
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = str(REPO / "ran_fairseq")
+SRC, TGT = "de", "en"
+
+
+def make_synthetic_corpus(raw_dir, n_train=240, n_valid=24, n_test=24, vocab=24, seed=0):
+    """Write ``{train,valid,test}.{de,en}``: the target is the source with each word ``wK`` mapped
+    to ``vK``, reversed in pairs, so the task is learnable. Lengths vary from 2 to 14 words."""
+    raw_dir = Path(raw_dir)
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
+        src_lines, tgt_lines = [], []
+        for _ in range(n):
+            words = [rng.randrange(vocab) for _ in range(rng.randint(2, 14))]
+            src_lines.append(" ".join(f"w{w}" for w in words))
+            out = [f"v{w}" for w in words]
+            for i in range(0, len(out) - 1, 2):
+                out[i], out[i + 1] = out[i + 1], out[i]
+            tgt_lines.append(" ".join(out))
+        (raw_dir / f"{split}.{SRC}").write_text("\n".join(src_lines) + "\n")
+        (raw_dir / f"{split}.{TGT}").write_text("\n".join(tgt_lines) + "\n")
+    return raw_dir
+
+
+def fairseq_env():
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_cli(module, args, cwd=None, check=True, timeout=600):
+    """Run ``python -m fairseq_cli.<module> args`` and return the CompletedProcess (text output).
+    On failure the error names the command and shows the end of its output."""
+    cmd = [sys.executable, "-m", f"fairseq_cli.{module}", *map(str, args)]
+    proc = subprocess.run(cmd, cwd=cwd, env=fairseq_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
+            f"--- stdout (tail) ---\n{proc.stdout[-4000:]}\n--- stderr (tail) ---\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def binarize(raw_dir, dest_dir, src=SRC, tgt=TGT, joined=False):
+    """fairseq-preprocess ``raw_dir/{train,valid,test}.{src,tgt}`` into ``dest_dir``."""
+    raw_dir = Path(raw_dir)
+    args = ["--source-lang", src, "--target-lang", tgt,
+            "--trainpref", raw_dir / "train", "--validpref", raw_dir / "valid",
+            "--testpref", raw_dir / "test", "--destdir", dest_dir, "--workers", "1"]
+    if joined:
+        args.append("--joined-dictionary")
+    run_cli("preprocess", args)
+    return Path(dest_dir)
+
+
+def train_args(data_bin, save_dir, arch, extra=(), max_update=4):
+    """Flags for a few CPU updates of ``arch`` on ``data_bin`` with this plugin loaded."""
+    return [data_bin, "--user-dir", USER_DIR, "--arch", arch, "--task", "translation",
+            "--source-lang", SRC, "--target-lang", TGT, "--cpu", "--seed", "1",
+            "--optimizer", "adam", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
+            "--warmup-updates", "2", "--criterion", "label_smoothed_cross_entropy",
+            "--label-smoothing", "0.1", "--max-tokens", "400", "--max-update", max_update,
+            "--save-dir", save_dir, "--num-workers", "0", "--log-format", "simple",
+            "--log-interval", "1", "--no-epoch-checkpoints", "--disable-validation",
+            *extra]
+
+
+def train(data_bin, save_dir, arch, extra=(), max_update=4, check=True):
+    return run_cli("train", train_args(data_bin, save_dir, arch, extra, max_update), check=check)
+
+
+def generate(data_bin, checkpoint, extra=(), subset="test", check=True):
+    """fairseq-generate with beam search on ``subset``; returns the CompletedProcess."""
+    args = [data_bin, "--user-dir", USER_DIR, "--path", checkpoint, "--task", "translation",
+            "--source-lang", SRC, "--target-lang", TGT, "--gen-subset", subset, "--cpu",
+            "--beam", "3", "--batch-size", "8", "--max-len-b", "20", "--num-workers", "0", *extra]
+    return run_cli("generate", args, check=check)
+
+
+def parse_args(arch, data_bin, extra=()):
+    """The argparse Namespace fairseq-train would build for ``arch`` and ``extra`` flags."""
+    from fairseq import options
+
+    import ran_fairseq  # noqa: F401  (registers the plugin's models)
+
+    parser = options.get_training_parser()
+    argv = [str(data_bin), "--arch", arch, "--task", "translation", "--source-lang", SRC,
+            "--target-lang", TGT, "--cpu", *map(str, extra)]
+    return options.parse_args_and_arch(parser, argv)
+
+
+def build_model(arch, data_bin, extra=(), seed=1):
+    """Build ``(task, model)`` in-process exactly as fairseq-train would, in eval mode."""
+    import torch
+    from fairseq import tasks
+
+    args = parse_args(arch, data_bin, extra)
+    torch.manual_seed(seed)
+    task = tasks.setup_task(args)
+    model = task.build_model(args).eval()
+    return task, model
