@@ -1,0 +1,25 @@
+# The two commands of the README:
+#   make demo   set up, prepare Multi30k de-en, train a small model, translate the test set, score
+#   make test   set up, then run the test suite (what .ci/run calls)
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test bench clean
+setup:
+	VENV=$(VENV) scripts/setup-env.sh
+
+demo: setup
+	VENV=$(VENV) scripts/quickstart.sh
+
+# pytest exits 5 when it collected no test: that is a broken suite, not a pass.
+test: setup
+	@$(PYTHON) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: setup
+	$(PYTHON) scripts/bench.py --data data-bin/multi30k.de-en --systems configs/bench/foundation.json \
+	    --out bench-out/foundation
+
+clean:
+	rm -rf checkpoints bench-out results

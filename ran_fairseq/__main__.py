@@ -1,0 +1,8 @@
+"""``python -m ran_fairseq`` prints the directory to pass to fairseq's ``--user-dir``, wherever and
+however the package is installed (editable or not)::
+
+    fairseq-train DATA --user-dir "$(python -m ran_fairseq)" --arch ...
+"""
+from pathlib import Path
+
+print(Path(__file__).resolve().parent)
