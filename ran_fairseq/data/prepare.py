@@ -1,0 +1,669 @@
+"""Raw parallel text -> fairseq data-bin, in one place for every corpus.
+
+Pipeline (``prepare``): read the raw splits (``corpora.Part``) -> optional Moses punctuation
+normalization -> Moses tokenization (sacremoses, language-specific, no XML escaping) -> optional
+lowercasing -> optional length cleaning of train (Moses clean-corpus-n: token counts and length
+ratio, on tokens or on BPE units) -> optional hold-out of every N-th train pair as valid -> joint
+BPE (subword-nmt) learned on train source+target -> BPE applied to every split ->
+``fairseq-preprocess --joined-dictionary``.
+
+The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,valid,test}.*``:
+  ``code``                        the BPE merges (fairseq-generate --bpe subword_nmt --bpe-codes)
+  ``{valid,test}.raw.{src,tgt}``  untokenized text (lowercased under --lowercase) for scoring
+  ``prepare-stamp.json``          the parameters, inputs and tool versions: rerunning with the same
+                                  ones does nothing, with different ones rebuilds
+Intermediate text (raw / tokenized / BPE, per split and language) goes to a work dir,
+``<out>/prep`` by default. Tokenization and BPE application run over ``--workers`` processes.
+
+CLI: ``python -m ran_fairseq.data.prepare {multi30k,iwslt14,custom} --help``.
+"""
+import argparse
+import contextlib
+import io
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from itertools import islice
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence
+
+from .corpora import (IWSLT14_PAIR, MULTI30K_LANGS, MULTI30K_SPLITS, MULTI30K_URL, CorpusError,
+                      Part, download, iwslt14_parts, missing_files, multi30k_files)
+
+REPO = Path(__file__).resolve().parents[2]
+SPLITS = ("train", "valid", "test")
+STAMP = "prepare-stamp.json"
+STAMP_VERSION = 1
+CHUNK_LINES = 2000  # sentences per job sent to a worker process
+CHUNKS_IN_FLIGHT = 16  # jobs handed to the pool at once (bounds memory on large corpora)
+_LANG_CODE = re.compile(r"^[a-z]{2,3}$")
+
+
+class PrepareError(Exception):
+    """Bad input or a failed step; the message names the problem and the flag to change."""
+
+
+def say(msg: str) -> None:
+    print(f"prepare: {msg}", flush=True)
+
+
+@dataclass(frozen=True)
+class Cleaning:
+    """Moses clean-corpus-n on train pairs: keep a pair when both sides are non-empty, have
+    ``min_len``..``max_len`` tokens, and neither side is more than ``ratio`` times as long as the
+    other (``ratio <= 0``: no ratio test). ``stage`` counts Moses tokens (``tok``) or BPE units
+    (``bpe``; fairseq's WMT'14 recipe)."""
+
+    max_len: int
+    min_len: int = 1
+    ratio: float = 1.5
+    stage: str = "tok"
+
+    def keep(self, n_src: int, n_tgt: int) -> bool:
+        if n_src == 0 or n_tgt == 0:
+            return False
+        if not (self.min_len <= n_src <= self.max_len and self.min_len <= n_tgt <= self.max_len):
+            return False
+        return self.ratio <= 0 or (n_src / n_tgt <= self.ratio and n_tgt / n_src <= self.ratio)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the data-bin depends on (everything here goes into the stamp)."""
+
+    src: str
+    tgt: str
+    bpe_merges: int = 10000
+    lowercase: bool = False
+    normalize_punct: bool = False
+    aggressive_dash_splits: bool = False
+    clean: Optional[Cleaning] = None
+    valid_every: int = 0  # > 0: valid = every N-th (kept) train pair, held out of train
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker-side functions (run in pool processes; module-level so they can be pickled).
+_TOKENIZERS: Dict[tuple, object] = {}
+_BPE_CACHE: Dict[tuple, object] = {}
+
+
+def _tokenize_chunk(job) -> List[str]:
+    lang, lowercase, normalize, aggressive, lines = job
+    key = (lang, normalize)
+    if key not in _TOKENIZERS:
+        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+        norm = MosesPunctNormalizer(lang, post_remove_control_chars=True) if normalize else None
+        _TOKENIZERS[key] = (norm, MosesTokenizer(lang))
+    norm, tok = _TOKENIZERS[key]
+    out = []
+    for line in lines:
+        if norm is not None:
+            line = norm.normalize(line)
+        line = tok.tokenize(line, aggressive_dash_splits=aggressive, return_str=True,
+                            escape=False)
+        out.append(line.lower() if lowercase else line)
+    return out
+
+
+def _bpe_chunk(job) -> List[str]:
+    codes_key, lines = job  # codes_key = (path, size, mtime_ns): a rewritten file is reloaded
+    if codes_key not in _BPE_CACHE:
+        from subword_nmt.apply_bpe import BPE
+
+        with open(codes_key[0], encoding="utf-8") as f:
+            _BPE_CACHE[codes_key] = BPE(f)
+    bpe = _BPE_CACHE[codes_key]
+    return [bpe.segment(line) for line in lines]
+
+
+@contextlib.contextmanager
+def _pool(workers: int):
+    if workers <= 1:
+        yield None
+        return
+    # fork: workers inherit the imported modules instead of re-importing torch/fairseq.
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ctx.Pool(workers) as pool:
+        yield pool
+
+
+def _run_jobs(pool, fn, jobs: Iterator) -> Iterator[List[str]]:
+    """``map(fn, jobs)`` in order, over the pool when there is one, a bounded batch at a time."""
+    if pool is None:
+        yield from map(fn, jobs)
+        return
+    while True:
+        batch = list(islice(jobs, CHUNKS_IN_FLIGHT))
+        if not batch:
+            return
+        yield from pool.imap(fn, batch)
+
+
+def _chunks(lines: Iterable[str], size: int = CHUNK_LINES) -> Iterator[List[str]]:
+    it = iter(lines)
+    while True:
+        chunk = list(islice(it, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _write_lines(f, lines: Sequence[str]) -> None:
+    if lines:
+        f.write("\n".join(lines))
+        f.write("\n")
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps.
+def tokenize_split(parts: Sequence[Part], side: int, lang: str, opts: Options, raw_out: Path,
+                   tok_out: Path, pool=None) -> List[int]:
+    """Write the raw lines (lowercased under ``opts.lowercase``) of one side of a split to
+    ``raw_out`` and their Moses tokenization to ``tok_out``; return the line count per part."""
+    counts = []
+
+    def raw_chunks(raw_f):
+        for part in parts:
+            counts.append(0)
+            for chunk in _chunks(part.read(side)):
+                counts[-1] += len(chunk)
+                _write_lines(raw_f, [s.lower() for s in chunk] if opts.lowercase else chunk)
+                yield chunk
+
+    with open(raw_out, "w", encoding="utf-8") as raw_f, \
+            open(tok_out, "w", encoding="utf-8") as tok_f:
+        jobs = ((lang, opts.lowercase, opts.normalize_punct, opts.aggressive_dash_splits, chunk)
+                for chunk in raw_chunks(raw_f))
+        for tokens in _run_jobs(pool, _tokenize_chunk, jobs):
+            _write_lines(tok_f, tokens)
+    return counts
+
+
+def filter_pairs(inputs: Sequence[Path], train_out: Sequence[Path],
+                 valid_out: Optional[Sequence[Path]], clean: Optional[Cleaning],
+                 valid_every: int = 0) -> Dict[str, int]:
+    """Stream aligned files line by line: ``inputs[0]``/``inputs[1]`` are the source/target whose
+    whitespace token counts decide ``clean``; any further inputs (e.g. the raw text) are carried
+    along. Kept pairs go to ``train_out``, except every ``valid_every``-th kept pair, which goes
+    to ``valid_out``. Returns the counts ``read``, ``dropped``, ``train``, ``valid``."""
+    counts = dict(read=0, dropped=0, train=0, valid=0)
+    with contextlib.ExitStack() as stack:
+        ins = [stack.enter_context(open(p, encoding="utf-8", newline="\n")) for p in inputs]
+        t_out = [stack.enter_context(open(p, "w", encoding="utf-8")) for p in train_out]
+        v_out = [stack.enter_context(open(p, "w", encoding="utf-8")) for p in valid_out or ()]
+        for lines in zip(*ins):
+            counts["read"] += 1
+            if clean is not None and not clean.keep(len(lines[0].split()), len(lines[1].split())):
+                counts["dropped"] += 1
+                continue
+            kept = counts["train"] + counts["valid"] + 1
+            to_valid = valid_every > 0 and kept % valid_every == 0
+            counts["valid" if to_valid else "train"] += 1
+            for f, line in zip(v_out if to_valid else t_out, lines):
+                f.write(line)
+    return counts
+
+
+def learn_bpe_codes(train_files: Sequence[Path], codes_out: Path, merges: int) -> int:
+    """Learn ``merges`` joint BPE merges (subword-nmt) on the concatenation of ``train_files``
+    (tokenized text) and write them to ``codes_out``; return how many were learned (fewer when no
+    pair occurs twice any more)."""
+    from subword_nmt.learn_bpe import learn_bpe
+
+    # The word counts of the concatenated files, in first-occurrence order: what
+    # `subword-nmt learn-bpe < cat(files)` would count, without writing the concatenation.
+    vocab = Counter()
+    for path in train_files:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            for line in f:
+                vocab.update(line.split())
+    vocab_text = io.StringIO("".join(f"{w} {c}\n" for w, c in vocab.items()))
+    with open(codes_out, "w", encoding="utf-8") as out, \
+            contextlib.redirect_stderr(io.StringIO()):  # subword-nmt's per-merge progress bar
+        learn_bpe(vocab_text, out, merges, is_dict=True)
+    return _count_lines(codes_out) - 1  # minus the "#version" header
+
+
+def apply_bpe_file(codes: Path, inp: Path, out: Path, pool=None) -> None:
+    """Segment every line of ``inp`` with the BPE ``codes`` into ``out``."""
+    stat = codes.stat()
+    key = (str(codes), stat.st_size, stat.st_mtime_ns)
+    with open(inp, encoding="utf-8", newline="\n") as f_in, \
+            open(out, "w", encoding="utf-8") as f_out:
+        lines = (line.rstrip("\n") for line in f_in)
+        jobs = ((key, chunk) for chunk in _chunks(lines))
+        for segmented in _run_jobs(pool, _bpe_chunk, jobs):
+            _write_lines(f_out, segmented)
+
+
+def binarize(prefixes: Dict[str, Path], src: str, tgt: str, dest: Path, workers: int) -> None:
+    """``fairseq-preprocess --joined-dictionary`` of ``{prefix}.{src,tgt}`` per split."""
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src,
+           "--target-lang", tgt, "--trainpref", str(prefixes["train"]),
+           "--validpref", str(prefixes["valid"]), "--testpref", str(prefixes["test"]),
+           "--destdir", str(dest), "--joined-dictionary", "--workers", str(max(1, workers))]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    log = (proc.stdout + proc.stderr).splitlines()
+    if proc.returncode != 0:
+        tail = "\n".join(log[-30:])
+        raise PrepareError(f"fairseq-preprocess failed (exit {proc.returncode}): "
+                           f"{' '.join(cmd)}\n{tail}")
+    shown = set()
+    for line in log:
+        msg = line.split("fairseq_cli.preprocess", 1)[-1].lstrip(" |:")
+        if ("Dictionary:" in msg or "sents," in msg) and msg not in shown:
+            shown.add(msg)
+            say("fairseq-preprocess: " + msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stamp: what a data-bin was built from.
+def _tool_versions() -> Dict[str, str]:
+    versions = {}
+    for name in ("sacremoses", "subword-nmt", "fairseq", "fairseq-fixed"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    return versions
+
+
+def _output_names(opts: Options) -> List[str]:
+    s, t = opts.src, opts.tgt
+    names = [f"dict.{s}.txt", f"dict.{t}.txt", "code", "preprocess.log"]
+    names += [f"{split}.{s}-{t}.{lang}.{ext}" for split in SPLITS for lang in (s, t)
+              for ext in ("bin", "idx")]
+    names += [f"{split}.raw.{lang}" for split in ("valid", "test") for lang in (s, t)]
+    return names
+
+
+def _make_stamp(splits: Dict[str, List[Part]], opts: Options, corpus: str) -> dict:
+    inputs = {}
+    for parts in splits.values():
+        for part in parts:
+            for path in part.files():
+                st = path.stat()
+                inputs[str(path.resolve())] = [st.st_size, st.st_mtime_ns]
+    return {
+        "version": STAMP_VERSION,
+        "corpus": corpus,
+        "options": asdict(opts),
+        "splits": {split: [[str(Path(p.src).resolve()), str(Path(p.tgt).resolve()), p.fmt,
+                            p.ascii_apostrophe] for p in parts]
+                   for split, parts in splits.items()},
+        "inputs": inputs,
+        "tools": _tool_versions(),
+    }
+
+
+def _read_stamp(out_dir: Path) -> Optional[dict]:
+    try:
+        return json.loads((out_dir / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _prepare_out_dir(out_dir: Path, outputs: List[str], old: Optional[dict], force: bool) -> None:
+    """Remove the files a previous build left (those named by its stamp and ours), refusing to
+    overwrite a data-bin this tool did not make unless ``force``."""
+    dicts = [n for n in outputs if n.startswith("dict.")]
+    if old is None and not force and any((out_dir / n).exists() for n in dicts):
+        raise PrepareError(f"{out_dir} already holds a data-bin without {STAMP} (not made by "
+                           f"this tool): choose another --out, or pass --force to overwrite it")
+    (out_dir / STAMP).unlink(missing_ok=True)
+    names = set(outputs) | set((old or {}).get("outputs", []))
+    for name in names:
+        if Path(name).name == name:  # plain file names only, never a path out of out_dir
+            (out_dir / name).unlink(missing_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------------------------
+def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
+    for lang in (opts.src, opts.tgt):
+        if not _LANG_CODE.match(lang):
+            raise PrepareError(f"language code {lang!r} is not a 2-3 letter ISO code "
+                               f"(--src/--tgt)")
+    if opts.src == opts.tgt:
+        raise PrepareError(f"source and target language are both {opts.src!r} (--src/--tgt)")
+    if opts.bpe_merges < 1:
+        raise PrepareError(f"--bpe-merges must be positive, got {opts.bpe_merges}")
+    if not splits.get("train") or not splits.get("test"):
+        raise PrepareError("need train and test data (--train/--train-prefix, "
+                           "--test/--test-prefix)")
+    if bool(splits.get("valid")) == (opts.valid_every > 0):
+        raise PrepareError("give either a valid set (--valid/--valid-prefix) or --valid-every N "
+                           "(hold out every N-th train pair), not both or neither")
+    if opts.clean is not None:
+        c = opts.clean
+        if c.stage not in ("tok", "bpe"):
+            raise PrepareError(f"--clean-on must be 'tok' or 'bpe', got {c.stage!r}")
+        if not 1 <= c.min_len <= c.max_len:
+            raise PrepareError(f"need 1 <= --clean-min-len <= --clean-max-len, got "
+                               f"{c.min_len} and {c.max_len}")
+    missing = [str(p) for parts in splits.values() for part in parts for p in part.files()
+               if not p.is_file()]
+    if missing:
+        raise PrepareError("input files not found: " + ", ".join(missing))
+
+
+def _tokenize_splits(splits: Dict[str, List[Part]], opts: Options, work: Path, train_stem: str,
+                     pool) -> None:
+    """``work/{split}.{raw,tok}.{lang}`` for every split (train under ``train_stem``)."""
+    for split in SPLITS:
+        parts = splits.get(split)
+        if not parts:
+            continue
+        step = time.time()
+        stem = train_stem if split == "train" else split
+        counts = [tokenize_split(parts, side, lang, opts, work / f"{stem}.raw.{lang}",
+                                 work / f"{stem}.tok.{lang}", pool)
+                  for side, lang in ((0, opts.src), (1, opts.tgt))]
+        for part, n_src, n_tgt in zip(parts, *counts):
+            if n_src != n_tgt:
+                raise PrepareError(f"{split}: {part.src} has {n_src} lines but {part.tgt} has "
+                                   f"{n_tgt}; the two files of a pair must be line-aligned")
+        say(f"tokenized {split}: {sum(counts[0])} sentence pairs ({time.time() - step:.1f} s)")
+
+
+def _split_train(opts: Options, work: Path, clean: Optional[Cleaning]) -> None:
+    """``train-all`` -> ``train`` (cleaned on tokens) and, under ``valid_every``, ``valid``."""
+    names = [f"{kind}.{lang}" for kind in ("tok", "raw") for lang in (opts.src, opts.tgt)]
+    c = filter_pairs([work / f"train-all.{n}" for n in names], [work / f"train.{n}" for n in names],
+                     [work / f"valid.{n}" for n in names] if opts.valid_every else None,
+                     clean, opts.valid_every)
+    held_out = (f", {c['valid']} held out as valid (every {opts.valid_every}th)"
+                if opts.valid_every else "")
+    say(f"train: {c['read']} pairs read, {c['dropped']} dropped by length cleaning, "
+        f"{c['train']} kept{held_out}")
+
+
+def _bpe_splits(opts: Options, work: Path, codes: Path, clean: Optional[Cleaning], pool) -> None:
+    """Learn ``codes`` on ``train.tok``, write ``{split}.bpe.{lang}``; with ``clean`` (on BPE
+    units) train is segmented to ``train-all.bpe`` and cleaned into ``train.bpe``."""
+    s, t = opts.src, opts.tgt
+    step = time.time()
+    say(f"learning {opts.bpe_merges} BPE merges on train {s}+{t}")
+    learned = learn_bpe_codes([work / f"train.tok.{s}", work / f"train.tok.{t}"], codes,
+                              opts.bpe_merges)
+    if learned < opts.bpe_merges:
+        say(f"learned only {learned} merges: no symbol pair occurs twice any more")
+    say(f"learned BPE ({time.time() - step:.1f} s)")
+    step = time.time()
+    for split in SPLITS:
+        stem = "train-all" if split == "train" and clean is not None else split
+        for lang in (s, t):
+            apply_bpe_file(codes, work / f"{split}.tok.{lang}", work / f"{stem}.bpe.{lang}", pool)
+    say(f"applied BPE ({time.time() - step:.1f} s)")
+    if clean is not None:
+        c = filter_pairs([work / f"train-all.bpe.{s}", work / f"train-all.bpe.{t}"],
+                         [work / f"train.bpe.{s}", work / f"train.bpe.{t}"], None, clean)
+        say(f"train: {c['read']} pairs, {c['dropped']} dropped by length cleaning on BPE units, "
+            f"{c['train']} kept")
+
+
+def prepare(splits: Dict[str, List[Part]], out_dir, opts: Options, work_dir=None,
+            workers: Optional[int] = None, force: bool = False, corpus: str = "custom") -> bool:
+    """Build the data-bin ``out_dir`` from ``splits`` ({"train"|"valid"|"test": [Part, ...]},
+    parts of a split concatenated in order). Returns False (and does nothing) when ``out_dir``
+    is up to date with the same inputs and options, True after a build."""
+    _check(splits, opts)
+    start = time.time()
+    out_dir = Path(out_dir).resolve()
+    work = Path(work_dir).resolve() if work_dir else out_dir / "prep"
+    workers = workers or default_workers()
+    s, t = opts.src, opts.tgt
+    stamp = _make_stamp(splits, opts, corpus)
+    outputs = _output_names(opts)
+    old = _read_stamp(out_dir)
+    if not force and old is not None and {k: v for k, v in old.items() if k != "outputs"} == stamp \
+            and all((out_dir / n).exists() for n in outputs):
+        say(f"{out_dir} is up to date (same inputs and parameters); nothing to do "
+            f"(--force rebuilds)")
+        return False
+    _prepare_out_dir(out_dir, outputs, old, force)
+    work.mkdir(parents=True, exist_ok=True)
+    say(f"building {out_dir} ({s}->{t}, {opts.bpe_merges} BPE merges"
+        f"{', lowercased' if opts.lowercase else ''}; work dir {work}; {workers} workers)")
+
+    clean_tok = opts.clean if opts.clean is not None and opts.clean.stage == "tok" else None
+    clean_bpe = opts.clean if opts.clean is not None and opts.clean.stage == "bpe" else None
+    # Train goes through a filter when it is cleaned on tokens or valid is held out of it.
+    filter_train = clean_tok is not None or opts.valid_every > 0
+    with _pool(workers) as pool:
+        _tokenize_splits(splits, opts, work, "train-all" if filter_train else "train", pool)
+        if filter_train:
+            _split_train(opts, work, clean_tok)
+        _bpe_splits(opts, work, out_dir / "code", clean_bpe, pool)
+    for split in ("valid", "test"):
+        for lang in (s, t):
+            shutil.copyfile(work / f"{split}.raw.{lang}", out_dir / f"{split}.raw.{lang}")
+    step = time.time()
+    binarize({split: work / f"{split}.bpe" for split in SPLITS}, s, t, out_dir, workers)
+    say(f"binarized ({time.time() - step:.1f} s)")
+    stamp["outputs"] = outputs
+    (out_dir / STAMP).write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
+    say(f"wrote {out_dir} in {time.time() - start:.1f} s")
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpora.
+def resolve_multi30k_raw(raw_dir: Path, work: Path, langs: Sequence[str], allow_download: bool,
+                         url: str) -> Path:
+    """The directory holding the Multi30k files for ``langs``: ``raw_dir``, else an earlier
+    download in ``work/raw``, else a fresh download there (when allowed)."""
+    needed = multi30k_files(raw_dir, langs)
+    missing = missing_files(needed)
+    if not missing:
+        return raw_dir
+    fetched = work / "raw"
+    if not missing_files(multi30k_files(fetched, langs)):
+        say(f"using the Multi30k files downloaded earlier to {fetched}")
+        return fetched
+    names = ", ".join(p.name for p in missing)
+    hint = (f"Point --raw-dir (or the MULTI30K_DIR environment variable) at a directory with "
+            f"{{{','.join(MULTI30K_SPLITS.values())}}}.{{{','.join(langs)}}}.gz")
+    if not allow_download:
+        raise PrepareError(f"Multi30k raw files not found in {raw_dir}: missing {names}. {hint}, "
+                           f"or pass --download (or set MULTI30K_DOWNLOAD=1) to fetch them "
+                           f"from {url}.")
+    for path in missing_files(multi30k_files(fetched, langs)):
+        say(f"downloading {url}/{path.name}")
+        try:
+            download(f"{url}/{path.name}", path)
+        except CorpusError as err:
+            raise PrepareError(f"Multi30k raw files not found in {raw_dir} (missing {names}), "
+                               f"and the download into {fetched} failed: {err}. {hint}.") from err
+    return fetched
+
+
+def prepare_multi30k(opts: Options, raw_dir=None, out_dir=None, work_dir=None,
+                     download_missing: Optional[bool] = None, download_url: str = MULTI30K_URL,
+                     workers: Optional[int] = None, force: bool = False) -> bool:
+    """Multi30k task 1 ``opts.src``->``opts.tgt`` (en, de, fr, cs): train / val -> valid /
+    test_2016_flickr -> test. Raw files come from ``raw_dir`` (default ``$MULTI30K_DIR``, else
+    ``../shared/data/multi30k`` beside the repository); see ``resolve_multi30k_raw``."""
+    src, tgt = opts.src, opts.tgt
+    for flag, lang in (("--src", src), ("--tgt", tgt)):
+        if lang not in MULTI30K_LANGS:
+            raise PrepareError(f"unsupported Multi30k language {lang!r} ({flag}): choose from "
+                               f"{', '.join(MULTI30K_LANGS)}")
+    if src == tgt:
+        raise PrepareError(f"source and target language are both {src!r} (--src/--tgt)")
+    if raw_dir is None:
+        raw_dir = os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k"
+    if out_dir is None:
+        out_dir = REPO / "data-bin" / f"multi30k.{src}-{tgt}"
+    out_dir = Path(out_dir).resolve()
+    work = Path(work_dir).resolve() if work_dir else out_dir / "prep"
+    if download_missing is None:
+        download_missing = os.environ.get("MULTI30K_DOWNLOAD", "") not in ("", "0")
+    raw = resolve_multi30k_raw(Path(raw_dir).resolve(), work, (src, tgt), download_missing,
+                               download_url)
+    splits = {split: [Part(raw / f"{name}.{src}.gz", raw / f"{name}.{tgt}.gz", fmt="text")]
+              for split, name in MULTI30K_SPLITS.items()}
+    return prepare(splits, out_dir, opts, work, workers, force, corpus="multi30k")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+def _add_common(p: argparse.ArgumentParser, bpe_merges=10000, lowercase=False, normalize=False,
+                aggressive=False, clean_max_len=0, clean_on="tok") -> None:
+    g = p.add_argument_group("processing (everything here is recorded in the stamp)")
+    g.add_argument("--bpe-merges", type=int, default=bpe_merges, metavar="N",
+                   help="joint BPE merge operations learned on train source+target "
+                        "(default %(default)s)")
+    g.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=lowercase,
+                   help="lowercase all text, raw references included (default %(default)s)")
+    g.add_argument("--normalize-punct", action=argparse.BooleanOptionalAction, default=normalize,
+                   help="Moses punctuation normalization and removal of non-printing characters "
+                        "before tokenizing (default %(default)s)")
+    g.add_argument("--aggressive-dash-splits", action=argparse.BooleanOptionalAction,
+                   default=aggressive, help="Moses -a: split hyphenated words as 'a @-@ b' "
+                                            "(default %(default)s)")
+    g.add_argument("--clean-max-len", type=int, default=clean_max_len, metavar="N",
+                   help="length cleaning of train (Moses clean-corpus-n): drop pairs with a side "
+                        "longer than this; 0 turns cleaning off (default %(default)s)")
+    g.add_argument("--clean-min-len", type=int, default=1, metavar="N",
+                   help="drop train pairs with a side shorter than this (default %(default)s)")
+    g.add_argument("--clean-ratio", type=float, default=1.5, metavar="R",
+                   help="drop train pairs whose longer side has more than this times the tokens "
+                        "of the shorter; 0 disables (default %(default)s)")
+    g.add_argument("--clean-on", choices=("tok", "bpe"), default=clean_on,
+                   help="count tokens after Moses tokenization or after BPE (default "
+                        "%(default)s)")
+    r = p.add_argument_group("running (not recorded)")
+    r.add_argument("--work-dir", type=Path, metavar="DIR", help="intermediate text (default <out>/prep)")
+    r.add_argument("--workers", type=int, default=default_workers(), metavar="N",
+                   help="processes for tokenization, BPE and fairseq-preprocess (default: the "
+                        "number of cores, %(default)s)")
+    r.add_argument("--force", action="store_true", help="rebuild even when up to date")
+
+
+def _options(args, valid_every: int = 0) -> Options:
+    clean = None
+    if args.clean_max_len > 0:
+        clean = Cleaning(max_len=args.clean_max_len, min_len=args.clean_min_len,
+                         ratio=args.clean_ratio, stage=args.clean_on)
+    return Options(args.src, args.tgt, bpe_merges=args.bpe_merges, lowercase=args.lowercase,
+                   normalize_punct=args.normalize_punct,
+                   aggressive_dash_splits=args.aggressive_dash_splits, clean=clean,
+                   valid_every=valid_every)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ran_fairseq.data.prepare",
+        description="Tokenize (sacremoses), learn and apply joint BPE (subword-nmt) and binarize "
+                    "(fairseq-preprocess --joined-dictionary) a parallel corpus into a data-bin.")
+    sub = parser.add_subparsers(dest="corpus", required=True)
+
+    p = sub.add_parser("multi30k", help="Multi30k task 1 (en, de, fr, cs; any direction)",
+                       description="Multi30k task 1: train / val (valid) / test_2016_flickr "
+                                   "(test).")
+    p.add_argument("--src", required=True, help=f"source language: {', '.join(MULTI30K_LANGS)}")
+    p.add_argument("--tgt", required=True, help=f"target language: {', '.join(MULTI30K_LANGS)}")
+    p.add_argument("--raw-dir", type=Path,
+                   help="directory with {train,val,test_2016_flickr}.LANG.gz (default "
+                        "$MULTI30K_DIR, else ../shared/data/multi30k beside the repository)")
+    p.add_argument("--out", type=Path, help="data-bin (default data-bin/multi30k.SRC-TGT)")
+    p.add_argument("--download", action="store_true",
+                   help="fetch missing raw files into <work-dir>/raw (also MULTI30K_DOWNLOAD=1)")
+    p.add_argument("--download-url", default=MULTI30K_URL,
+                   help="where --download fetches NAME.LANG.gz from (default %(default)s)")
+    _add_common(p)
+
+    p = sub.add_parser("iwslt14", help="IWSLT'14 De-En from the extracted de-en.tgz",
+                       description="IWSLT'14 De-En as fairseq's prepare-iwslt14.sh: lowercased, "
+                                   "train cleaned to 175 tokens (ratio 1.5), every 23rd train "
+                                   "pair held out as valid, test = TED dev2010 + TEDX dev2012 + "
+                                   "TED tst2010-2012, joint BPE 10000.")
+    p.add_argument("--orig-dir", type=Path, required=True,
+                   help="the extracted de-en directory (train.tags.de-en.*, IWSLT14.*.xml)")
+    p.add_argument("--src", default="de", help="de or en (default %(default)s)")
+    p.add_argument("--tgt", default="en", help="en or de (default %(default)s)")
+    p.add_argument("--out", type=Path, help="data-bin (default data-bin/iwslt14.SRC-TGT)")
+    p.add_argument("--valid-every", type=int, default=23, metavar="N",
+                   help="hold out every N-th cleaned train pair as valid (default %(default)s)")
+    _add_common(p, lowercase=True, clean_max_len=175)
+
+    p = sub.add_parser("custom", help="any parallel corpus from files",
+                       description="Any parallel corpus. Files ending .sgm/.xml are read as "
+                                   "<seg> files, train.tags.* as IWSLT tagged text, others as "
+                                   "plain text (.gz allowed). A split made of several pairs is "
+                                   "their concatenation: the --SPLIT pairs in the order given, "
+                                   "then the --SPLIT-prefix ones.")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--out", type=Path, required=True, help="data-bin directory")
+    for split in SPLITS:
+        p.add_argument(f"--{split}", nargs=2, action="append", default=[],
+                       metavar=("SRC_FILE", "TGT_FILE"), help=f"a {split} pair (repeatable)")
+        p.add_argument(f"--{split}-prefix", action="append", default=[], metavar="PREFIX",
+                       help=f"a {split} pair PREFIX.SRC / PREFIX.TGT (repeatable)")
+    p.add_argument("--valid-every", type=int, default=0, metavar="N",
+                   help="instead of a valid set: hold out every N-th (cleaned) train pair")
+    _add_common(p)
+    return parser
+
+
+def run(args) -> bool:
+    if args.corpus == "multi30k":
+        return prepare_multi30k(_options(args), args.raw_dir, args.out, args.work_dir,
+                                download_missing=True if args.download else None,
+                                download_url=args.download_url, workers=args.workers,
+                                force=args.force)
+    if args.corpus == "iwslt14":
+        if {args.src, args.tgt} != set(IWSLT14_PAIR.split("-")):
+            raise PrepareError(f"IWSLT'14 is {IWSLT14_PAIR}: --src/--tgt must be de and en in "
+                               f"either order, got {args.src} and {args.tgt}")
+        train, tests = iwslt14_parts(args.orig_dir, args.src, args.tgt)
+        out = args.out or REPO / "data-bin" / f"iwslt14.{args.src}-{args.tgt}"
+        opts = _options(args, valid_every=args.valid_every)
+        return prepare({"train": [train], "test": tests}, out, opts, args.work_dir,
+                       args.workers, args.force, corpus="iwslt14")
+    splits = {}
+    for split in SPLITS:
+        parts = [Part(Path(a), Path(b)) for a, b in getattr(args, split)]
+        parts += [Part(Path(f"{pre}.{args.src}"), Path(f"{pre}.{args.tgt}"))
+                  for pre in getattr(args, f"{split}_prefix")]
+        splits[split] = parts
+    opts = _options(args, valid_every=args.valid_every)
+    return prepare(splits, args.out, opts, args.work_dir, args.workers, args.force)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except (PrepareError, CorpusError) as err:
+        print(f"prepare: error: {err}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

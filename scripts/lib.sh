@@ -1,0 +1,44 @@
+# Shared by the prepare-* scripts (sourced after they set $root): the interpreter, downloads, unpacking.
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+    if [ -x "$root/.venv/bin/python" ]; then python=$root/.venv/bin/python; else python=python3; fi
+fi
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+
+fetch() {  # fetch URL FILE: download to FILE (through FILE.part) unless it is there already
+    local url=$1 dest=$2
+    [ -s "$dest" ] && return 0
+    mkdir -p "$(dirname "$dest")"
+    echo "downloading $url"
+    if command -v curl >/dev/null; then
+        curl -fL --retry 3 -o "$dest.part" "$url"
+    elif command -v wget >/dev/null; then
+        wget -O "$dest.part" "$url"
+    else
+        echo "error: curl or wget is needed to download $url" >&2
+        exit 1
+    fi
+    mv "$dest.part" "$dest"
+}
+
+unpack() {  # unpack ARCHIVE DIR: extract a .tgz/.zip into DIR, once
+    local archive=$1 dir=$2
+    [ -f "$dir/.unpacked" ] && return 0
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    case $archive in
+        *.zip) "$python" -m zipfile -e "$archive" "$dir" ;;
+        *) tar -xzf "$archive" -C "$dir" ;;
+    esac
+    touch "$dir/.unpacked"
+}
+
+find_one() {  # find_one DIR NAME: the path of the single file called NAME under DIR
+    local hits
+    hits=$(find "$1" -type f -name "$2")
+    if [ -z "$hits" ] || [ "$(printf '%s\n' "$hits" | wc -l)" -ne 1 ]; then
+        echo "error: expected one file named $2 under $1, found: ${hits:-none}" >&2
+        return 1
+    fi
+    printf '%s\n' "$hits"
+}

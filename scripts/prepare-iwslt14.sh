@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# IWSLT'14 German-English as in fairseq's examples/translation/prepare-iwslt14.sh:
+#   train   the TED transcripts of the 2014 release, Moses-tokenized, pairs over 175 tokens or
+#           with a length ratio above 1.5 dropped, lowercased; every 23rd pair held out as valid
+#   test    TED dev2010 + TEDX dev2012 + TED tst2010..tst2012 (6,750 sentences)
+#   joint BPE with 10,000 merges
+#   scripts/prepare-iwslt14.sh [SRC TGT] [flags]        SRC TGT: de en (default) or en de
+# Flags go to `python -m ran_fairseq.data.prepare iwslt14` (--bpe-merges, --out, --force, ...).
+# The archive (wit3's 2014-01 de-en.tgz, from fairseq's mirror) is downloaded with curl or wget
+# to $ORIG_DIR/iwslt14 (default work/orig); output: data-bin/iwslt14.SRC-TGT.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+orig=${ORIG_DIR:-$root/work/orig}
+. "$root/scripts/lib.sh"
+
+src=de
+tgt=en
+if [ $# -ge 2 ] && [[ $1 != -* ]]; then
+    src=$1
+    tgt=$2
+    shift 2
+fi
+case "$src-$tgt" in
+    de-en | en-de) ;;
+    *) echo "error: IWSLT'14 is German-English: SRC TGT must be 'de en' or 'en de', got '$src $tgt'" >&2
+       exit 2 ;;
+esac
+
+# wit3.fbk.eu, the original host, is gone; fairseq's script now fetches this copy.
+fetch https://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz "$orig/iwslt14/de-en.tgz"
+unpack "$orig/iwslt14/de-en.tgz" "$orig/iwslt14/de-en"
+tags=$(find_one "$orig/iwslt14/de-en" train.tags.de-en.de)
+
+exec "$python" -m ran_fairseq.data.prepare iwslt14 --orig-dir "$(dirname "$tags")" \
+    --src "$src" --tgt "$tgt" --out "$root/data-bin/iwslt14.$src-$tgt" "$@"

@@ -1,0 +1,512 @@
+"""The data pipeline (ran_fairseq.data): raw-corpus readers, the cleaning rule, Multi30k end to end
+on a 300-sentence slice of the real files, and the scripts/prepare-*.sh wrappers run offline: a
+stand-in curl serves hand-made archives, a stand-in python records the pipeline's arguments, and
+for IWSLT'14 and WMT'17 those arguments are then run through the pipeline in-process."""
+import gzip
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ran_fairseq.data import corpora
+from ran_fairseq.data.prepare import Cleaning, filter_pairs, main
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = Path(os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k")
+SLICE = {"train": 300, "val": 60, "test_2016_flickr": 60}
+
+
+def read(path):
+    return Path(path).read_text(encoding="utf-8").splitlines()
+
+
+def gz_lines(path):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def top_level_mtimes(d):
+    return {p.name: p.stat().st_mtime_ns for p in Path(d).iterdir() if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def raw_slice(tmp_path_factory):
+    """The first lines of the real Multi30k de/en files, gzipped under the same names."""
+    if not (MULTI30K / "train.de.gz").is_file():
+        pytest.skip(f"Multi30k raw files not found in {MULTI30K} (set MULTI30K_DIR)")
+    d = tmp_path_factory.mktemp("multi30k-slice")
+    for name, n in SLICE.items():
+        for lang in ("de", "en"):
+            lines = gz_lines(MULTI30K / f"{name}.{lang}.gz")[:n]
+            with gzip.open(d / f"{name}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def de_en_bin(raw_slice, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bin") / "multi30k.de-en"
+    assert main(["multi30k", "--src", "de", "--tgt", "en", "--raw-dir", str(raw_slice),
+                 "--out", str(out), "--bpe-merges", "300", "--workers", "2"]) == 0
+    return out
+
+
+# --- Multi30k end to end ----------------------------------------------------------------------
+def test_multi30k_data_bin_contents(de_en_bin, raw_slice):
+    from fairseq.data import Dictionary, data_utils
+
+    out = de_en_bin
+    assert (out / "dict.de.txt").read_bytes() == (out / "dict.en.txt").read_bytes()  # joined
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "en"):
+            for ext in ("bin", "idx"):
+                assert (out / f"{split}.de-en.{lang}.{ext}").stat().st_size > 0
+    assert read(out / "code")[0].startswith("#version")
+    assert len(read(out / "code")) == 1 + 300
+    # Raw references and sources: the untokenized input lines, in order.
+    for split, name in (("valid", "val"), ("test", "test_2016_flickr")):
+        for lang in ("de", "en"):
+            assert read(out / f"{split}.raw.{lang}") == gz_lines(raw_slice / f"{name}.{lang}.gz")
+    # BPE is reversible to the Moses tokens, and the binarized test set holds exactly that text.
+    tok = read(out / "prep" / "test.tok.en")
+    bpe = read(out / "prep" / "test.bpe.en")
+    assert any("@@ " in line for line in bpe)
+    assert [(line + " ").replace("@@ ", "").strip() for line in bpe] == tok
+    assert tok[0].endswith(" .") and not read(out / "test.raw.en")[0].endswith(" .")
+    dictionary = Dictionary.load(str(out / "dict.en.txt"))
+    test = data_utils.load_indexed_dataset(str(out / "test.de-en.en"), dictionary)
+    assert len(test) == SLICE["test_2016_flickr"]
+    assert dictionary.string(test[0][:-1]) == bpe[0]  # drop the final </s>
+    train = data_utils.load_indexed_dataset(str(out / "train.de-en.de"), dictionary)
+    assert len(train) == SLICE["train"]
+
+
+def test_rerun_is_a_no_op(de_en_bin, raw_slice, capsys):
+    before = top_level_mtimes(de_en_bin)
+    assert main(["multi30k", "--src", "de", "--tgt", "en", "--raw-dir", str(raw_slice),
+                 "--out", str(de_en_bin), "--bpe-merges", "300", "--workers", "1"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert top_level_mtimes(de_en_bin) == before
+
+
+def test_changed_bpe_merges_rebuild(de_en_bin, raw_slice, tmp_path, capsys):
+    out = tmp_path / "copy"
+    shutil.copytree(de_en_bin, out)
+    stamp = json.loads((out / "prepare-stamp.json").read_text())
+    args = ["multi30k", "--src", "de", "--tgt", "en", "--raw-dir", str(raw_slice),
+            "--out", str(out), "--workers", "2"]
+    assert main(args + ["--bpe-merges", "300"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert main(args + ["--bpe-merges", "150"]) == 0
+    assert "building" in capsys.readouterr().out
+    assert len(read(out / "code")) == 1 + 150
+    assert stamp["options"]["bpe_merges"] == 300
+    assert json.loads((out / "prepare-stamp.json").read_text())["options"]["bpe_merges"] == 150
+    assert (out / "dict.de.txt").read_bytes() == (out / "dict.en.txt").read_bytes()
+
+
+def test_download_reverse_direction_lowercased(raw_slice, tmp_path, capsys, monkeypatch):
+    """en->de, lowercased, with the raw files missing and fetched by --download (from a file://
+    mirror standing in for GitHub); a second run finds the earlier download."""
+    monkeypatch.delenv("MULTI30K_DOWNLOAD", raising=False)
+    out = tmp_path / "multi30k.en-de"
+    args = ["multi30k", "--src", "en", "--tgt", "de", "--raw-dir", str(tmp_path / "absent"),
+            "--out", str(out), "--bpe-merges", "200", "--lowercase", "--workers", "2"]
+    assert main(args + ["--download", "--download-url", raw_slice.as_uri()]) == 0
+    assert "downloading" in capsys.readouterr().out
+    assert (out / "prep" / "raw" / "train.en.gz").read_bytes() == \
+        (raw_slice / "train.en.gz").read_bytes()
+    assert (out / "dict.en.txt").read_bytes() == (out / "dict.de.txt").read_bytes()
+    assert (out / "train.en-de.de.bin").is_file() and (out / "test.en-de.en.idx").is_file()
+    raw_de = gz_lines(raw_slice / "test_2016_flickr.de.gz")
+    assert read(out / "test.raw.de") == [line.lower() for line in raw_de]
+    assert read(out / "test.raw.de") != raw_de
+    bpe = (out / "prep" / "train.bpe.en").read_text(encoding="utf-8")
+    assert bpe == bpe.lower()
+    assert main(args) == 0
+    assert "downloaded earlier" in capsys.readouterr().out
+
+
+def test_missing_raw_dir_names_the_path(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MULTI30K_DOWNLOAD", raising=False)
+    absent = tmp_path / "nowhere"
+    monkeypatch.setenv("MULTI30K_DIR", str(absent))
+    assert main(["multi30k", "--src", "de", "--tgt", "en", "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert str(absent) in err and "train.de.gz" in err and "test_2016_flickr.en.gz" in err
+    assert "--raw-dir" in err and "MULTI30K_DIR" in err
+    # A failed download says so and still names the directory.
+    assert main(["multi30k", "--src", "de", "--tgt", "en", "--out", str(tmp_path / "o"),
+                 "--download", "--download-url", (tmp_path / "no-mirror").as_uri()]) == 1
+    err = capsys.readouterr().err
+    assert "download failed" in err and str(absent) in err
+    assert not (tmp_path / "o" / "dict.de.txt").exists()
+
+
+@pytest.mark.parametrize("src,tgt,expect", [("xx", "en", "'xx'"), ("de", "de", "both")])
+def test_bad_language(src, tgt, expect, tmp_path, capsys):
+    assert main(["multi30k", "--src", src, "--tgt", tgt, "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert expect in err and "--src" in err
+    if src == "xx":
+        assert "en, de, fr, cs" in err
+
+
+def test_refuses_foreign_data_bin_and_misaligned_pairs(tmp_path, capsys):
+    for name, text in (("a.de", "eins\nzwei\n"), ("a.en", "one\n"), ("b.de", "x\n"),
+                       ("b.en", "y\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    common = ["custom", "--src", "de", "--tgt", "en", "--train-prefix", str(tmp_path / "a"),
+              "--valid-prefix", str(tmp_path / "b"), "--test-prefix", str(tmp_path / "b"),
+              "--workers", "1"]
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "dict.de.txt").write_text("x 1\n")
+    assert main(common + ["--out", str(foreign)]) == 1
+    assert "--force" in capsys.readouterr().err and (foreign / "dict.de.txt").exists()
+    assert main(common + ["--out", str(tmp_path / "new")]) == 1
+    err = capsys.readouterr().err
+    assert "a.de has 2 lines" in err and "a.en has 1" in err
+
+
+# --- Readers and cleaning -----------------------------------------------------------------------
+SGM = """<refset setid="newstest2016" srclang="any" trglang="tr">
+<doc sysid="ref" docid="abc-1" genreid="news" origlang="en">
+<p>
+<seg id="1">Ankara: Daha fazla güvenlik</seg>
+<seg id="2">  İki   boşluk &amp; sonra </seg>
+</p>
+</doc>
+</refset>
+"""
+
+IWSLT_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<mteval>
+<srcset setid="iwslt2014-dev2010" srclang="german">
+<doc docid="535" genre="lectures">
+<url>http://www.ted.com/talks/al_gore.html</url>
+<description>TED Talk Subtitles and Transcript: Al Gore spricht.</description>
+<talkid>535</talkid>
+<title>Al Gore: Die Klimakrise</title>
+<seg id="1"> Vielen Dank, Chris. </seg>
+<seg id="2"> Es ist mir eine \u2019Ehre\u2019. </seg>
+</doc>
+</srcset>
+</mteval>
+"""
+
+TAGS = """<url>http://www.ted.com/talks/jane_doe.html</url>
+<keywords>talks, science</keywords>
+<talkid>1</talkid>
+<title>Jane Doe: A title</title>
+<description>TED Talk Subtitles and Transcript: About things.</description>
+First sentence.
+  Second sentence.
+"""
+
+
+def test_read_seg_sgm_and_xml(tmp_path):
+    (tmp_path / "a.sgm").write_text(SGM, encoding="utf-8")
+    assert list(corpora.read_seg(tmp_path / "a.sgm")) == [
+        "Ankara: Daha fazla güvenlik", "İki boşluk &amp; sonra"]
+    (tmp_path / "b.de.xml").write_text(IWSLT_XML, encoding="utf-8")
+    assert list(corpora.read_seg(tmp_path / "b.de.xml")) == [
+        "Vielen Dank, Chris.", "Es ist mir eine \u2019Ehre\u2019."]
+    part = corpora.Part(tmp_path / "b.de.xml", tmp_path / "a.sgm", ascii_apostrophe=True)
+    assert list(part.read(0))[1] == "Es ist mir eine 'Ehre'."
+    (tmp_path / "bad.sgm").write_text('<seg id="1">no end\n', encoding="utf-8")
+    with pytest.raises(corpora.CorpusError, match=r"bad\.sgm:1"):
+        list(corpora.read_seg(tmp_path / "bad.sgm"))
+
+
+def test_read_iwslt_tags_and_text(tmp_path):
+    (tmp_path / "train.tags.de-en.en").write_text(TAGS, encoding="utf-8")
+    assert list(corpora.read_iwslt_tags(tmp_path / "train.tags.de-en.en")) == [
+        "Jane Doe: A title", "TED Talk Subtitles and Transcript: About things.",
+        "First sentence.", "Second sentence."]
+    (tmp_path / "t.txt").write_bytes("a\rb \nc\n".encode())  # a bare \r must not split a line
+    assert list(corpora.read_text(tmp_path / "t.txt")) == ["a b", "c"]
+    assert [corpora.detect_format(n) for n in ("x.sgm", "y.en.xml", "train.tags.de-en.de",
+                                                "europarl-v7.de-en.de", "train.de.gz")] == \
+        ["seg", "seg", "tags", "text", "text"]
+
+
+def test_cleaning_rule():
+    c = Cleaning(max_len=5, min_len=1, ratio=1.5)
+    assert c.keep(3, 3) and c.keep(2, 3) and c.keep(5, 5)
+    assert not c.keep(0, 3) and not c.keep(3, 0)  # empty side
+    assert not c.keep(6, 5) and not c.keep(5, 6)  # too long
+    assert not c.keep(2, 4) and not c.keep(4, 2)  # ratio 2 > 1.5
+    assert not Cleaning(max_len=5, min_len=2).keep(1, 1)
+    assert Cleaning(max_len=5, ratio=0).keep(1, 5)
+
+
+def test_filter_pairs_cleans_and_holds_out(tmp_path):
+    src = ["a b", "c", "d e f g h i", "j k", "l m", "n", "o p", "q"]
+    tgt = ["A B", "C D E F", "D E F G H I", "J K", "L M", "N", "O P", "Q"]
+    raw = [f"raw {i}" for i in range(len(src))]
+    files = []
+    for name, lines in (("s", src), ("t", tgt), ("r", raw)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files.append(tmp_path / name)
+    train = [tmp_path / f"train.{n}" for n in "str"]
+    valid = [tmp_path / f"valid.{n}" for n in "str"]
+    counts = filter_pairs(files, train, valid, Cleaning(max_len=5, ratio=1.5), valid_every=2)
+    # dropped: pair 1 (ratio 4), pair 2 (6 tokens); kept 0,3,4,5,6,7 -> every 2nd to valid
+    assert counts == dict(read=8, dropped=2, train=3, valid=3)
+    assert read(train[0]) == ["a b", "l m", "o p"] and read(valid[0]) == ["j k", "n", "q"]
+    assert read(train[1]) == ["A B", "L M", "O P"] and read(valid[1]) == ["J K", "N", "Q"]
+    assert read(train[2]) == ["raw 0", "raw 4", "raw 6"]
+    assert read(valid[2]) == ["raw 3", "raw 5", "raw 7"]
+
+
+# --- Download scripts, offline ------------------------------------------------------------------
+# --- The scripts, offline ------------------------------------------------------------------------
+FAKE_CURL = """#!/usr/bin/env bash
+# Stand-in for curl: `curl [opts] -o DEST URL` copies $MIRROR/HOST/PATH of the URL to DEST.
+dest= url=
+while [ $# -gt 0 ]; do
+    case $1 in -o) dest=$2; shift 2 ;; --retry) shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac
+done
+echo "$url" >> "$MIRROR/requested"
+cp "$MIRROR/${url#*://}" "$dest"
+"""
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stand-in for python: records the arguments of `-m ran_fairseq.data.prepare ...` (one per line)
+# instead of running it; anything else (python -m zipfile) goes to the real interpreter.
+if [ "$1" = -m ] && [ "$2" = ran_fairseq.data.prepare ]; then
+    shift 2
+    printf '%s\\n' "$@" > "$MIRROR/prepare-args"
+    exit 0
+fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def run_script(tmp_path, name, args, files=None):
+    """Run scripts/NAME with ``args``, a mirror serving ``files`` ({URL: bytes}) to a fake curl,
+    ORIG_DIR under tmp_path and a fake python. Returns (process, URLs fetched, the arguments the
+    script gave ``python -m ran_fairseq.data.prepare``)."""
+    mirror, bin_dir = tmp_path / "mirror", tmp_path / "bin"
+    mirror.mkdir(exist_ok=True)
+    bin_dir.mkdir(exist_ok=True)
+    for url, data in (files or {}).items():
+        path = mirror / url.split("://", 1)[1]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    for tool, text in (("curl", FAKE_CURL), ("python", FAKE_PYTHON)):
+        (bin_dir / tool).write_text(text)
+        (bin_dir / tool).chmod(0o755)
+    env = dict(os.environ, MIRROR=str(mirror), ORIG_DIR=str(tmp_path / "orig"),
+               PYTHON=str(bin_dir / "python"), REAL_PYTHON=sys.executable,
+               PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / name), *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    fetched = read(mirror / "requested") if (mirror / "requested").exists() else []
+    recorded = read(mirror / "prepare-args") if (mirror / "prepare-args").exists() else None
+    return proc, fetched, recorded
+
+
+def tgz(members):
+    """A .tgz holding ``members`` ({path: text})."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def a_zip(members):
+    """A .zip holding ``members`` ({path: text})."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    return buf.getvalue()
+
+
+def parallel(rng, n, src_words, tgt_words, lo=3, hi=8):
+    """``n`` sentence pairs, the target word for word the source under a vocabulary map."""
+    pairs = [[rng.randrange(len(src_words)) for _ in range(rng.randint(lo, hi))]
+             for _ in range(n)]
+    return ([" ".join(src_words[i] for i in p) for p in pairs],
+            [" ".join(tgt_words[i] for i in p) for p in pairs])
+
+
+def segs(lines):
+    body = "\n".join(f'<seg id="{i}"> {s} </seg>' for i, s in enumerate(lines, 1))
+    return f'<refset setid="x">\n<doc docid="d1">\n{body}\n</doc>\n</refset>\n'
+
+
+def option(args, flag):
+    """The values given to each occurrence of ``flag`` in ``args``."""
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+def test_multi30k_script_forwards_arguments(tmp_path):
+    proc, _, args = run_script(tmp_path, "prepare-multi30k.sh", ["fr", "cs", "--lowercase"])
+    assert proc.returncode == 0, proc.stderr
+    assert args == ["multi30k", "--src", "fr", "--tgt", "cs", "--lowercase"]
+    proc, _, _ = run_script(tmp_path, "prepare-multi30k.sh", ["de"])
+    assert proc.returncode == 2 and "SRC TGT" in proc.stderr
+
+
+def test_iwslt14_script(tmp_path, capsys):
+    """fairseq's recipe on a hand-made de-en.tgz: tags stripped, lowercased, 2 bad pairs
+    cleaned away, every 23rd kept pair held out as valid, the five xml test sets concatenated."""
+    rng = random.Random(0)
+    de, en = parallel(rng, 48, "Haus katze hund baum weg .".split(),
+                      "House cat dog tree way .".split())
+    kept_de, kept_en = ["Ein Titel", "Eine Beschreibung"] + de, ["A title", "A description"] + en
+    bad_de = [" ".join(["wort"] * 176), "kurz ."]  # over 175 tokens; length ratio 3.5
+    bad_en = [" ".join(["word"] * 176), "this is far far too long ."]
+
+    def tags(title, desc, lines, bad):
+        return ("<url>http://x</url>\n<keywords>k</keywords>\n<talkid>1</talkid>\n"
+                f"<title>{title}</title>\n<description>{desc}</description>\n"
+                + "\n".join(lines[:10] + bad + lines[10:]) + "\n")
+
+    members = {"de-en/train.tags.de-en.de": tags(*kept_de[:2], de, bad_de),
+               "de-en/train.tags.de-en.en": tags(*kept_en[:2], en, bad_en)}
+    tests = {"de": [], "en": []}
+    for k, name in enumerate(corpora.IWSLT14_TEST_SETS):
+        for lang, word in (("de", "Satz"), ("en", "Sentence")):
+            lines = [f"{word} {k} eins.", f"{word} {k} \u2019zwei\u2019."]
+            members[f"de-en/IWSLT14.{name}.de-en.{lang}.xml"] = segs(lines)
+            tests[lang] += lines
+    url = "https://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz"
+    out = tmp_path / "iwslt14.de-en"
+    proc, fetched, args = run_script(tmp_path, "prepare-iwslt14.sh",
+                                     ["--out", out, "--bpe-merges", "40"], {url: tgz(members)})
+    assert proc.returncode == 0, proc.stderr
+    assert fetched == [url]
+    assert args[0] == "iwslt14" and option(args, "--src") == ["de"]
+    assert Path(option(args, "--orig-dir")[0], "train.tags.de-en.en").is_file()
+
+    assert main(args + ["--workers", "1"]) == 0
+    assert "2 dropped by length cleaning" in capsys.readouterr().out
+    assert (out / "dict.de.txt").read_bytes() == (out / "dict.en.txt").read_bytes()
+    assert len(read(out / "prep" / "train.bpe.de")) == 48
+    assert read(out / "valid.raw.de") == [kept_de[22].lower(), kept_de[45].lower()]
+    assert read(out / "valid.raw.en") == [kept_en[22].lower(), kept_en[45].lower()]
+    assert read(out / "test.raw.en") == [s.replace("\u2019", "'").lower() for s in tests["en"]]
+    assert (out / "test.de-en.de.bin").is_file() and (out / "code").is_file()
+
+
+def test_wmt17_en_tr_script(tmp_path, capsys):
+    """SETimes + newstest2016 / newstest2017 .sgm from hand-made archives: punctuation
+    normalized, hyphens split, the train pair over 250 BPE units dropped."""
+    en, tr = parallel(random.Random(1), 40, "the latest news from ankara".split(),
+                      "bugün ankara haberleri son durum".split())
+    en.append(" ".join(["news"] * 260))
+    tr.append(" ".join(["haber"] * 260))
+    valid_en, valid_tr = ["A well-known «story»."], ["Bilinen bir «hikaye»."]
+    test_en, test_tr = ["News from Ankara.", "Second one."], ["Ankara'dan haber.", "İkinci."]
+    urls = ["https://object.pouta.csc.fi/OPUS-SETIMES/v2/moses/en-tr.txt.zip",
+            "https://data.statmt.org/wmt16/translation-task/test.tgz",
+            "https://data.statmt.org/wmt17/translation-task/test.tgz"]
+    files = {urls[0]: a_zip({"SETIMES.en-tr.en": "\n".join(en) + "\n",
+                             "SETIMES.en-tr.tr": "\n".join(tr) + "\n", "README": "SETimes2\n"}),
+             urls[1]: tgz({"test/newstest2016-entr-src.en.sgm": segs(valid_en),
+                           "test/newstest2016-entr-ref.tr.sgm": segs(valid_tr)}),
+             urls[2]: tgz({"test/newstest2017-entr-src.en.sgm": segs(test_en),
+                           "test/newstest2017-entr-ref.tr.sgm": segs(test_tr)})}
+    out = tmp_path / "wmt17.en-tr"
+    proc, fetched, args = run_script(tmp_path, "prepare-wmt17-en-tr.sh",
+                                     ["--out", out, "--bpe-merges", "60"], files)
+    assert proc.returncode == 0, proc.stderr
+    assert fetched == urls
+
+    assert main(args + ["--workers", "1"]) == 0
+    assert "1 dropped by length cleaning on BPE units" in capsys.readouterr().out
+    assert len(read(out / "prep" / "train.bpe.en")) == 40
+    assert read(out / "valid.raw.tr") == valid_tr and read(out / "test.raw.en") == test_en
+    valid_tok = read(out / "prep" / "valid.tok.en")[0]
+    assert "well @-@ known" in valid_tok and "«" not in valid_tok  # -a and normalization
+    assert (out / "train.en-tr.tr.bin").is_file()
+
+
+@pytest.mark.parametrize("src,tgt", [("en", "de"), ("de", "en")])
+def test_wmt14_en_de_script(tmp_path, src, tgt):
+    """The corpora, valid and test files the script hands to the pipeline, per direction."""
+    urls = {name: f"https://statmt.org/{name}.tgz" for name in (
+        "wmt13/training-parallel-europarl-v7", "wmt13/training-parallel-commoncrawl",
+        "wmt14/training-parallel-nc-v9", "wmt13/test", "wmt14/test-full")}
+    pair = {"de": "x\n", "en": "y\n"}
+    files = {
+        urls["wmt13/training-parallel-europarl-v7"]: tgz(
+            {f"training/europarl-v7.{p}.{lang}": t for p in ("de-en", "fr-en")
+             for lang, t in pair.items()}),
+        urls["wmt13/training-parallel-commoncrawl"]: tgz(
+            {f"commoncrawl.de-en.{lang}": t for lang, t in pair.items()}),
+        urls["wmt14/training-parallel-nc-v9"]: tgz(
+            {f"training/news-commentary-v9.de-en.{lang}": t for lang, t in pair.items()}),
+        urls["wmt13/test"]: tgz({f"test/newstest2013-src.{lang}.sgm": segs([t])
+                                 for lang, t in pair.items()}),
+        urls["wmt14/test-full"]: tgz(
+            {f"test-full/newstest2014-deen-{kind}.{lang}.sgm": segs([t])
+             for kind in ("src", "ref") for lang, t in pair.items()}),
+    }
+    proc, fetched, args = run_script(tmp_path, "prepare-wmt14-en-de.sh", [src, tgt], files)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(fetched) == sorted(urls.values())
+    assert option(args, "--src") == [src] and option(args, "--tgt") == [tgt]
+    assert [Path(p).name for p in option(args, "--train-prefix")] == [
+        "europarl-v7.de-en", "commoncrawl.de-en", "news-commentary-v9.de-en"]
+    valid = args[args.index("--valid") + 1:args.index("--valid") + 3]
+    test = args[args.index("--test") + 1:args.index("--test") + 3]
+    assert [Path(p).name for p in valid] == [f"newstest2013-src.{src}.sgm",
+                                             f"newstest2013-src.{tgt}.sgm"]
+    assert [Path(p).name for p in test] == [f"newstest2014-deen-src.{src}.sgm",
+                                            f"newstest2014-deen-ref.{tgt}.sgm"]
+    assert all(Path(p).is_file() for p in valid + test)
+    assert option(args, "--bpe-merges") == ["40000"] and option(args, "--clean-on") == ["bpe"]
+
+
+def test_wmt16_ro_en_script(tmp_path):
+    urls = ["https://data.statmt.org/wmt16/translation-task/training-parallel-ep-v8.tgz",
+            "https://object.pouta.csc.fi/OPUS-SETIMES/v2/moses/en-ro.txt.zip",
+            "https://data.statmt.org/wmt16/translation-task/dev.tgz",
+            "https://data.statmt.org/wmt16/translation-task/test.tgz"]
+    pair = {"ro": "x\n", "en": "y\n"}
+    files = {
+        urls[0]: tgz({f"training-parallel-ep-v8/europarl-v8.ro-en.{lang}": t
+                      for lang, t in pair.items()}),
+        urls[1]: a_zip({f"SETIMES.en-ro.{lang}": t for lang, t in pair.items()}),
+        urls[2]: tgz({f"dev/newsdev2016-{d}-{kind}.{lang}.sgm": segs([pair[lang]])
+                      for d, s, t in (("roen", "ro", "en"), ("enro", "en", "ro"))
+                      for kind, lang in (("src", s), ("ref", t))}),
+        urls[3]: tgz({f"test/newstest2016-{d}-{kind}.{lang}.sgm": segs([pair[lang]])
+                      for d, s, t in (("roen", "ro", "en"), ("enro", "en", "ro"))
+                      for kind, lang in (("src", s), ("ref", t))}),
+    }
+    proc, fetched, args = run_script(tmp_path, "prepare-wmt16-ro-en.sh", [], files)
+    assert proc.returncode == 0, proc.stderr
+    assert fetched == urls
+    assert [Path(p).name for p in option(args, "--train-prefix")] == [
+        "europarl-v8.ro-en", "SETIMES.en-ro"]
+    valid = args[args.index("--valid") + 1:args.index("--valid") + 3]
+    test = args[args.index("--test") + 1:args.index("--test") + 3]
+    assert [Path(p).name for p in valid + test] == [
+        "newsdev2016-roen-src.ro.sgm", "newsdev2016-roen-ref.en.sgm",
+        "newstest2016-roen-src.ro.sgm", "newstest2016-roen-ref.en.sgm"]
+    proc, _, _ = run_script(tmp_path, "prepare-wmt16-ro-en.sh", ["ro", "de"], files)
+    assert proc.returncode == 2 and "'ro en' or 'en ro'" in proc.stderr
+
+
+def test_scripts_parse():
+    for script in sorted((REPO / "scripts").glob("prepare-*.sh")):
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
