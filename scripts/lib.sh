@@ -42,3 +42,22 @@ find_one() {  # find_one DIR NAME: the path of the single file called NAME under
     fi
     printf '%s\n' "$hits"
 }
+
+pair() {  # pair CORPUS A B ARGS...: src/tgt from the first two ARGS (default A B), which must be
+          # A B or B A; the remaining ARGS are left in pair_args
+    local corpus=$1 a=$2 b=$3
+    shift 3
+    src=$a
+    tgt=$b
+    if [ $# -ge 2 ] && [[ $1 != -* ]]; then
+        src=$1
+        tgt=$2
+        shift 2
+    fi
+    case "$src-$tgt" in
+        "$a-$b" | "$b-$a") ;;
+        *) echo "error: this is $corpus: SRC TGT must be '$a $b' or '$b $a', got '$src $tgt'" >&2
+           exit 2 ;;
+    esac
+    pair_args=("$@")
+}

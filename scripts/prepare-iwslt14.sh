@@ -13,18 +13,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 orig=${ORIG_DIR:-$root/work/orig}
 . "$root/scripts/lib.sh"
 
-src=de
-tgt=en
-if [ $# -ge 2 ] && [[ $1 != -* ]]; then
-    src=$1
-    tgt=$2
-    shift 2
-fi
-case "$src-$tgt" in
-    de-en | en-de) ;;
-    *) echo "error: IWSLT'14 is German-English: SRC TGT must be 'de en' or 'en de', got '$src $tgt'" >&2
-       exit 2 ;;
-esac
+pair "IWSLT'14 German-English" de en "$@"
+set -- "${pair_args[@]}"
 
 # wit3.fbk.eu, the original host, is gone; fairseq's script now fetches this copy.
 fetch https://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz "$orig/iwslt14/de-en.tgz"

@@ -15,18 +15,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 orig=${ORIG_DIR:-$root/work/orig}
 . "$root/scripts/lib.sh"
 
-src=en
-tgt=de
-if [ $# -ge 2 ] && [[ $1 != -* ]]; then
-    src=$1
-    tgt=$2
-    shift 2
-fi
-case "$src-$tgt" in
-    en-de | de-en) ;;
-    *) echo "error: this is WMT'14 English-German: SRC TGT must be 'en de' or 'de en', got '$src $tgt'" >&2
-       exit 2 ;;
-esac
+pair "WMT'14 English-German" en de "$@"
+set -- "${pair_args[@]}"
 
 # archive path under $orig, and its URL; each is unpacked beside itself, minus the extension
 archives=(

@@ -13,18 +13,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 orig=${ORIG_DIR:-$root/work/orig}
 . "$root/scripts/lib.sh"
 
-src=ro
-tgt=en
-if [ $# -ge 2 ] && [[ $1 != -* ]]; then
-    src=$1
-    tgt=$2
-    shift 2
-fi
-case "$src-$tgt" in
-    ro-en | en-ro) ;;
-    *) echo "error: this is WMT'16 Romanian-English: SRC TGT must be 'ro en' or 'en ro', got '$src $tgt'" >&2
-       exit 2 ;;
-esac
+pair "WMT'16 Romanian-English" ro en "$@"
+set -- "${pair_args[@]}"
 
 # archive path under $orig, and its URL; each is unpacked beside itself, minus the extension
 archives=(

@@ -13,18 +13,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 orig=${ORIG_DIR:-$root/work/orig}
 . "$root/scripts/lib.sh"
 
-src=en
-tgt=tr
-if [ $# -ge 2 ] && [[ $1 != -* ]]; then
-    src=$1
-    tgt=$2
-    shift 2
-fi
-case "$src-$tgt" in
-    en-tr | tr-en) ;;
-    *) echo "error: this is WMT'17 English-Turkish: SRC TGT must be 'en tr' or 'tr en', got '$src $tgt'" >&2
-       exit 2 ;;
-esac
+pair "WMT'17 English-Turkish" en tr "$@"
+set -- "${pair_args[@]}"
 
 # archive path under $orig, and its URL; each is unpacked beside itself, minus the extension
 archives=(

@@ -1,0 +1,548 @@
+#!/usr/bin/env python3
+"""Speed, memory and size benchmark of fairseq translation systems on one binarized data set.
+
+A systems file (JSON) lists the systems: ``{"baseline": NAME, "common_flags": [...], "systems":
+[{"name": ..., "arch": ..., "flags": [...]}, ...]}``, where flags are fairseq-train flags. Each
+system runs in its own worker subprocess (``bench.py --worker SPEC``), so peak memory and
+fairseq's registries belong to that system alone. The worker builds task, model, criterion and
+``fairseq.trainer.Trainer`` exactly as fairseq-train does, times ``--train-updates`` calls of
+``Trainer.train_step`` after ``--warmup-updates`` untimed ones, then times beam search
+(``task.build_generator`` + ``task.inference_step``) over the first ``--decode-sentences``
+sentences of ``--gen-subset``.
+
+Figures per system: parameter count; training target tokens/s (``sample["ntokens"]``); decoding
+sentences/s and generated tokens/s (top hypothesis lengths, EOS included, as fairseq-generate
+counts them); peak memory of training and of decoding (CUDA: ``max_memory_allocated``; CPU: the
+resident set high-water mark) and its increment over the memory in use when the phase began.
+The parent writes ``OUT/bench.json`` and ``OUT/bench.md`` (every figure also as a ratio to the
+baseline system) and prints the table.
+
+    python scripts/bench.py --data data-bin/multi30k.de-en \
+        --systems configs/bench/foundation.json --out bench-out/foundation
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = REPO / "ran_fairseq"
+
+# Flags the harness sets itself; a systems file that sets them would be silently overridden.
+RESERVED_FLAGS = {
+    "--arch": "the system's 'arch' field",
+    "-a": "the system's 'arch' field",
+    "--task": "nothing (the benchmark is for --task translation)",
+    "--user-dir": "nothing (the harness loads ran_fairseq)",
+    "--source-lang": "bench.py --source-lang",
+    "-s": "bench.py --source-lang",
+    "--target-lang": "bench.py --target-lang",
+    "-t": "bench.py --target-lang",
+    "--max-tokens": "bench.py --max-tokens",
+    "--seed": "bench.py --seed",
+    "--cpu": "bench.py --device",
+}
+
+# (key in a result's "metrics", table heading, format); memory headings get the memory kind.
+METRICS = [
+    ("params", "params", "{:,.0f}"),
+    ("train_tokens_per_s", "train tok/s", "{:,.1f}"),
+    ("decode_sentences_per_s", "decode sent/s", "{:,.2f}"),
+    ("decode_tokens_per_s", "decode tok/s", "{:,.1f}"),
+    ("train_mem_peak_mib", "train peak {mem} (MiB)", "{:,.1f}"),
+    ("train_mem_increment_mib", "train Δ{mem} (MiB)", "{:,.1f}"),
+    ("decode_mem_peak_mib", "decode peak {mem} (MiB)", "{:,.1f}"),
+    ("decode_mem_increment_mib", "decode Δ{mem} (MiB)", "{:,.1f}"),
+]
+MEMORY_KINDS = {"cuda": "CUDA alloc", "cpu": "RSS"}
+
+
+def available_cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+class BenchError(Exception):
+    """A problem with the benchmark's input; the message names it and the flag to change."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Parent: read the systems file, run one worker per system, write JSON and markdown.
+# ----------------------------------------------------------------------------------------------
+
+def parse_cli(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data", required=True, help="fairseq-preprocess output directory")
+    p.add_argument("--systems", required=True, help="systems file (JSON)")
+    p.add_argument("--out", required=True, help="directory for bench.json and bench.md")
+    p.add_argument("--source-lang", help="source language (default: inferred from --data)")
+    p.add_argument("--target-lang", help="target language (default: inferred from --data)")
+    p.add_argument("--systems-only",
+                   help="comma-separated system names to run; the baseline is always included")
+    p.add_argument("--train-updates", type=int, default=20, help="timed training updates")
+    p.add_argument("--warmup-updates", type=int, default=3,
+                   help="untimed updates before timing (not fairseq's LR --warmup-updates, "
+                        "which belongs in the systems file)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="fairseq --max-tokens per update")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--decode-batch-size", type=int, default=64, help="sentences per decoding batch")
+    p.add_argument("--decode-sentences", type=int, default=200,
+                   help="decode the first N sentences of --gen-subset")
+    p.add_argument("--gen-subset", default="test")
+    p.add_argument("--max-len-a", type=float, default=1.2,
+                   help="hypotheses stop at max-len-a * source length + max-len-b tokens")
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--threads", type=int, default=available_cores(),
+                   help="torch CPU threads per worker")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    for flag in ("train_updates", "max_tokens", "beam", "decode_batch_size", "decode_sentences",
+                 "threads"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.warmup_updates < 0:
+        p.error("--warmup-updates must be at least 0")
+    return args
+
+
+def load_systems(path):
+    """Read and check a systems file; return (baseline name, common flags, systems by name)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BenchError(f"systems file {path} does not exist (--systems)")
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise BenchError(f"systems file {path} is not valid JSON: {e}") from e
+    if not (isinstance(spec, dict) and isinstance(spec.get("systems"), list) and spec["systems"]):
+        raise BenchError(f"{path}: expected an object with a non-empty 'systems' list")
+    common = spec.get("common_flags", [])
+    check_flags(common, f"{path}: common_flags")
+    systems = {}
+    for i, system in enumerate(spec["systems"]):
+        if not isinstance(system, dict) or not all(
+                isinstance(system.get(k), str) and system[k] for k in ("name", "arch")):
+            raise BenchError(f"{path}: systems[{i}] needs string fields 'name' and 'arch'")
+        if system["name"] in systems:
+            raise BenchError(f"{path}: system name {system['name']!r} appears twice")
+        check_flags(system.get("flags", []), f"{path}: system {system['name']!r} flags")
+        systems[system["name"]] = {"name": system["name"], "arch": system["arch"],
+                                   "flags": list(system.get("flags", []))}
+    baseline = spec.get("baseline")
+    if baseline not in systems:
+        raise BenchError(f"{path}: baseline {baseline!r} is not one of the systems "
+                         f"({', '.join(systems)})")
+    return baseline, list(common), systems
+
+
+def check_flags(flags, where):
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise BenchError(f"{where} must be a list of strings")
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        if name in RESERVED_FLAGS:
+            raise BenchError(f"{where} sets {name}, which the harness controls; "
+                             f"remove it and use {RESERVED_FLAGS[name]}")
+
+
+def select_systems(systems, baseline, only):
+    """The systems to run, in file order; ``only`` is the --systems-only value or None."""
+    if only is None:
+        return list(systems.values())
+    wanted = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in systems]
+    if unknown:
+        raise BenchError(f"--systems-only: unknown system(s) {', '.join(unknown)}; "
+                         f"the systems file has: {', '.join(systems)}")
+    return [s for name, s in systems.items() if name == baseline or name in wanted]
+
+
+def check_data(data, src, tgt):
+    data = Path(data)
+    if not data.is_dir():
+        raise BenchError(f"data directory {data} does not exist (--data)")
+    langs = [src, tgt] if src and tgt else []
+    missing = [f"dict.{lang}.txt" for lang in langs if not (data / f"dict.{lang}.txt").is_file()]
+    if missing or not list(data.glob("dict.*.txt")):
+        raise BenchError(f"{data} is not a fairseq-preprocess output directory for this language "
+                         f"pair: missing {', '.join(missing) or 'dict.*.txt'} (--data, "
+                         f"--source-lang, --target-lang)")
+    return data.resolve()
+
+
+def resolve_device(device):
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BenchError("--device cuda: torch sees no CUDA device; use --device cpu")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def fairseq_argv(data, system, common, args, device):
+    """The fairseq-train command line (without the program name) for one system."""
+    argv = [str(data), "--user-dir", str(USER_DIR), "--task", "translation",
+            "--arch", system["arch"], "--max-tokens", str(args.max_tokens),
+            "--seed", str(args.seed), "--num-workers", "0"]
+    if args.source_lang and args.target_lang:
+        argv += ["--source-lang", args.source_lang, "--target-lang", args.target_lang]
+    if device == "cpu":
+        argv.append("--cpu")
+    return argv + common + system["flags"]
+
+
+def run_worker_process(spec, workdir):
+    """Run one system's worker; return its result dict or raise BenchError with its stderr."""
+    spec_path = Path(workdir) / f"{spec['name']}.spec.json"
+    spec["result_path"] = str(Path(workdir) / f"{spec['name']}.result.json")
+    spec_path.write_text(json.dumps(spec))
+    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]),
+               MKL_NUM_THREADS=str(spec["threads"]), PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker",
+                           str(spec_path)], env=env, capture_output=True, text=True)
+    result_path = Path(spec["result_path"])
+    if proc.returncode != 0 or not result_path.is_file():
+        raise BenchError(
+            f"system {spec['name']!r} (arch {spec['arch']}) failed with exit code "
+            f"{proc.returncode}\nfairseq flags: {' '.join(spec['argv'])}\n"
+            f"--- worker stderr (tail) ---\n{proc.stderr[-5000:]}")
+    return json.loads(result_path.read_text())
+
+
+def add_ratios(results, baseline):
+    """Give every result a 'ratios' dict: each metric divided by the baseline's (None if 0)."""
+    base = next(r for r in results if r["name"] == baseline)["metrics"]
+    for r in results:
+        r["ratios"] = {k: (v / base[k] if base[k] else None) for k, v in r["metrics"].items()}
+
+
+def machine_info(device, threads, worker_env, load_before):
+    """Where the benchmark ran; ``worker_env`` is the versions and device name a worker saw,
+    ``load_before`` the 1-minute load average when the benchmark began (other work skews it)."""
+    cpu_model = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        m = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M)
+        cpu_model = m.group(1).strip() if m else cpu_model
+    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                         text=True)
+    return {
+        "device": device,
+        "device_name": worker_env["cuda_device"] if device == "cuda" else cpu_model,
+        "cpu_model": cpu_model,
+        "cores": available_cores(),
+        "threads": threads,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+        "torch": worker_env["torch"],
+        "cuda": worker_env["cuda"],
+        "fairseq": worker_env["fairseq"],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": git.stdout.strip() if git.returncode == 0 else None,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def markdown(report):
+    """The results as a markdown table, each figure with its ratio to the baseline."""
+    mem = MEMORY_KINDS[report["machine"]["device"]]
+    heads = ["system", "arch"] + [h.format(mem=mem) for _, h, _ in METRICS]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * 2 + "---:|" * len(METRICS)]
+    for r in report["systems"]:
+        cells = [r["name"], r["arch"]]
+        for key, _, fmt in METRICS:
+            ratio = r["ratios"][key]
+            cells.append(fmt.format(r["metrics"][key])
+                         + (f" (×{ratio:.2f})" if ratio is not None else " (×n/a)"))
+        lines.append("| " + " | ".join(cells) + " |")
+    s, m = report["settings"], report["machine"]
+    lines += ["", f"Ratios are to `{s['baseline']}`. Device: {m['device_name']} ({m['device']}, "
+              f"{m['threads']} threads, load average {m['load_average_before']:.1f} before and "
+              f"{m['load_average_after']:.1f} after); torch {m['torch']}, "
+              f"fairseq {m['fairseq']}; {m['date']}.",
+              f"Training: {s['train_updates']} timed updates after {s['warmup_updates']} untimed, "
+              f"--max-tokens {s['max_tokens']}. Decoding: first {s['decode_sentences']} sentences "
+              f"of `{s['gen_subset']}`, beam {s['beam']}, {s['decode_batch_size']} sentences per "
+              f"batch, max length {s['max_len_a']}·src+{s['max_len_b']}. Memory: {s['memory']}."]
+    return "\n".join(lines) + "\n"
+
+
+def run_parent(args):
+    baseline, common, systems = load_systems(args.systems)
+    selected = select_systems(systems, baseline, args.systems_only)
+    data = check_data(args.data, args.source_lang, args.target_lang)
+    device = resolve_device(args.device)
+    settings = {
+        "data": str(data), "systems_file": str(Path(args.systems).resolve()),
+        "baseline": baseline, "common_flags": common,
+        "source_lang": args.source_lang, "target_lang": args.target_lang,
+        "train_updates": args.train_updates, "warmup_updates": args.warmup_updates,
+        "max_tokens": args.max_tokens, "beam": args.beam,
+        "decode_batch_size": args.decode_batch_size, "decode_sentences": args.decode_sentences,
+        "gen_subset": args.gen_subset, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
+        "seed": args.seed,
+        "memory": ("torch.cuda.max_memory_allocated; increment over memory_allocated at the "
+                   "phase start" if device == "cuda" else
+                   "peak resident set size (VmHWM, reset at each phase start); increment over "
+                   "the RSS at the phase start"),
+    }
+    load_before = os.getloadavg()[0]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
+        for system in selected:
+            print(f"bench: {system['name']} ({system['arch']}) ...", file=sys.stderr, flush=True)
+            spec = dict(system, argv=fairseq_argv(data, system, common, args, device),
+                        device=device, threads=args.threads,
+                        **{k: settings[k] for k in ("train_updates", "warmup_updates", "beam",
+                                                    "decode_batch_size", "decode_sentences",
+                                                    "gen_subset", "max_len_a", "max_len_b",
+                                                    "seed")})
+            results.append(run_worker_process(spec, workdir))
+    if not all(r["train"]["mem_peak_since_phase_start"] for r in results):
+        settings["memory"] = ("process-lifetime peak resident set size (ru_maxrss; this kernel "
+                              "cannot reset VmHWM); increment over the RSS at the phase start")
+    add_ratios(results, baseline)
+    worker_env = [r.pop("environment") for r in results][0]
+    report = {"machine": machine_info(device, args.threads, worker_env, load_before),
+              "settings": settings, "systems": results}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (out / "bench.md").write_text(table)
+    print(table)
+
+
+# ----------------------------------------------------------------------------------------------
+# Worker: one system, in its own process.
+# ----------------------------------------------------------------------------------------------
+
+class MemoryProbe:
+    """Peak memory of one phase, in MiB, and its increment over the memory in use at the start.
+
+    CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``. CPU: the
+    resident set high-water mark (VmHWM), reset at the phase start by writing 5 to
+    /proc/self/clear_refs; where the kernel refuses, the process-lifetime peak (ru_maxrss).
+    """
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.before = None
+        self.peak_resettable = None
+
+    def start(self):
+        import gc
+
+        import torch
+
+        gc.collect()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            self.before = torch.cuda.memory_allocated() / 2**20
+            return
+        release_free_heap()
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            self.peak_resettable = True
+        except OSError:
+            self.peak_resettable = False
+        self.before = current_rss_mib()
+
+    def stop(self):
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() / 2**20
+        elif self.peak_resettable:
+            peak = proc_status_kib("VmHWM") / 1024
+        else:
+            peak = max_rss_mib()
+        return {"mem_before_mib": self.before, "mem_peak_mib": peak,
+                "mem_increment_mib": peak - self.before,
+                "mem_peak_since_phase_start": self.cuda or self.peak_resettable}
+
+
+def proc_status_kib(field):
+    m = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+    return int(m.group(1))
+
+
+def max_rss_mib():
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # bytes on macOS, else KiB
+
+
+def current_rss_mib():
+    if Path("/proc/self/status").is_file():
+        return proc_status_kib("VmRSS") / 1024
+    return max_rss_mib()
+
+
+def release_free_heap():
+    """Return freed heap pages to the OS (glibc malloc_trim) so RSS shows what is in use."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def train_batches(trainer, count):
+    """The first ``count`` training batches in fairseq's order, starting new epochs as needed."""
+    epoch_itr = trainer.get_train_iterator(epoch=1, load_dataset=True)
+    batches = []
+    while len(batches) < count:
+        trainer.begin_epoch(epoch_itr.next_epoch_idx)
+        before = len(batches)
+        for sample in epoch_itr.next_epoch_itr(shuffle=True):
+            batches.append(sample)
+            if len(batches) == count:
+                break
+        if len(batches) == before:
+            raise BenchError("the training set yields no batches; check --data and "
+                             "--max-tokens")
+    return batches
+
+
+def decode_batches(task, model, subset, n, batch_size, seed):
+    """The first ``n`` sentences of ``subset`` (by index), batched as fairseq-generate batches
+    them: sorted by length, at most ``batch_size`` sentences per batch."""
+    from fairseq import utils
+    from fairseq.data import data_utils
+
+    task.load_dataset(subset, combine=False, epoch=1)
+    dataset = task.dataset(subset)
+    n = min(n, len(dataset))
+    if n == 0:
+        raise BenchError(f"the {subset!r} split of --data is empty; pick another --gen-subset")
+    with data_utils.numpy_seed(seed):
+        order = dataset.ordered_indices()
+    order = order[order < n]
+    max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    order, ignored = dataset.filter_indices_by_size(order, max_positions)
+    if len(ignored):
+        raise BenchError(f"{len(ignored)} of the first {n} sentences of {subset!r} are longer "
+                         f"than the model allows ({max_positions}); lower --decode-sentences "
+                         f"or pick another --gen-subset")
+    return [dataset.collater([dataset[i] for i in batch])
+            for batch in dataset.batch_by_size(order, max_sentences=batch_size)]
+
+
+def run_worker(spec):
+    import fairseq
+    import numpy as np
+    import torch
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.configs import GenerationConfig
+    from fairseq.dataclass.initialize import add_defaults
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    torch.set_num_threads(spec["threads"])
+    cuda = spec["device"] == "cuda"
+
+    def clock():
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    # As fairseq_cli.train.main sets up a run.
+    parser = options.get_training_parser()
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, spec["argv"]))
+    utils.import_user_module(cfg.common)
+    add_defaults(cfg)
+    np.random.seed(cfg.common.seed)
+    utils.set_torch_seed(cfg.common.seed)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    params = sum(p.numel() for p in model.parameters())
+    trainer = Trainer(cfg, task, model, criterion)
+
+    batches = train_batches(trainer, spec["warmup_updates"] + spec["train_updates"])
+    memory = MemoryProbe(cuda)
+    memory.start()
+    for sample in batches[:spec["warmup_updates"]]:
+        trainer.train_step([sample])
+    timed = batches[spec["warmup_updates"]:]
+    start = clock()
+    for sample in timed:
+        trainer.train_step([sample])
+    seconds = clock() - start
+    tokens = sum(int(s["ntokens"]) for s in timed)
+    train = {"updates": len(timed), "target_tokens": tokens,
+             "sentences": sum(int(s["nsentences"]) for s in timed), "seconds": seconds,
+             "tokens_per_s": tokens / seconds, **memory.stop()}
+
+    # Decoding: the trained model alone, without optimizer state or gradients.
+    model = trainer.model
+    del trainer, criterion
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    gen_cfg = GenerationConfig(beam=spec["beam"], max_len_a=spec["max_len_a"],
+                               max_len_b=spec["max_len_b"])
+    generator = task.build_generator([model], gen_cfg)
+    samples = decode_batches(task, model, spec["gen_subset"], spec["decode_sentences"],
+                             spec["decode_batch_size"], spec["seed"])
+    if cuda:
+        samples = [utils.move_to_cuda(s) for s in samples]
+    memory.start()
+    with torch.no_grad():
+        task.inference_step(generator, [model], samples[0])  # untimed warm-up batch
+        start = clock()
+        sentences = generated = 0
+        for sample in samples:
+            hypos = task.inference_step(generator, [model], sample)
+            sentences += len(hypos)
+            generated += sum(len(h[0]["tokens"]) for h in hypos)
+        seconds = clock() - start
+    decode = {"sentences": sentences, "generated_tokens": generated, "batches": len(samples),
+              "seconds": seconds, "sentences_per_s": sentences / seconds,
+              "tokens_per_s": generated / seconds, **memory.stop()}
+
+    metrics = {"params": params, "train_tokens_per_s": train["tokens_per_s"],
+               "decode_sentences_per_s": decode["sentences_per_s"],
+               "decode_tokens_per_s": decode["tokens_per_s"],
+               "train_mem_peak_mib": train["mem_peak_mib"],
+               "train_mem_increment_mib": train["mem_increment_mib"],
+               "decode_mem_peak_mib": decode["mem_peak_mib"],
+               "decode_mem_increment_mib": decode["mem_increment_mib"]}
+    result = {"name": spec["name"], "arch": spec["arch"], "flags": spec["flags"],
+              "fairseq_argv": spec["argv"], "metrics": metrics, "train": train, "decode": decode,
+              "environment": {"torch": torch.__version__, "fairseq": fairseq.__version__,
+                              "cuda": torch.version.cuda if cuda else None,
+                              "cuda_device": torch.cuda.get_device_name() if cuda else None}}
+    Path(spec["result_path"]).write_text(json.dumps(result, indent=2))
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == ["--worker"]:
+            if len(argv) != 2:
+                raise BenchError("usage: bench.py --worker SPEC.json (run by the parent)")
+            run_worker(json.loads(Path(argv[1]).read_text()))
+        else:
+            run_parent(parse_cli(argv))
+    except BenchError as e:
+        sys.exit(f"bench.py: error: {e}")
+
+
+if __name__ == "__main__":
+    main()
