@@ -1,0 +1,127 @@
+"""scripts/bench.py: one run of the harness on the synthetic data-bin with a tiny transformer
+(baseline) and a tiny LSTM, checked for complete, finite, consistent figures; and its errors."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+BENCH = helpers.REPO / "scripts" / "bench.py"
+COMMON = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+          "--optimizer", "adam", "--lr", "1e-3", "--dropout", "0.1"]
+SYSTEMS = {
+    "transformer": ("transformer", [
+        "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+        "--decoder-attention-heads", "2"]),
+    "lstm": ("lstm", [
+        "--encoder-embed-dim", "16", "--encoder-hidden-size", "16", "--decoder-embed-dim", "16",
+        "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16"]),
+}
+METRICS = ["params", "train_tokens_per_s", "decode_sentences_per_s", "decode_tokens_per_s",
+           "train_mem_peak_mib", "train_mem_increment_mib", "decode_mem_peak_mib",
+           "decode_mem_increment_mib"]
+
+
+@pytest.fixture(scope="module")
+def data_bin(request, tmp_path_factory):
+    try:
+        return request.getfixturevalue("synthetic_databin")
+    except pytest.FixtureLookupError:
+        root = tmp_path_factory.mktemp("bench-data")
+        return helpers.binarize(helpers.make_synthetic_corpus(root / "raw"), root / "bin")
+
+
+@pytest.fixture(scope="module")
+def systems_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench-systems") / "tiny.json"
+    path.write_text(json.dumps({
+        "baseline": "transformer", "common_flags": COMMON,
+        "systems": [{"name": n, "arch": a, "flags": f} for n, (a, f) in SYSTEMS.items()]}))
+    return path
+
+
+def run_bench(data, systems, out, *extra):
+    cmd = [sys.executable, str(BENCH), "--data", str(data), "--systems", str(systems),
+           "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
+           "--train-updates", "2", "--warmup-updates", "1", "--max-tokens", "400",
+           "--beam", "2", "--decode-batch-size", "4", "--decode-sentences", "8",
+           "--device", "cpu", "--threads", "1", *extra]
+    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def bench_out(data_bin, systems_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench-out")
+    proc = run_bench(data_bin, systems_file, out)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out, json.loads((out / "bench.json").read_text()), proc.stdout
+
+
+def test_every_figure_is_positive_and_finite(bench_out):
+    _, report, _ = bench_out
+    assert [r["name"] for r in report["systems"]] == list(SYSTEMS)
+    for r in report["systems"]:
+        for key in METRICS:
+            value = r["metrics"][key]
+            assert math.isfinite(value) and value > 0, (r["name"], key, value)
+        assert r["train"]["updates"] == 2
+        assert r["decode"]["sentences"] == 8
+        assert r["decode"]["generated_tokens"] >= 8
+    assert report["machine"]["device"] == "cpu"
+    assert report["settings"]["beam"] == 2
+
+
+def test_ratios_are_relative_to_the_baseline(bench_out):
+    _, report, _ = bench_out
+    base, other = report["systems"]
+    assert base["name"] == report["settings"]["baseline"] == "transformer"
+    assert base["ratios"] == {key: 1.0 for key in METRICS}
+    for key in METRICS:
+        assert other["ratios"][key] == other["metrics"][key] / base["metrics"][key]
+
+
+def test_parameter_count_matches_fairseq_model(bench_out, data_bin):
+    _, report, _ = bench_out
+    for r in report["systems"]:
+        arch, flags = SYSTEMS[r["name"]]
+        _, model = helpers.build_model(arch, data_bin, COMMON + flags)
+        assert r["metrics"]["params"] == sum(p.numel() for p in model.parameters())
+
+
+def test_markdown_has_a_row_per_system(bench_out):
+    out, report, stdout = bench_out
+    table = (out / "bench.md").read_text()
+    assert table in stdout
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert "peak RSS" in rows[0]
+    assert len(rows) == 1 + len(report["systems"])
+    for r, row in zip(report["systems"], rows[1:]):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[:2] == [r["name"], r["arch"]]
+        assert len(cells) == 2 + len(METRICS)
+        assert cells[2] == f"{r['metrics']['params']:,} (×{r['ratios']['params']:.2f})"
+
+
+@pytest.mark.parametrize("case", ["unknown_system", "missing_data", "reserved_flag"])
+def test_bad_input_gives_a_clear_error(case, data_bin, systems_file, tmp_path):
+    data, systems, extra = data_bin, systems_file, []
+    if case == "unknown_system":
+        extra, expected = ["--systems-only", "lstm,nosuch"], "unknown system(s) nosuch"
+    elif case == "missing_data":
+        data, expected = tmp_path / "absent", "does not exist (--data)"
+    else:
+        spec = json.loads(systems_file.read_text())
+        spec["systems"][1]["flags"] += ["--max-tokens", "100"]
+        systems = tmp_path / "bad.json"
+        systems.write_text(json.dumps(spec))
+        expected = "sets --max-tokens, which the harness controls"
+    proc = run_bench(data, systems, tmp_path / "out", *extra)
+    assert proc.returncode != 0
+    assert expected in proc.stderr
+    assert not (tmp_path / "out").exists()
