@@ -36,3 +36,26 @@ SYSTEMS = [
     System("transformer", "transformer", TINY_TRANSFORMER),
     System("lstm", "lstm", TINY_LSTM),
 ]
+
+# ran_transformer (Zeng et al. 2021): the paper's systems and ablations at tiny sizes; every id
+# starts with "ran-" so that `-k ran` selects them all.
+TINY_RAN = (*TINY_TRANSFORMER, "--max-attention-positions", "32")
+SYSTEMS += [
+    System("ran-all", "ran_transformer", TINY_RAN),
+    System("ran-e", "ran_transformer", (*TINY_RAN, "--decoder-self-attention", "dot"),
+           slow_checks=False),
+    System("ran-d", "ran_transformer", (*TINY_RAN, "--encoder-self-attention", "dot"),
+           slow_checks=False),
+    System("ran-hc-sa", "ran_transformer",
+           (*TINY_RAN, "--encoder-self-attention", "gaussian",
+            "--decoder-self-attention", "gaussian")),
+    System("ran-syn-r", "ran_transformer",
+           (*TINY_RAN, "--encoder-self-attention", "synthesizer",
+            "--decoder-self-attention", "synthesizer"), slow_checks=False),
+    System("ran-fixed", "ran_transformer", (*TINY_RAN, "--ran-fixed-initial-matrices")),
+    System("ran-no-ln-res", "ran_transformer", (*TINY_RAN, "--ran-no-layernorm-residual"),
+           slow_checks=False),
+    System("ran-no-pos-emb", "ran_transformer",
+           (*TINY_RAN, "--no-encoder-positional-embeddings", "--no-decoder-positional-embeddings"),
+           slow_checks=False),
+]

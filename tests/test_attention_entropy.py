@@ -10,7 +10,7 @@ from fairseq.data import data_utils
 
 import helpers
 from ran_fairseq.modules.attention_entropy import AttentionEntropyRecorder, attention_kind, entropy_sum
-from systems import TINY_TRANSFORMER
+from systems import SYSTEMS, TINY_TRANSFORMER
 
 
 def test_entropy_of_known_rows():
@@ -40,9 +40,11 @@ def batch(task, sentences, targets, left_pad=True):
     return src, torch.tensor([len(s) for s in sentences]), prev, tgt.ne(d.pad())
 
 
+@pytest.mark.parametrize("system", [s for s in SYSTEMS if s.id in ("transformer", "ran-all", "ran-hc-sa")],
+                         ids=lambda s: s.id)
 @torch.no_grad()
-def test_recorder_masks_padding_and_leaves_outputs_unchanged(synthetic_databin):
-    task, model = helpers.build_model("transformer", synthetic_databin, TINY_TRANSFORMER)
+def test_recorder_masks_padding_and_leaves_outputs_unchanged(synthetic_databin, system):
+    task, model = helpers.build_model(system.arch, synthetic_databin, system.flags)
     g = torch.Generator().manual_seed(0)
 
     def sent(n):

@@ -1,0 +1,273 @@
+"""``ran_transformer``: fairseq's transformer with input-independent self-attention (Zeng et al.
+2021, "Recurrent Attention for Neural Machine Translation") and its baselines.
+
+The self-attention of each side is chosen by ``--encoder-self-attention`` and
+``--decoder-self-attention``:
+
+- ``ran``: Recurrent Attention, learned initial matrices A_0 and a recurrent transition per side
+  (Eqs. 2-4), see :mod:`ran_fairseq.modules.positional_attention`;
+- ``synthesizer``: Random Synthesizer (Tay et al. 2020), a learned matrix per layer;
+- ``gaussian``: HC-SA (You et al. 2020), fixed Gaussians around i-1 and i+1 (decoder: i-1 and i);
+- ``dot``: fairseq's multi-head dot-product attention, unchanged.
+
+``--arch ran_transformer`` is RAN-ALL: ``ran`` on both sides, transformer-base sizes (6+6 layers,
+512/2048, 8 heads), attention dropout 0.2 on the input-independent attention
+(``--positional-attention-dropout``), n = 256 positions (``--max-attention-positions``). The
+paper's systems are flag settings of it: TransF (dot, dot), HC-SA (gaussian, gaussian), Syn-R
+(synthesizer, synthesizer), RAN-E (ran, dot), RAN-D (dot, ran), RAN-ALL (ran, ran); Table 2
+drops positional embeddings per side (``--no-encoder-positional-embeddings``,
+``--no-decoder-positional-embeddings``); Table 3 freezes A_0 (``--ran-fixed-initial-matrices``)
+or removes the transition's LN and residual (``--ran-no-layernorm-residual``).
+``ran_transformer_iwslt_de_en`` has transformer_iwslt_de_en's sizes (512/1024, 4 heads) and
+``ran_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
+
+Sentences longer than n are filtered or capped by fairseq, since ``max_positions()`` reports at
+most n on each side that uses input-independent attention. The encoder and decoder expose their
+matrix source as ``self_attn_matrices`` (None for dot-product): ``probs(layer, length)`` gives a
+layer's (heads, length, length) weights for a sentence of that length, for analyses.
+"""
+import contextlib
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+    transformer_iwslt_de_en,
+)
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import (
+    TransformerDecoderLayerBase,
+    TransformerEncoderLayerBase,
+)
+
+from ..modules.positional_attention import (
+    MAX_POSITIONS_FLAG,
+    PositionalSelfAttention,
+    build_positional_matrices,
+)
+
+SELF_ATTENTION_TYPES = ("dot", "ran", "gaussian", "synthesizer")
+
+
+def side_matrices(cfg, side):
+    """The shared matrix source of ``side`` ("encoder" or "decoder"), or None for dot-product."""
+    kind = getattr(cfg, f"{side}_self_attention")
+    if kind not in SELF_ATTENTION_TYPES:
+        raise ValueError(f"--{side}-self-attention must be one of "
+                         f"{', '.join(SELF_ATTENTION_TYPES)}, got {kind!r}")
+    if kind == "dot":
+        return None
+    sizes = cfg.encoder if side == "encoder" else cfg.decoder
+    return build_positional_matrices(
+        kind, sizes.layers, sizes.attention_heads, cfg.max_attention_positions,
+        causal=side == "decoder", freeze_initial=cfg.ran_fixed_initial_matrices,
+        layernorm_residual=not cfg.ran_no_layernorm_residual,
+        gaussian_std=cfg.gaussian_attention_std)
+
+
+class _LayerPlan:
+    """The shared matrices and the next layer index, handed to the layers that the fairseq base
+    classes build inside their ``__init__`` (a plain object: nn.Module registers nothing here)."""
+
+    def __init__(self, matrices):
+        self.matrices = matrices
+        self.built = 0
+
+    def next_layer(self):
+        self.built += 1
+        return self.matrices, self.built - 1
+
+
+def _wrap(layer, cfg):
+    """Activation checkpointing and FSDP wrapping, as fairseq's layer builders apply them."""
+    if cfg.checkpoint_activations:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    min_params = 0 if cfg.checkpoint_activations else cfg.min_params_to_wrap
+    return fsdp_wrap(layer, min_num_params=min_params)
+
+
+class PositionalEncoderLayer(TransformerEncoderLayerBase):
+    """A transformer encoder layer whose self-attention is :class:`PositionalSelfAttention`."""
+
+    def __init__(self, cfg, matrices, layer):
+        self._positional = (matrices, layer)  # read by build_self_attention during __init__
+        super().__init__(cfg)
+
+    def build_self_attention(self, embed_dim, cfg):
+        matrices, layer = self._positional
+        return PositionalSelfAttention(embed_dim, cfg.encoder.attention_heads, matrices, layer,
+                                       dropout=cfg.positional_attention_dropout)
+
+
+class PositionalDecoderLayer(TransformerDecoderLayerBase):
+    """A transformer decoder layer with a causal :class:`PositionalSelfAttention`."""
+
+    def __init__(self, cfg, matrices, layer, no_encoder_attn=False):
+        self._positional = (matrices, layer)  # read by build_self_attention during __init__
+        super().__init__(cfg, no_encoder_attn=no_encoder_attn)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        if add_bias_kv or add_zero_attn:
+            raise ValueError("input-independent self-attention has no bias_kv or zero_attn")
+        matrices, layer = self._positional
+        return PositionalSelfAttention(embed_dim, cfg.decoder.attention_heads, matrices, layer,
+                                       dropout=cfg.positional_attention_dropout)
+
+
+def _scope(matrices):
+    return matrices.forward_scope() if matrices is not None else contextlib.nullcontext()
+
+
+class RanTransformerEncoder(TransformerEncoderBase):
+    """fairseq's transformer encoder with ``--encoder-self-attention`` in every layer. The matrix
+    source is ``self.self_attn_matrices`` (None for dot-product)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens):
+        self._plan = _LayerPlan(side_matrices(cfg, "encoder"))
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.self_attn_matrices = self._plan.matrices
+        if cfg.no_encoder_positional_embeddings:
+            self.embed_positions = None
+
+    def build_encoder_layer(self, cfg):
+        if self._plan.matrices is None:
+            return super().build_encoder_layer(cfg)
+        return _wrap(PositionalEncoderLayer(cfg, *self._plan.next_layer()), cfg)
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
+                token_embeddings=None):
+        with _scope(self.self_attn_matrices):
+            return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+
+    def max_positions(self):
+        limit = super().max_positions()
+        if self.self_attn_matrices is None:
+            return limit
+        return min(limit, self.self_attn_matrices.max_positions)
+
+
+class RanTransformerDecoder(TransformerDecoderBase):
+    """fairseq's transformer decoder with ``--decoder-self-attention`` in every layer. The matrix
+    source is ``self.self_attn_matrices`` (None for dot-product)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False):
+        self._plan = _LayerPlan(side_matrices(cfg, "decoder"))
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.self_attn_matrices = self._plan.matrices
+        if cfg.no_decoder_positional_embeddings:
+            self.embed_positions = None
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        if self._plan.matrices is None:
+            return super().build_decoder_layer(cfg, no_encoder_attn)
+        return _wrap(PositionalDecoderLayer(cfg, *self._plan.next_layer(), no_encoder_attn), cfg)
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
+                         full_context_alignment: bool = False, alignment_layer=None,
+                         alignment_heads=None):
+        if full_context_alignment and self.self_attn_matrices is not None:
+            raise ValueError("full-context alignment needs a non-causal decoder self-attention; "
+                             "use --decoder-self-attention dot")
+        with _scope(self.self_attn_matrices):
+            return super().extract_features(prev_output_tokens, encoder_out, incremental_state,
+                                            full_context_alignment, alignment_layer,
+                                            alignment_heads)
+
+    def max_positions(self):
+        limit = super().max_positions()
+        if self.self_attn_matrices is None:
+            return limit
+        return min(limit, self.self_attn_matrices.max_positions)
+
+
+@register_model("ran_transformer")
+class RanTransformerModel(TransformerModel):
+    """Transformer with Recurrent Attention (Zeng et al. 2021) or another self-attention per side;
+    see the module docstring for the flags and the default (RAN-ALL)."""
+
+    @classmethod
+    def hub_models(cls):
+        return {}
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        choices = list(SELF_ATTENTION_TYPES)
+        parser.add_argument("--encoder-self-attention", choices=choices,
+                            help="encoder self-attention: dot, ran, gaussian (HC-SA) or "
+                                 "synthesizer (Random Synthesizer); default ran")
+        parser.add_argument("--decoder-self-attention", choices=choices,
+                            help="decoder self-attention, as --encoder-self-attention; default ran")
+        parser.add_argument(MAX_POSITIONS_FLAG, type=int, metavar="N",
+                            help="positions n covered by the input-independent attention "
+                                 "matrices (n×n per head); longer sentences are rejected; "
+                                 "default 256")
+        parser.add_argument("--positional-attention-dropout", type=float, metavar="D",
+                            help="dropout on the input-independent attention weights "
+                                 "(ran, synthesizer, gaussian); default 0.2")
+        parser.add_argument("--ran-fixed-initial-matrices", action="store_true",
+                            help="RAN: keep the initial attention matrices at their random "
+                                 "initialization (Table 3 'fixed')")
+        parser.add_argument("--ran-no-layernorm-residual", action="store_true",
+                            help="RAN: transition A_l = tanh(W A_{l-1} + b), without layer "
+                                 "normalization and residual (Table 3 'w/o LN&RES')")
+        parser.add_argument("--gaussian-attention-std", type=float, metavar="S",
+                            help="standard deviation of the HC-SA Gaussians; default 1.0")
+        parser.add_argument("--no-encoder-positional-embeddings", action="store_true",
+                            help="no positional embeddings on the encoder input (Table 2)")
+        parser.add_argument("--no-decoder-positional-embeddings", action="store_true",
+                            help="no positional embeddings on the decoder input (Table 2)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        ran_base_architecture(args)
+        if args.cross_self_attention and args.decoder_self_attention != "dot":
+            raise ValueError("--cross-self-attention needs --decoder-self-attention dot")
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return RanTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(cfg)
+        return RanTransformerDecoder(cfg, tgt_dict, embed_tokens,
+                                     no_encoder_attn=cfg.no_cross_attention)
+
+
+@register_model_architecture("ran_transformer", "ran_transformer")
+def ran_base_architecture(args):
+    args.encoder_self_attention = getattr(args, "encoder_self_attention", "ran")
+    args.decoder_self_attention = getattr(args, "decoder_self_attention", "ran")
+    args.max_attention_positions = getattr(args, "max_attention_positions", 256)
+    args.positional_attention_dropout = getattr(args, "positional_attention_dropout", 0.2)
+    args.ran_fixed_initial_matrices = getattr(args, "ran_fixed_initial_matrices", False)
+    args.ran_no_layernorm_residual = getattr(args, "ran_no_layernorm_residual", False)
+    args.gaussian_attention_std = getattr(args, "gaussian_attention_std", 1.0)
+    args.no_encoder_positional_embeddings = getattr(args, "no_encoder_positional_embeddings", False)
+    args.no_decoder_positional_embeddings = getattr(args, "no_decoder_positional_embeddings", False)
+    base_architecture(args)
+
+
+@register_model_architecture("ran_transformer", "ran_transformer_iwslt_de_en")
+def ran_transformer_iwslt_de_en(args):
+    transformer_iwslt_de_en(args)
+    ran_base_architecture(args)
+
+
+@register_model_architecture("ran_transformer", "ran_transformer_small")
+def ran_transformer_small(args):
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    ran_base_architecture(args)

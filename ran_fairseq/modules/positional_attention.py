@@ -1,0 +1,446 @@
+"""Input-independent self-attention: Recurrent Attention (RAN), Random Synthesizer, HC-SA.
+
+In all three the attention weights of a layer depend on token positions only, never on the tokens.
+For one side (encoder or decoder) with L layers and h heads, a *matrix source*
+(:class:`PositionalAttentionMatrices`) holds logits A_l of shape (h, n, n) over n absolute
+positions, l = 1..L, and layer l of a sentence of T tokens mixes its value vectors with
+softmax(A_l[:T, :T]) (causal in a decoder). :class:`PositionalSelfAttention` is that mixing step,
+with fairseq's ``MultiheadAttention`` call signature (Zeng et al. 2021, Eq. 2):
+
+    H = softmax(A_l[:T, :T]) · (x W_v),   output = H W_o        (no queries, keys or dot products)
+
+The sources:
+
+- :class:`RecurrentAttentionMatrices` (RAN, Zeng et al. 2021 §2.2-2.3): a learned initial matrix
+  A_0 per head and one transition shared by all heads and layers,
+  A_l = LN(tanh(A_{l-1} Wᵀ + b)) + A_{l-1} (Eqs. 3-4), W acting along the key axis of every row.
+- :class:`RandomSynthesizerMatrices` (Tay et al. 2020): a learned (h, n, n) matrix per layer.
+- :class:`GaussianAttentionMatrices` (HC-SA, You et al. 2020): fixed logits -(j - i - c_k)² / 2σ²,
+  head k centred at offset c_k from the query position.
+
+Positions are absolute within each sentence: in a padded batch, the weight between two tokens is
+looked up at their positions counted from their sentence's first token (left or right padding
+alike); padding keys are masked before the softmax and padding queries get a zero context. A
+sentence longer than n is an error naming n and its flag.
+
+The matrices depend on parameters only, so a source computes them once and serves every layer,
+every sentence and every decoding step from a cache keyed on its parameters' version counters,
+storage, dtype and device, and cleared by ``train()``/``eval()``. While autograd records, nothing is
+cached across calls; a forward pass wrapped in :meth:`PositionalAttentionMatrices.forward_scope`
+computes all L matrices once and shares them between its layers.
+"""
+import contextlib
+import itertools
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from fairseq.incremental_decoding_utils import with_incremental_state
+
+MAX_POSITIONS_FLAG = "--max-attention-positions"
+
+# Masked logits get a large finite value (softmax runs in float32): a fully masked row then yields
+# uniform weights instead of NaN.
+_MASKED = -1e9
+
+
+def _too_long(length: int, max_positions: int, what: str) -> ValueError:
+    return ValueError(
+        f"{what} has {length} positions but the input-independent self-attention covers only "
+        f"{max_positions} ({MAX_POSITIONS_FLAG}={max_positions}); raise {MAX_POSITIONS_FLAG}, or "
+        f"leave longer sentences out with --max-source-positions/--max-target-positions and "
+        f"--skip-invalid-size-inputs-valid-test"
+    )
+
+
+class PositionalAttentionMatrices(nn.Module):
+    """The attention logits of one side's L layers: tensors of shape (h, n, n) that depend on
+    parameters only. Subclasses implement :meth:`_compute_logits`; layers read the results through
+    :meth:`logits`, :meth:`probs` and :meth:`causal_probs`, which cache them (see the module
+    docstring for when)."""
+
+    def __init__(self, num_layers: int, num_heads: int, max_positions: int, causal: bool):
+        super().__init__()
+        if max_positions < 1:
+            raise ValueError(f"{MAX_POSITIONS_FLAG} must be positive, got {max_positions}")
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.max_positions = max_positions
+        self.causal = causal
+        self._cache: Dict = {}
+        self._cache_key: Optional[Tuple] = None
+        self._scope: Optional[Dict] = None
+
+    def _compute_logits(self, rows: int) -> Tensor:
+        """float32 logits of the first ``rows`` query positions, shape (L', h, rows, n), where L' is
+        L, or 1 when all layers share one matrix."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return (f"layers={self.num_layers}, heads={self.num_heads}, "
+                f"max_positions={self.max_positions}, causal={self.causal}")
+
+    # ---- caching -------------------------------------------------------------------------------
+    def train(self, mode: bool = True):
+        # fairseq's optimizers update parameters through ``.data``, which leaves ``_version`` alone;
+        # the trainer switches modes around every update and validation, which drops stale entries.
+        self._cache, self._cache_key = {}, None
+        return super().train(mode)
+
+    @contextlib.contextmanager
+    def forward_scope(self):
+        """Share the matrices between the layers of one forward pass while autograd records."""
+        outer = self._scope
+        if outer is None:
+            self._scope = {}
+        try:
+            yield
+        finally:
+            self._scope = outer
+
+    def _version_key(self) -> Tuple:
+        return tuple((t._version, t.data_ptr(), t.dtype, t.device)
+                     for t in itertools.chain(self.parameters(), self.buffers()))
+
+    def _store(self) -> Tuple[Dict, bool]:
+        """The dict for this call's matrices and whether it is the persistent cache."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            return (self._scope if self._scope is not None else {}), False
+        key = self._version_key()
+        if key != self._cache_key:
+            self._cache, self._cache_key = {}, key
+        return self._cache, True
+
+    def _get(self, name, rows: int, build):
+        """``build(r)`` for ``r >= rows`` query rows, memoized under ``name``: the persistent cache
+        holds all n rows; a recording pass computes only the rows it uses (rows are independent)."""
+        store, persistent = self._store()
+        entry = store.get(name)
+        if entry is None or entry.size(-2) < rows:
+            entry = build(self.max_positions if persistent else rows)
+            store[name] = entry
+        return entry
+
+    # ---- the matrices layers read ----------------------------------------------------------------
+    def check_length(self, length: int, what: str = "a sentence"):
+        if length > self.max_positions:
+            raise _too_long(length, self.max_positions, what)
+
+    def logits(self, layer: int, rows: int) -> Tensor:
+        """float32 logits of ``layer`` (0-based) for query positions < ``rows``: (h, rows, n)."""
+        self.check_length(rows)
+        stacked = self._get("logits", rows, self._compute_logits)
+        return stacked[layer if stacked.size(0) > 1 else 0, :, :rows]
+
+    def causal_probs(self, layer: int, rows: int, dtype: torch.dtype) -> Tensor:
+        """Row i: softmax of the layer's logits over keys 0..i, zero beyond; (h, rows, rows)."""
+        self.check_length(rows)
+
+        def build(r):
+            stacked = self._get("logits", r, self._compute_logits)[:, :, :r, :r]
+            future = torch.ones(r, r, dtype=torch.bool, device=stacked.device).triu(1)
+            return torch.softmax(stacked.masked_fill(future, _MASKED), dim=-1).to(dtype)
+
+        stacked = self._get(("causal_probs", dtype), rows, build)
+        return stacked[layer if stacked.size(0) > 1 else 0, :, :rows, :rows]
+
+    def probs(self, layer: int, length: int, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The weights of ``layer`` for a sentence of ``length`` tokens: (h, length, length)."""
+        if self.causal:
+            return self.causal_probs(layer, length, dtype)
+        return torch.softmax(self.logits(layer, length)[:, :, :length], dim=-1).to(dtype)
+
+
+class RecurrentAttentionMatrices(PositionalAttentionMatrices):
+    """RAN (Zeng et al. 2021): a learned initial attention matrix A_0 of shape (h, n, n) and a
+    recurrent transition shared by every head and layer (Eqs. 3-4)::
+
+        Â_l = LN(tanh(A_{l-1} Wᵀ + b)),   A_l = Â_l + A_{l-1},   l = 1..L
+
+    W (n×n) acts along the key axis of each row. ``freeze_initial`` keeps A_0 at its random
+    initialization (Table 3 "fixed"); ``layernorm_residual=False`` uses A_l = tanh(A_{l-1} Wᵀ + b)
+    (Table 3 "w/o LN&RES")."""
+
+    def __init__(self, num_layers, num_heads, max_positions, causal, freeze_initial=False,
+                 layernorm_residual=True):
+        super().__init__(num_layers, num_heads, max_positions, causal)
+        n = max_positions
+        self.initial = nn.Parameter(torch.empty(num_heads, n, n), requires_grad=not freeze_initial)
+        nn.init.normal_(self.initial, std=n ** -0.5)
+        self.transition = nn.Linear(n, n)
+        self.layer_norm = nn.LayerNorm(n) if layernorm_residual else None
+
+    def _compute_logits(self, rows):
+        # Each row of A_l depends on the same row of A_{l-1} only, so the first ``rows`` rows of the
+        # full n×n recurrence are computed exactly from the first ``rows`` rows of A_0.
+        n = self.max_positions
+        weight, bias = self.transition.weight.float(), self.transition.bias.float()
+        a = self.initial[:, :rows].float()
+        layers = []
+        for _ in range(self.num_layers):
+            a_hat = torch.tanh(F.linear(a, weight, bias))  # Eq. 3, inside LN
+            if self.layer_norm is None:
+                a = a_hat
+            else:
+                a_hat = F.layer_norm(a_hat, (n,), self.layer_norm.weight.float(),
+                                     self.layer_norm.bias.float(), self.layer_norm.eps)  # Eq. 3
+                a = a_hat + a  # Eq. 4
+            layers.append(a)
+        return torch.stack(layers)
+
+
+class RandomSynthesizerMatrices(PositionalAttentionMatrices):
+    """Random Synthesizer (Tay et al. 2020): an independent learned (h, n, n) logit matrix per
+    layer, no transition."""
+
+    def __init__(self, num_layers, num_heads, max_positions, causal):
+        super().__init__(num_layers, num_heads, max_positions, causal)
+        n = max_positions
+        self.weight = nn.Parameter(torch.empty(num_layers, num_heads, n, n))
+        nn.init.normal_(self.weight, std=n ** -0.5)
+
+    def _compute_logits(self, rows):
+        return self.weight[:, :, :rows].float()
+
+
+class GaussianAttentionMatrices(PositionalAttentionMatrices):
+    """Hard-coded Gaussian self-attention (HC-SA, You et al. 2020): no parameters; head k's logits
+    are -(j - i - c_k)² / (2σ²), a Gaussian of standard deviation σ centred c_k positions from the
+    query i, shared by all layers. The first half of the heads are centred on i-1, the others on
+    i+1 in an encoder and on i in a (causal) decoder."""
+
+    def __init__(self, num_layers, num_heads, max_positions, causal, std=1.0):
+        super().__init__(num_layers, num_heads, max_positions, causal)
+        if std <= 0:
+            raise ValueError(f"--gaussian-attention-std must be positive, got {std}")
+        self.std = std
+        later = 0.0 if causal else 1.0
+        centres = [-1.0 if k < num_heads // 2 else later for k in range(num_heads)]
+        self.register_buffer("centres", torch.tensor(centres), persistent=False)
+
+    def _compute_logits(self, rows):
+        centres = self.centres.float()
+        query = torch.arange(rows, device=centres.device, dtype=torch.float32)
+        key = torch.arange(self.max_positions, device=centres.device, dtype=torch.float32)
+        offset = key[None, None, :] - query[None, :, None] - centres[:, None, None]
+        return (-offset.pow(2) / (2 * self.std ** 2)).unsqueeze(0)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, std={self.std}, centres={self.centres.tolist()}"
+
+
+@with_incremental_state
+class PositionalSelfAttention(nn.Module):
+    """Self-attention with the input-independent weights of one layer (Eq. 2)::
+
+        out = softmax(A_l[p, p]) · (value W_v) · W_o
+
+    where p are the tokens' absolute positions within their sentence. Called like fairseq's
+    ``MultiheadAttention`` for self-attention: ``query``/``value`` (T, B, E), ``key_padding_mask``
+    (B, T), True at padding; returns ``(out (T, B, E), weights)`` with weights (B, T, S) averaged
+    over heads, (h, B, T, S) with ``need_head_weights``, or None. ``key`` is not used. In a causal
+    (decoder) source, the causal mask is built in and ``attn_mask`` (the decoder's future mask) is
+    ignored. With ``incremental_state`` it decodes one step: the query is the newest token, the
+    module caches the values of earlier tokens and reorders them in
+    :meth:`reorder_incremental_state`.
+
+    ``matrices`` is shared by all layers of a side; the owner (encoder or decoder) registers it,
+    this module only refers to it.
+    """
+
+    records_attention = True  # modules/attention_entropy.py records its weights
+
+    def __init__(self, embed_dim: int, num_heads: int, matrices: PositionalAttentionMatrices,
+                 layer: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embedding size {embed_dim} is not divisible by {num_heads} heads")
+        if matrices.num_heads != num_heads:
+            raise ValueError(f"the attention matrices have {matrices.num_heads} heads, the layer "
+                             f"{num_heads}")
+        if not 0 <= layer < matrices.num_layers:
+            raise ValueError(f"layer {layer} out of range for {matrices.num_layers} layers")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.layer = layer
+        self.dropout = dropout
+        self._matrices = (matrices,)  # a tuple, so that nn.Module does not register it here
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        nn.init.xavier_uniform_(self.v_proj.weight, gain=2 ** -0.5)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        if bias:
+            nn.init.zeros_(self.out_proj.bias)
+
+    @property
+    def matrices(self) -> PositionalAttentionMatrices:
+        return self._matrices[0]
+
+    @property
+    def causal(self) -> bool:
+        return self.matrices.causal
+
+    def extra_repr(self) -> str:
+        return f"layer={self.layer}, heads={self.num_heads}, dropout={self.dropout}"
+
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                need_weights: bool = True, attn_mask: Optional[Tensor] = None,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+        if attn_mask is not None and not self.causal:
+            raise ValueError("input-independent encoder self-attention takes no attn_mask")
+        if value is None:
+            value = query
+        need_weights = need_weights or need_head_weights
+        v = self.v_proj(value)
+        if incremental_state is not None:
+            context, weights = self._step(v, key_padding_mask, incremental_state)
+        elif key_padding_mask is None:
+            probs = self.matrices.probs(self.layer, v.size(0), v.dtype)  # (h, T, T)
+            context = self._mix(probs, v)
+            weights = probs.unsqueeze(0).expand(v.size(1), -1, -1, -1) if need_weights else None
+        else:
+            context, weights = self._padded(v, key_padding_mask.to(torch.bool), need_weights)
+        out = self.out_proj(context)
+        if not need_weights:
+            return out, None
+        return out, (weights.transpose(0, 1) if need_head_weights else weights.mean(dim=1))
+
+    def _dropout(self, probs: Tensor, batch: int) -> Tensor:
+        """Attention dropout, drawn per sentence: shared (h, T, S) weights are expanded first."""
+        if not (self.training and self.dropout > 0):
+            return probs
+        if probs.dim() == 3:
+            probs = probs.unsqueeze(0).expand(batch, -1, -1, -1)
+        return F.dropout(probs, p=self.dropout, training=True)
+
+    def _mix(self, probs: Tensor, v: Tensor) -> Tensor:
+        """Weighted sums of values: probs (h, T, S) shared by the batch or (B, h, T, S);
+        v (S, B, E); returns (T, B, E)."""
+        src_len, batch, _ = v.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        probs = self._dropout(probs, batch)
+        if probs.dim() == 3:
+            # One (T×S)·(S×B·d) product per head for the whole batch.
+            values = v.view(src_len, batch, heads, head_dim).permute(2, 0, 1, 3)
+            context = torch.bmm(probs, values.reshape(heads, src_len, batch * head_dim))
+            context = context.view(heads, -1, batch, head_dim).permute(1, 2, 0, 3)
+        else:
+            values = v.view(src_len, batch, heads, head_dim).permute(1, 2, 0, 3)
+            context = torch.matmul(probs, values).permute(2, 0, 1, 3)
+        return context.reshape(-1, batch, self.embed_dim)
+
+    def _padded(self, v: Tensor, padding: Tensor, need_weights: bool):
+        """Full-sequence attention over a padded batch: v (T, B, E), padding (B, T)."""
+        length = v.size(0)
+        real = ~padding
+        # Each token's absolute position within its sentence, whichever side the padding is on.
+        position = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, T)
+        rows, cols = position[:, :, None], position[:, None, :]
+        if self.causal:
+            # Row p of the causal matrix covers the sentence's tokens 0..p: exactly its real keys
+            # up to the query's column. Padding keys are dropped below.
+            probs = self.matrices.causal_probs(self.layer, length, v.dtype)[:, rows, cols]
+        else:
+            logits = self.matrices.logits(self.layer, length)[:, rows, cols]  # (h, B, T, T)
+            probs = torch.softmax(logits.masked_fill(padding[:, None, :], _MASKED),
+                                  dim=-1).to(v.dtype)
+        # Padding keys get no weight; padding queries get none either, hence a zero context.
+        keep = (real[:, :, None] & real[:, None, :]).to(probs.dtype)
+        probs = (probs * keep).transpose(0, 1)  # (B, h, T, T)
+        return self._mix(probs, v), (probs if need_weights else None)
+
+    # ---- incremental decoding --------------------------------------------------------------------
+    def _step(self, v: Tensor, padding: Optional[Tensor], incremental_state):
+        """One decoding step: v (1, B, E) is the newest token's value; the buffer holds the earlier
+        values as (h, t, B, d) and, once padding has been seen, the padding mask (B, t)."""
+        if not self.causal:
+            raise ValueError("incremental decoding needs a causal (decoder) self-attention")
+        if v.size(0) != 1:
+            raise ValueError(f"incremental decoding takes one token per step, got {v.size(0)}")
+        _, batch, _ = v.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        buffer = self._get_input_buffer(incremental_state)
+        new = v.view(batch, heads, head_dim).transpose(0, 1).unsqueeze(1)
+        previous = buffer.get("prev_value")
+        values = new.contiguous() if previous is None else torch.cat([previous, new], dim=1)
+        length = values.size(1)
+        self.matrices.check_length(length, "the decoded prefix")
+        previous_padding = buffer.get("prev_key_padding_mask")
+        if padding is not None or previous_padding is not None:
+            if padding is None:
+                padding = values.new_zeros(batch, 1, dtype=torch.bool)
+            if previous_padding is None:
+                previous_padding = values.new_zeros(batch, length - 1, dtype=torch.bool)
+            padding = torch.cat([previous_padding, padding.to(torch.bool)], dim=1)
+            buffer["prev_key_padding_mask"] = padding
+        buffer["prev_value"] = values
+        self._set_input_buffer(incremental_state, buffer)
+
+        probs = self.matrices.causal_probs(self.layer, length, v.dtype)  # (h, t, t)
+        if padding is None:
+            weights = probs[:, length - 1]  # the newest position's row: (h, t)
+            if not (self.training and self.dropout > 0):
+                context = torch.bmm(weights.unsqueeze(1),
+                                    values.view(heads, length, batch * head_dim))
+                context = context.view(heads, batch, head_dim)
+                return self._step_output(context, weights.unsqueeze(1).expand(-1, batch, -1))
+            weights = weights.unsqueeze(1).expand(-1, batch, -1)
+        else:
+            # Real tokens are numbered 0, 1, ... in order; the query is the newest one, and a
+            # padding query gets a zero context.
+            real = ~padding
+            position = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, t)
+            keep = (real & real[:, -1:]).to(probs.dtype)
+            weights = probs[:, position[:, -1:], position] * keep  # (h, B, t)
+        dropped = F.dropout(weights, p=self.dropout, training=self.training)
+        context = torch.einsum("hbs,hsbd->hbd", dropped, values)
+        return self._step_output(context, weights)
+
+    def _step_output(self, context: Tensor, weights: Tensor):
+        """context (h, B, d) -> (1, B, E); weights (h, B, t) -> (B, h, 1, t)."""
+        batch = context.size(1)
+        context = context.transpose(0, 1).reshape(1, batch, self.embed_dim)
+        return context, weights.transpose(0, 1).unsqueeze(2)
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        """Reorder the cached values (and padding) of each hypothesis for beam search."""
+        buffer = self._get_input_buffer(incremental_state)
+        if buffer:
+            if buffer.get("prev_value") is not None:
+                buffer["prev_value"] = buffer["prev_value"].index_select(2, new_order)
+            if buffer.get("prev_key_padding_mask") is not None:
+                buffer["prev_key_padding_mask"] = buffer["prev_key_padding_mask"].index_select(
+                    0, new_order)
+            incremental_state = self._set_input_buffer(incremental_state, buffer)
+        return incremental_state
+
+    def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
+        result = self.get_incremental_state(incremental_state, "attn_state")
+        return result if result is not None else {}
+
+    def _set_input_buffer(self, incremental_state, buffer: Dict[str, Optional[Tensor]]):
+        return self.set_incremental_state(incremental_state, "attn_state", buffer)
+
+
+def build_positional_matrices(kind: str, num_layers: int, num_heads: int, max_positions: int,
+                              causal: bool, freeze_initial: bool = False,
+                              layernorm_residual: bool = True,
+                              gaussian_std: float = 1.0) -> PositionalAttentionMatrices:
+    """The matrix source for ``kind`` in {"ran", "synthesizer", "gaussian"}."""
+    if kind == "ran":
+        return RecurrentAttentionMatrices(num_layers, num_heads, max_positions, causal,
+                                          freeze_initial=freeze_initial,
+                                          layernorm_residual=layernorm_residual)
+    if kind == "synthesizer":
+        return RandomSynthesizerMatrices(num_layers, num_heads, max_positions, causal)
+    if kind == "gaussian":
+        return GaussianAttentionMatrices(num_layers, num_heads, max_positions, causal,
+                                         std=gaussian_std)
+    raise ValueError(f"unknown input-independent attention {kind!r}; "
+                     f"choose one of ran, synthesizer, gaussian")

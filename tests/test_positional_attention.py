@@ -1,0 +1,433 @@
+"""Unit tests of ran_fairseq.modules.positional_attention on plain tensors, and of the
+ran_transformer model's options (RAN: Zeng et al. 2021; HC-SA; Random Synthesizer)."""
+import math
+
+import pytest
+import torch
+from fairseq import options
+from fairseq.data import Dictionary
+
+from ran_fairseq.models.ran_transformer import RanTransformerModel
+from ran_fairseq.modules.positional_attention import (
+    GaussianAttentionMatrices,
+    PositionalSelfAttention,
+    RandomSynthesizerMatrices,
+    RecurrentAttentionMatrices,
+)
+
+N = 12  # positions
+HEADS, LAYERS, DIM = 2, 3, 8
+
+
+def randomize_(module, seed=0):
+    """Random values in every parameter (LayerNorm gains and biases included)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return module
+
+
+def sources(causal):
+    torch.manual_seed(0)
+    return {
+        "ran": randomize_(RecurrentAttentionMatrices(LAYERS, HEADS, N, causal)),
+        "synthesizer": randomize_(RandomSynthesizerMatrices(LAYERS, HEADS, N, causal)),
+        "gaussian": GaussianAttentionMatrices(LAYERS, HEADS, N, causal),
+    }
+
+
+def attention(matrices, layer=1, seed=0):
+    torch.manual_seed(seed)
+    module = PositionalSelfAttention(DIM, HEADS, matrices, layer)
+    with torch.no_grad():
+        module.out_proj.bias.normal_()
+    return module.eval()
+
+
+KINDS = ["ran", "synthesizer", "gaussian"]
+
+
+# ---- the RAN recurrence (Eqs. 3-4) -----------------------------------------------------------
+
+
+def naive_ran(matrices, layernorm_residual):
+    """A_1..A_L by explicit loops over heads and rows, one matrix-vector product at a time."""
+    weight, bias = matrices.transition.weight, matrices.transition.bias
+    result = torch.zeros(LAYERS, HEADS, N, N)
+    for k in range(HEADS):
+        for i in range(N):
+            row = matrices.initial[k, i]
+            for layer in range(LAYERS):
+                z = torch.tanh(weight @ row + bias)
+                if layernorm_residual:
+                    mean, var = z.mean(), z.var(unbiased=False)
+                    z = (z - mean) / torch.sqrt(var + matrices.layer_norm.eps)
+                    row = z * matrices.layer_norm.weight + matrices.layer_norm.bias + row
+                else:
+                    row = z
+                result[layer, k, i] = row
+    return result
+
+
+@pytest.mark.parametrize("layernorm_residual", [True, False], ids=["ln-res", "no-ln-res"])
+def test_ran_recurrence_matches_naive_loop(layernorm_residual):
+    matrices = randomize_(RecurrentAttentionMatrices(
+        LAYERS, HEADS, N, causal=False, layernorm_residual=layernorm_residual))
+    with torch.no_grad():
+        expected = naive_ran(matrices, layernorm_residual)
+        for layer in range(LAYERS):
+            torch.testing.assert_close(matrices.logits(layer, N), expected[layer],
+                                       rtol=1e-5, atol=1e-5)
+    # While autograd records, only the rows in use are computed: the same values.
+    for layer in range(LAYERS):
+        torch.testing.assert_close(matrices.logits(layer, 5).detach(), expected[layer, :, :5],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_ran_weights_of_a_position_do_not_depend_on_sentence_length():
+    matrices = sources(causal=False)["ran"]
+    with torch.no_grad():
+        logits = matrices.logits(2, N)
+        short = matrices.probs(2, 4)
+    # softmax over the first 4 keys of the full-width recurrence, not a recurrence over 4 columns
+    torch.testing.assert_close(short, torch.softmax(logits[:, :4, :4], dim=-1))
+
+
+def test_ran_gradients_reach_initial_matrices_and_transition_unless_fixed():
+    for fixed in (False, True):
+        matrices = RecurrentAttentionMatrices(LAYERS, HEADS, N, causal=True, freeze_initial=fixed)
+        module = attention(matrices).train()
+        module(torch.randn(6, 3, DIM))[0].pow(2).sum().backward()
+        assert matrices.transition.weight.grad.abs().sum() > 0
+        assert matrices.layer_norm.weight.grad.abs().sum() > 0
+        assert (matrices.initial.grad is None) == fixed
+        if not fixed:
+            assert matrices.initial.grad[:, :6, :].abs().sum() > 0
+
+
+# ---- layers use softmax(A_l[:T, :T]) · V ------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_output_is_value_mix_with_the_layers_block(kind, causal):
+    matrices = sources(causal)[kind]
+    module = attention(matrices, layer=2)
+    x = torch.randn(7, 3, DIM)
+    with torch.no_grad():
+        out, weights = module(x, x, x, need_head_weights=True)
+        logits = matrices.logits(2, 7)[:, :, :7]
+        if causal:
+            logits = logits.masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), -math.inf)
+        probs = torch.softmax(logits, dim=-1)  # (h, T, T)
+        values = module.v_proj(x).view(7, 3, HEADS, DIM // HEADS)
+        context = torch.einsum("hts,sbhd->tbhd", probs, values).reshape(7, 3, DIM)
+        expected = module.out_proj(context)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weights, probs[:, None].expand(-1, 3, -1, -1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decoder_weights_are_lower_triangular_and_outputs_ignore_the_future(kind):
+    module = attention(sources(causal=True)[kind])
+    x = torch.randn(6, 2, DIM)
+    y = x.clone()
+    y[4:] = torch.randn(2, 2, DIM)  # change positions 4 and 5 only
+    with torch.no_grad():
+        out_x, weights = module(x, x, x, need_head_weights=True)
+        out_y, _ = module(y, y, y)
+    assert torch.all(weights[..., torch.ones(6, 6, dtype=torch.bool).triu(1)] == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(HEADS, 2, 6))
+    torch.testing.assert_close(out_x[:4], out_y[:4], rtol=0, atol=0)
+    assert not torch.allclose(out_x[4:], out_y[4:])
+
+
+@pytest.mark.parametrize("kind", ["synthesizer", "ran"])
+def test_weights_do_not_depend_on_the_input(kind):
+    module = attention(sources(causal=False)[kind])
+    with torch.no_grad():
+        _, first = module(torch.randn(5, 2, DIM), need_head_weights=True)
+        _, second = module(10 * torch.randn(5, 2, DIM), need_head_weights=True)
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+# ---- HC-SA -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+def test_gaussian_heads_centres_and_std(causal):
+    std = 1.0
+    matrices = GaussianAttentionMatrices(LAYERS, 4, N, causal, std=std)
+    probs = matrices.probs(0, N)  # (h, N, N)
+    centres = [-1, -1, 0, 0] if causal else [-1, -1, 1, 1]
+    i = torch.arange(N).float()
+    for head, c in enumerate(centres):
+        density = torch.exp(-(i[None, :] - i[:, None] - c) ** 2 / (2 * std ** 2))
+        if causal:
+            density = density.tril()
+        torch.testing.assert_close(probs[head], density / density.sum(-1, keepdim=True))
+        inside = [q for q in range(N) if 0 <= q + c < N]
+        assert probs[head, inside].argmax(-1).tolist() == [q + c for q in inside]
+    # std 1: one step from the centre weighs exp(-1/2) as much as the centre
+    assert probs[0, 5, 3] / probs[0, 5, 4] == pytest.approx(math.exp(-0.5), rel=1e-5)
+    assert not list(matrices.parameters())
+    if causal:
+        assert probs[0, 0, 0] == 1  # centred on i-1 at i=0: only key 0 is visible
+
+
+def test_gaussian_std_flag_sets_width():
+    wide = GaussianAttentionMatrices(1, 2, N, causal=False, std=2.0).probs(0, N)
+    assert wide[0, 5, 2] / wide[0, 5, 4] == pytest.approx(math.exp(-4 / 8), rel=1e-5)
+
+
+# ---- padding ---------------------------------------------------------------------------------
+
+
+def columns(width, length, left):
+    return slice(width - length, width) if left else slice(0, length)
+
+
+def pad_batch(sentences, left):
+    """(T, B, E) batch and (B, T) padding mask of the given (L_b, E) sentences."""
+    length = max(s.size(0) for s in sentences)
+    x = torch.zeros(length, len(sentences), DIM)
+    padding = torch.ones(len(sentences), length, dtype=torch.bool)
+    for b, s in enumerate(sentences):
+        cols = columns(length, len(s), left)
+        x[cols, b] = s
+        padding[b, cols] = False
+    return x, padding
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_left_and_right_padding_give_each_sentence_its_unpadded_result(kind, causal):
+    module = attention(sources(causal)[kind])
+    torch.manual_seed(1)
+    sentences = [torch.randn(n, DIM) for n in (7, 3, 5, 1)]
+    with torch.no_grad():
+        alone = [module(s[:, None], s[:, None], s[:, None])[0][:, 0] for s in sentences]
+        for left in (True, False):
+            x, padding = pad_batch(sentences, left)
+            out, weights = module(x, x, x, key_padding_mask=padding, need_head_weights=True)
+            for b, s in enumerate(sentences):
+                torch.testing.assert_close(out[columns(x.size(0), len(s), left), b], alone[b],
+                                           rtol=1e-5, atol=1e-6)
+            assert torch.all(weights.transpose(0, 1)[padding[:, None, None, :].expand(
+                -1, HEADS, x.size(0), -1)] == 0), "padding keys get weight"
+            # a padding query has a zero context, so its output is the output projection's bias
+            torch.testing.assert_close(out[padding.t()],
+                                       module.out_proj.bias.expand(int(padding.sum()), -1))
+
+
+def test_fully_padded_sentence_stays_finite():
+    module = attention(sources(causal=False)["ran"])
+    x = torch.randn(4, 2, DIM)
+    padding = torch.tensor([[False] * 4, [True] * 4])
+    with torch.no_grad():
+        out, _ = module(x, x, x, key_padding_mask=padding)
+    assert torch.isfinite(out).all()
+
+
+# ---- incremental decoding ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_incremental_steps_equal_full_forward(kind, left):
+    module = attention(sources(causal=True)[kind])
+    torch.manual_seed(2)
+    x, padding = pad_batch([torch.randn(n, DIM) for n in (6, 4, 2)], left)
+    with torch.no_grad():
+        full, _ = module(x, x, x, key_padding_mask=padding)
+        state = {}
+        steps = [module(x[t:t + 1], x[t:t + 1], x[t:t + 1], key_padding_mask=padding[:, t:t + 1],
+                        incremental_state=state)[0] for t in range(x.size(0))]
+    torch.testing.assert_close(torch.cat(steps), full, rtol=1e-5, atol=1e-6)
+
+
+def test_reorder_incremental_state_touches_the_value_cache_only():
+    module = attention(sources(causal=True)["ran"])
+    torch.manual_seed(3)
+    x = torch.randn(5, 3, DIM)
+    order = torch.tensor([2, 2, 0])
+    with torch.no_grad():
+        state = {}
+        for t in range(3):
+            module(x[t:t + 1], incremental_state=state)
+        module.reorder_incremental_state(state, order)
+        steps = [module(x[t:t + 1, order], incremental_state=state)[0] for t in (3, 4)]
+        expected, _ = module(x[:, order])
+    assert set(module._get_input_buffer(state)) == {"prev_value"}
+    torch.testing.assert_close(torch.cat(steps), expected[3:], rtol=1e-5, atol=1e-6)
+
+
+# ---- too-long inputs -----------------------------------------------------------------------------
+
+
+def test_too_long_input_names_the_limit_and_its_flag():
+    module = attention(sources(causal=True)["ran"])
+    with pytest.raises(ValueError, match=r"covers only 12 \(--max-attention-positions=12\).*"
+                                         r"--skip-invalid-size-inputs-valid-test"):
+        module(torch.randn(N + 1, 1, DIM))
+    state = {}
+    with torch.no_grad():
+        for _ in range(N):
+            module(torch.randn(1, 1, DIM), incremental_state=state)
+        with pytest.raises(ValueError, match="--max-attention-positions"):
+            module(torch.randn(1, 1, DIM), incremental_state=state)
+
+
+# ---- caching -------------------------------------------------------------------------------------
+
+
+def count_computations(matrices):
+    calls = []
+    compute = matrices._compute_logits
+    matrices._compute_logits = lambda rows: calls.append(rows) or compute(rows)
+    return calls
+
+
+def test_matrices_are_cached_until_parameters_change():
+    matrices = sources(causal=True)["ran"]
+    module = attention(matrices)
+    calls = count_computations(matrices)
+    x = torch.randn(4, 2, DIM)
+    with torch.no_grad():
+        first, _ = module(x)
+        cached = matrices.causal_probs(1, N, torch.float32)
+        again, _ = module(x)
+        assert matrices.causal_probs(1, N, torch.float32).data_ptr() == cached.data_ptr()
+    assert calls == [N]  # every position's row at once, then reused
+    torch.testing.assert_close(first, again, rtol=0, atol=0)
+
+    # an optimizer step (in-place update, new version counter) invalidates
+    optimizer = torch.optim.SGD(matrices.parameters(), lr=0.5)
+    module.train()
+    module(x)[0].sum().backward()
+    optimizer.step()
+    module.eval()
+    with torch.no_grad():
+        stepped, _ = module(x)
+    assert len(calls) == 3  # the recording forward, then one recomputation
+    assert not torch.allclose(first, stepped)
+
+    # fairseq's optimizers write through ``.data`` (no version bump); the train()/eval() switch
+    # that fairseq's trainer makes around each update (reaching the matrices through the model
+    # that registers them) clears the cache
+    with torch.no_grad():
+        before, _ = module(x)
+    matrices.transition.weight.data.mul_(-1)
+    matrices.train()
+    matrices.eval()
+    with torch.no_grad():
+        after, _ = module(x)
+    assert not torch.allclose(before, after)
+
+
+def test_recording_passes_share_one_computation_per_forward_scope():
+    matrices = sources(causal=False)["ran"]
+    modules = [attention(matrices, layer) for layer in range(LAYERS)]
+    calls = count_computations(matrices)
+    x = torch.randn(5, 2, DIM)
+    with matrices.forward_scope():
+        for module in modules:
+            x = module(x)[0]
+    assert calls == [5]  # all layers' matrices, the 5 rows in use, once
+    x.sum().backward()  # the graph is intact
+    with matrices.forward_scope():
+        modules[0](x.detach())
+    assert calls == [5, 5]  # nothing kept from the previous pass
+
+
+# ---- half precision ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_half_precision_is_finite(kind, causal):
+    matrices = sources(causal)[kind].half()
+    module = attention(matrices).half()
+    x = torch.randn(6, 3, DIM).half()
+    padding = torch.zeros(3, 6, dtype=torch.bool)
+    padding[1, :2] = True
+    padding[2, :] = True  # a fully padded row
+    with torch.no_grad():
+        out, _ = module(x, x, x, key_padding_mask=padding)
+        plain, _ = module(x)
+    assert out.dtype == torch.half
+    assert torch.isfinite(out).all() and torch.isfinite(plain).all()
+
+
+# ---- the fairseq model ---------------------------------------------------------------------------
+
+
+class FakeTask:
+    def __init__(self):
+        self.source_dictionary = self.target_dictionary = Dictionary()
+        for w in "abcdefgh":
+            self.source_dictionary.add_symbol(w)
+
+
+def build(arch, *flags):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, ["unused-data", "--arch", arch, "--task", "translation", *flags])
+    torch.manual_seed(0)
+    return RanTransformerModel.build_model(args, FakeTask())
+
+
+SMALL = ("--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+         "--decoder-embed-dim", "16", "--encoder-attention-heads", "2",
+         "--decoder-attention-heads", "2", "--max-attention-positions", "20")
+
+
+def test_default_arch_is_ran_all_with_its_limits():
+    model = build("ran_transformer", *SMALL)
+    for side in (model.encoder, model.decoder):
+        assert isinstance(side.self_attn_matrices, RecurrentAttentionMatrices)
+        assert all(isinstance(layer.self_attn, PositionalSelfAttention) for layer in side.layers)
+        assert all(layer.self_attn.dropout == 0.2 for layer in side.layers)
+    assert model.decoder.self_attn_matrices.causal and not model.encoder.self_attn_matrices.causal
+    assert model.max_positions() == (20, 20)
+    with torch.no_grad():
+        out, _ = model.eval()(torch.tensor([[5, 6, 7, 2], [1, 5, 6, 2]]), torch.tensor([4, 3]),
+                              torch.tensor([[2, 5, 6], [2, 7, 1]]))
+    assert torch.isfinite(out).all()
+    names = [n for n, _ in model.named_parameters()]
+    assert not [n for n in names if "q_proj" in n and "self_attn" in n]
+    assert sum("self_attn_matrices.initial" in n for n in names) == 2  # registered once per side
+
+
+def test_variant_flags_select_each_sides_attention():
+    model = build("ran_transformer", *SMALL, "--encoder-self-attention", "gaussian",
+                  "--decoder-self-attention", "dot", "--no-decoder-positional-embeddings",
+                  "--max-target-positions", "50")
+    assert isinstance(model.encoder.self_attn_matrices, GaussianAttentionMatrices)
+    assert model.decoder.self_attn_matrices is None
+    assert type(model.decoder.layers[0].self_attn).__name__ == "MultiheadAttention"
+    assert model.encoder.embed_positions is not None and model.decoder.embed_positions is None
+    assert model.max_positions() == (20, 50)
+    synth = build("ran_transformer", *SMALL, "--encoder-self-attention", "synthesizer",
+                  "--ran-fixed-initial-matrices", "--ran-no-layernorm-residual")
+    assert synth.encoder.self_attn_matrices.weight.shape == (2, 2, 20, 20)
+    assert not synth.decoder.self_attn_matrices.initial.requires_grad
+    assert synth.decoder.self_attn_matrices.layer_norm is None
+
+
+def test_named_archs_sizes():
+    def parse(arch):
+        return options.parse_args_and_arch(options.get_training_parser(),
+                                           ["unused-data", "--arch", arch, "--task", "translation"])
+
+    small, iwslt, base = (parse(f"ran_transformer{suffix}")
+                          for suffix in ("_small", "_iwslt_de_en", ""))
+    sizes = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
+             "encoder_attention_heads", "decoder_attention_heads")
+    assert [getattr(small, k) for k in sizes] == [3, 3, 256, 1024, 4, 4]
+    assert [getattr(iwslt, k) for k in sizes] == [6, 6, 512, 1024, 4, 4]
+    assert [getattr(base, k) for k in sizes] == [6, 6, 512, 2048, 8, 8]
+    for args in (small, iwslt, base):
+        assert (args.encoder_self_attention, args.decoder_self_attention) == ("ran", "ran")
+        assert (args.max_attention_positions, args.positional_attention_dropout) == (256, 0.2)
