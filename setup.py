@@ -28,5 +28,6 @@ setup(
         "subword-nmt>=0.3.8",
         "sacremoses>=0.0.53",
     ],
-    extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"]},
+    # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests.
+    extras_require={"test": ["pytest>=7", "matplotlib>=3.5"], "plot": ["matplotlib>=3.5"]},
 )

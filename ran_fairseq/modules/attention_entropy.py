@@ -6,7 +6,9 @@ of the model returns its per-head weights ``(heads, B, T, S)`` and the recorder 
 
     H(a_i) = -sum_j a_ij * log a_ij                                        (Eq. 5)
 
-and the number of terms, so that sums from several batches or workers add up. Sides: ``enc``
+and the number of terms, so that sums from several batches or workers add up. With
+``keep_weights=True`` it also keeps each module's weights of the latest forward pass, for analyses
+that compare layers (``ran_fairseq.analysis``). Sides: ``enc``
 (encoder self-attention), ``dec`` (decoder self-attention), ``crs`` (encoder-decoder attention).
 
 Recorded modules: fairseq's ``MultiheadAttention`` and any module with ``records_attention = True``
@@ -56,13 +58,18 @@ class AttentionEntropyRecorder:
     ``target_mask`` (B, T), True at real target positions, marks the real queries of decoder-side
     attention; encoder self-attention takes its real queries from the key padding mask.
     After the block, ``sums[(side, layer)]`` and ``counts[(side, layer)]`` hold the totals.
+    With ``keep_weights``, ``weights[(side, layer)]`` is ``(weights, query_mask)`` of the latest
+    call: the detached per-head weights (heads, B, T, S) and the (B, T) mask of real queries
+    (None: all are real).
     """
 
-    def __init__(self, model, target_mask=None):
+    def __init__(self, model, target_mask=None, keep_weights=False):
         self.model = model
         self.target_mask = target_mask
+        self.keep_weights = keep_weights
         self.sums = defaultdict(float)
         self.counts = defaultdict(int)
+        self.weights = {}
         self._handles = []
         self._restore = []
 
@@ -112,6 +119,8 @@ class AttentionEntropyRecorder:
                         f"decoder's attention queries {tuple(weights.shape[1:3])}; record full "
                         "teacher-forced forward passes only")
             total, count = entropy_sum(weights.detach(), query_mask)
+            if self.keep_weights:
+                self.weights[kind] = (weights.detach(), query_mask)
             self.sums[kind] += float(total)
             self.counts[kind] += count
 

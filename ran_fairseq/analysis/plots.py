@@ -1,0 +1,146 @@
+"""PNG figures of the analyses (matplotlib, Agg backend: no display needed).
+
+matplotlib is imported on first use only; without it, plotting raises an ImportError that says how
+to install it (``pip install matplotlib`` or the package's ``plot`` extra).
+"""
+import math
+
+SIDE_TITLES = {"enc": "encoder self-attention", "dec": "decoder self-attention",
+               "crs": "encoder-decoder attention"}
+DPI = 120
+
+
+def pyplot():
+    """matplotlib.pyplot with the Agg backend."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("the analysis plots need matplotlib: pip install matplotlib "
+                          "(or pip install 'ran_fairseq[plot]')") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path):
+    plt = pyplot()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_entropy(rows, path):
+    """Fig. 4: mean attention entropy (nats) against layer, one panel per side, a line per
+    system. rows: dicts with system, side, layer, entropy."""
+    plt = pyplot()
+    sides = [s for s in SIDE_TITLES if any(r["side"] == s for r in rows)]
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    fig, axes = plt.subplots(1, len(sides), figsize=(4 * len(sides), 3.4), squeeze=False,
+                             layout="constrained")
+    for ax, side in zip(axes[0], sides):
+        for system in systems:
+            points = sorted((r["layer"], r["entropy"]) for r in rows
+                            if r["side"] == side and r["system"] == system)
+            if points:
+                ax.plot(*zip(*points), marker="o", label=system)
+        ax.set_title(SIDE_TITLES[side])
+        ax.set_xlabel("layer")
+        ax.set_ylabel("entropy (nats)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.ticklabel_format(axis="y", useOffset=False)
+        low, high = ax.get_ylim()
+        if high - low < 0.1:  # nearly equal entropies (e.g. uniform attention): no magnified noise
+            ax.set_ylim((low + high) / 2 - 0.05, (low + high) / 2 + 0.05)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize="small")
+    fig.suptitle("Attention entropy per layer (Eq. 5)")
+    return _save(fig, path)
+
+
+def plot_js(results, path):
+    """Fig. 7: JS divergence between layers as heatmaps, a row per system and a column per side.
+    results: ``[(system, side, LayerDivergence)]``."""
+    plt = pyplot()
+    systems = list(dict.fromkeys(system for system, _, _ in results))
+    sides = [s for s in SIDE_TITLES if any(side == s for _, side, _ in results)]
+    fig, axes = plt.subplots(len(systems), len(sides), squeeze=False, layout="constrained",
+                             figsize=(3.6 * len(sides), 3.2 * len(systems)))
+    image = None
+    for system, side, div in results:
+        ax = axes[systems.index(system)][sides.index(side)]
+        js = div.js.numpy()
+        image = ax.imshow(js, vmin=0, vmax=math.log(2), cmap="viridis")
+        ticks = range(len(div.layers))
+        ax.set_xticks(ticks, div.layers)
+        ax.set_yticks(ticks, div.layers)
+        if len(div.layers) <= 8:
+            for a in ticks:
+                for b in ticks:
+                    ax.text(b, a, f"{js[a, b]:.2f}", ha="center", va="center", fontsize=7,
+                            color="white" if js[a, b] < 0.4 else "black")
+        ax.set_title(f"{system}: {SIDE_TITLES[side]}", fontsize=9)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("layer")
+    for row in axes:
+        for ax in row:
+            if not ax.images:
+                ax.axis("off")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="JS divergence (nats, max log 2)")
+    return _save(fig, path)
+
+
+def plot_heatmaps(weights, path, title):
+    """Fig. 6: a panel per layer (rows) and head (columns), query positions down and key
+    positions across; one colour scale per side. weights: ``{side: SideWeights}``."""
+    plt = pyplot()
+    layers = sum(w.weights.shape[0] for w in weights.values())
+    heads = max(w.weights.shape[1] for w in weights.values())
+    fig, axes = plt.subplots(layers, heads, figsize=(1.7 * heads + 1.5, 1.7 * layers + 0.6),
+                             squeeze=False, layout="constrained")
+    row = 0
+    for side, entry in weights.items():
+        values = entry.weights.numpy()
+        how = (entry.attention if entry.sentences is None
+               else f"{entry.attention}, mean of {entry.sentences} sentences")
+        side_axes = []
+        for layer in range(values.shape[0]):
+            for head in range(heads):
+                ax = axes[row][head]
+                if head < values.shape[1]:
+                    image = ax.imshow(values[layer, head], vmin=0, vmax=float(values.max()),
+                                      cmap="viridis")
+                    side_axes.append(ax)
+                    ax.set_xticks([])
+                    ax.set_yticks([])
+                    if layer == 0:
+                        ax.set_title(f"head {head + 1}", fontsize=8)
+                    if head == 0:
+                        ax.set_ylabel(f"{side} layer {layer + 1}", fontsize=8)
+                else:
+                    ax.axis("off")
+            row += 1
+        fig.colorbar(image, ax=side_axes, shrink=0.8, label=f"{SIDE_TITLES[side]} ({how})")
+    fig.suptitle(f"{title}\n(rows: query positions, columns: key positions)")
+    return _save(fig, path)
+
+
+def plot_length_bleu(rows, path):
+    """Fig. 8: BLEU per source-length bin, a line per system. rows: dicts with system, bin,
+    sentences, bleu (None for an empty bin)."""
+    plt = pyplot()
+    bins = list(dict.fromkeys(r["bin"] for r in rows))
+    sizes = {r["bin"]: r["sentences"] for r in rows}
+    fig, ax = plt.subplots(figsize=(1.2 * len(bins) + 2.5, 3.4), layout="constrained")
+    for system in dict.fromkeys(r["system"] for r in rows):
+        by_bin = {r["bin"]: r["bleu"] for r in rows if r["system"] == system}
+        ax.plot(range(len(bins)), [math.nan if by_bin[b] is None else by_bin[b] for b in bins],
+                marker="o", label=system)
+    ax.set_xticks(range(len(bins)), [f"{b}\n({sizes[b]})" for b in bins])
+    ax.set_xlabel("source length in words (sentences)")
+    ax.set_ylabel("sacreBLEU")
+    ax.set_ylim(bottom=0)
+    ax.set_title("BLEU by source length")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)

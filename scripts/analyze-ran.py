@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Analyses of trained translation models (Zeng et al. 2021, §4); each writes OUT/NAME.csv and
+OUT/NAME.png (NAME: --name, default the analysis name).
+
+  entropy      attention entropy per layer and side (Fig. 4, Eq. 5), one or more checkpoints
+  js           Jensen-Shannon divergence between every pair of layers per side (Fig. 7)
+  heatmap      self-attention weights per layer and head for one sentence length (Fig. 6)
+  length-bleu  sacreBLEU per source-length bin from fairseq-generate outputs (Fig. 8)
+
+    python scripts/analyze-ran.py entropy --checkpoint ran=checkpoints/ran/checkpoint_best.pt \\
+        --checkpoint transf=checkpoints/transf/checkpoint_best.pt --subset test --out analysis
+    python scripts/analyze-ran.py length-bleu --system ran=gen-ran.txt --system transf=gen-tf.txt \\
+        --ref data-bin/multi30k.de-en/test.raw.en --src data-bin/multi30k.de-en/test.raw.de \\
+        --out analysis
+
+Checkpoints are any fairseq-train checkpoint with attention (ran_transformer, transformer, ...),
+given as LABEL=PATH or PATH (labelled by its folder); the data-bin recorded in the checkpoint is
+used unless --data is given. The library is ran_fairseq.analysis.
+"""
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Before fairseq is imported, whose modules would otherwise configure logging at INFO level.
+logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+
+from ran_fairseq.analysis import (  # noqa: E402
+    attention_stats,
+    checkpoints,
+    heatmaps,
+    length_bins,
+    plots,
+)
+from ran_fairseq.analysis.tables import write_csv  # noqa: E402
+from ran_fairseq.scoring.evaluate import read_generate_output, read_lines  # noqa: E402
+
+
+def data_options(p):
+    p.add_argument("--data", help="data-bin (default: the one recorded in the checkpoint)")
+    p.add_argument("--subset", default="valid", help="data-bin subset to run on (default valid)")
+    p.add_argument("--max-sentences", type=int, default=500, metavar="N",
+                   help="first N sentences of the subset (default 500; 0: all)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+
+
+def load(spec, args):
+    """(label, task, model, samples) of one --checkpoint."""
+    label, path = checkpoints.labelled(spec)
+    task, model = checkpoints.load_checkpoint(path, args.data)
+    checkpoints.require_attention(model, f"checkpoint {path}")
+    samples = checkpoints.teacher_forced_samples(task, model, args.subset,
+                                                 args.max_sentences or None, args.batch_size)
+    return label, model, samples, task.target_dictionary.pad()
+
+
+def entropy(args):
+    rows = []
+    for spec in args.checkpoint:
+        label, model, samples, pad = load(spec, args)
+        rows += [{"system": label, **row}
+                 for row in attention_stats.layer_entropy(model, samples, pad)]
+    return (write_csv(args.out / f"{args.name}.csv", rows,
+                      ["system", "side", "layer", "entropy", "queries"]),
+            plots.plot_entropy(rows, args.out / f"{args.name}.png"))
+
+
+def js(args):
+    results, rows = [], []
+    for spec in args.checkpoint:
+        label, model, samples, pad = load(spec, args)
+        for side, div in attention_stats.layer_js(model, samples, pad, args.heads).items():
+            results.append((label, side, div))
+            rows += [{"system": label, "side": side, "layer_a": a, "layer_b": b,
+                      "js": float(div.js[i, j]), "queries": div.queries}
+                     for i, a in enumerate(div.layers) for j, b in enumerate(div.layers)]
+    return (write_csv(args.out / f"{args.name}.csv", rows,
+                      ["system", "side", "layer_a", "layer_b", "js", "queries"]),
+            plots.plot_js(results, args.out / f"{args.name}.png"))
+
+
+def heatmap(args):
+    label, path = checkpoints.labelled(args.checkpoint)
+    task, model = checkpoints.load_checkpoint(path, args.data)
+    samples = None
+    if any(heatmaps.input_independent(model, side) is None for side in args.sides):
+        checkpoints.require_attention(model, f"checkpoint {path}")
+        samples = checkpoints.teacher_forced_samples(task, model, args.subset,
+                                                     args.max_sentences or None, args.batch_size)
+    weights = heatmaps.self_attention_weights(model, args.length, args.sides, samples,
+                                              task.target_dictionary.pad())
+    rows = [{"side": side, "attention": entry.attention, "sentences": entry.sentences,
+             "layer": layer + 1, "head": head + 1, "query": query + 1, "key": key + 1,
+             "weight": float(entry.weights[layer, head, query, key])}
+            for side, entry in weights.items()
+            for layer in range(entry.weights.shape[0]) for head in range(entry.weights.shape[1])
+            for query in range(args.length) for key in range(args.length)]
+    fields = ["side", "attention", "sentences", "layer", "head", "query", "key", "weight"]
+    return (write_csv(args.out / f"{args.name}.csv", rows, fields),
+            plots.plot_heatmaps(weights, args.out / f"{args.name}.png",
+                                f"{label}: self-attention weights, length {args.length}"))
+
+
+def length_bleu(args):
+    systems = dict(checkpoints.labelled(spec) for spec in args.system)
+    if len(systems) != len(args.system):
+        sys.exit("analyze-ran: two --system entries have the same label; name them LABEL=PATH")
+    hyps = {label: read_generate_output(path) for label, path in systems.items()}
+    rows = length_bins.bleu_by_length(hyps, read_lines(args.ref), read_lines(args.src), args.bins)
+    return (write_csv(args.out / f"{args.name}.csv", rows,
+                      ["system", "bin", "lo", "hi", "sentences", "bleu"]),
+            plots.plot_length_bleu(rows, args.out / f"{args.name}.png"))
+
+
+def parser():
+    intro, usage = __doc__.split("\n\n", 1)
+    p = argparse.ArgumentParser(description=intro, epilog=usage,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="analysis", required=True)
+
+    def command(name, run, help):
+        c = sub.add_parser(name, help=help)
+        c.add_argument("--out", type=Path, required=True, help="output folder")
+        c.add_argument("--name", default=name, help=f"output file stem (default {name})")
+        c.set_defaults(run=run)
+        return c
+
+    c = command("entropy", entropy, "attention entropy per layer (Fig. 4, Eq. 5)")
+    c.add_argument("--checkpoint", action="append", required=True, metavar="[LABEL=]PATH",
+                   help="a checkpoint; repeat to compare systems in one plot")
+    data_options(c)
+
+    c = command("js", js, "JS divergence between layers (Fig. 7)")
+    c.add_argument("--checkpoint", action="append", required=True, metavar="[LABEL=]PATH",
+                   help="a checkpoint; repeat to compare systems")
+    c.add_argument("--heads", choices=attention_stats.HEAD_MODES, default="mean",
+                   help="mean: compare head-averaged rows (default); matched: head k with head k")
+    data_options(c)
+
+    c = command("heatmap", heatmap, "self-attention weights per layer and head (Fig. 6)")
+    c.add_argument("--checkpoint", required=True, metavar="[LABEL=]PATH")
+    c.add_argument("--length", type=int, default=20,
+                   help="sentence length in tokens, end of sentence included (default 20)")
+    c.add_argument("--sides", nargs="+", choices=list(heatmaps.SELF_SIDES), default=["enc", "dec"])
+    data_options(c)
+    c.epilog = ("Dot-product sides have no input-independent matrices: their weights are averaged "
+                "over the subset's sentences of exactly --length tokens.")
+
+    c = command("length-bleu", length_bleu, "BLEU by source-length bins (Fig. 8)")
+    c.add_argument("--system", action="append", required=True, metavar="[LABEL=]GENERATE_OUTPUT",
+                   help="fairseq-generate output with detokenized D- lines; repeat per system")
+    c.add_argument("--ref", required=True, help="raw references, one per line")
+    c.add_argument("--src", required=True, help="raw sources, one per line (lengths in words)")
+    c.add_argument("--bins", type=int, nargs="+", default=list(length_bins.DEFAULT_EDGES),
+                   metavar="EDGE", help="bin edges in source words (default 10 20 30: "
+                                        "0-9, 10-19, 20-29, 30+)")
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        written = args.run(args)
+    except (OSError, ValueError, ImportError) as e:
+        sys.exit(f"analyze-ran {args.analysis}: {e}")
+    for path in written:
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""The analyses of Zeng et al. 2021 §4 (ran_fairseq.analysis) and scripts/analyze-ran.py, on tiny
+checkpoints of ran_transformer (RAN-ALL) and fairseq's transformer trained for 2 updates."""
+import csv
+import importlib.util
+import math
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+import torch
+
+import helpers
+from ran_fairseq.analysis import attention_stats, checkpoints, heatmaps, length_bins
+from systems import TINY_LSTM, TINY_RAN, TINY_TRANSFORMER
+
+SCRIPT = helpers.REPO / "scripts" / "analyze-ran.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SYSTEMS = {"transformer": ("transformer", TINY_TRANSFORMER), "ran": ("ran_transformer", TINY_RAN)}
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoints(synthetic_databin, tmp_path_factory):
+    root = tmp_path_factory.mktemp("analysis")
+    for name, (arch, flags) in SYSTEMS.items():
+        helpers.train(synthetic_databin, root / name, arch, flags, max_update=2)
+    return {name: root / name / "checkpoint_last.pt" for name in SYSTEMS}
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_checkpoints):
+    """name -> (model, valid samples, pad), loaded once."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            task, model = checkpoints.load_checkpoint(str(tiny_checkpoints[name]))
+            samples = checkpoints.teacher_forced_samples(task, model, "valid", batch_size=8)
+            cache[name] = (model, samples, task.target_dictionary.pad())
+        return cache[name]
+
+    return get
+
+
+def padded_length(samples):
+    """Token count (EOS included) of the shortest sentence of the first batch, which is padded
+    there (sources on the left, targets on the right); in the synthetic corpus its source and
+    target have the same number of words."""
+    lengths = samples[0]["net_input"]["src_lengths"]
+    assert lengths[-1] < lengths[0]
+    return int(lengths[-1])
+
+
+def is_png(path):
+    return path.stat().st_size > 1000 and path.read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- entropy (Fig. 4, Eq. 5) ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_entropy_has_a_row_per_layer_and_side(loaded, name):
+    model, samples, pad = loaded(name)
+    rows = attention_stats.layer_entropy(model, samples, pad)
+    assert [(r["side"], r["layer"]) for r in rows] == [(s, i) for s in ("enc", "dec", "crs")
+                                                       for i in (1, 2)]
+    longest = max(max(s["net_input"]["src_tokens"].size(1), s["target"].size(1)) for s in samples)
+    source_tokens = sum(int(s["net_input"]["src_lengths"].sum()) for s in samples)
+    target_tokens = sum(int(s["target"].ne(pad).sum()) for s in samples)
+    for row in rows:
+        assert 0 < row["entropy"] <= math.log(longest) + 1e-6
+        # two heads times the real (unpadded) query positions
+        assert row["queries"] == 2 * (source_tokens if row["side"] == "enc" else target_tokens)
+
+
+# ---- Jensen-Shannon divergence (Fig. 7) ----------------------------------------------------------
+def brute_js(p, q):
+    m = [(a + b) / 2 for a, b in zip(p, q)]
+
+    def kl(x):
+        return sum(a * math.log(a / c) for a, c in zip(x, m) if a > 0)
+
+    return (kl(p) + kl(q)) / 2
+
+
+def test_js_matches_a_brute_force_computation():
+    # 3 layers, 2 heads, one sentence with 2 queries (the second is padding), 3 keys.
+    real = {0: [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]],
+            1: [[0.2, 0.3, 0.5], [0.0, 0.0, 1.0]],
+            2: [[1 / 3, 1 / 3, 1 / 3], [0.9, 0.1, 0.0]]}
+    padding_rows = {0: [0.0, 1.0, 0.0], 1: [1.0, 0.0, 0.0], 2: [0.0, 0.0, 1.0]}
+    layers = [torch.tensor([[[real[l][h], padding_rows[l]]] for h in range(2)], dtype=torch.float64)
+              for l in range(3)]
+    mask = torch.tensor([[True, False]])
+    for heads in attention_stats.HEAD_MODES:
+        sums, queries = attention_stats.pairwise_js_sums(layers, mask, heads)
+        assert queries == 1
+        for a in range(3):
+            for b in range(3):
+                if heads == "mean":
+                    rows = [[(x + y) / 2 for x, y in zip(*real[l])] for l in (a, b)]
+                    expected = brute_js(*rows)
+                else:
+                    expected = sum(brute_js(real[a][h], real[b][h]) for h in range(2)) / 2
+                assert sums[a, b].item() == pytest.approx(expected, abs=1e-12), (heads, a, b)
+    disjoint = attention_stats.js_divergence(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]))
+    assert disjoint.item() == pytest.approx(math.log(2))
+    with pytest.raises(ValueError, match="--heads"):
+        attention_stats.pairwise_js_sums(layers, mask, "first")
+
+
+@pytest.mark.parametrize("heads", attention_stats.HEAD_MODES)
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_layer_js_is_symmetric_zero_on_the_diagonal_and_bounded(loaded, name, heads):
+    model, samples, pad = loaded(name)
+    result = attention_stats.layer_js(model, samples, pad, heads)
+    assert list(result) == ["enc", "dec", "crs"]
+    for div in result.values():
+        assert div.layers == [1, 2] and div.queries > 0
+        assert torch.equal(div.js, div.js.T)
+        assert torch.all(div.js.diagonal() == 0)
+        assert div.js[0, 1] > 0 and div.js.max() <= math.log(2)
+
+
+# ---- heatmaps (Fig. 6) ---------------------------------------------------------------------------
+def check_distributions(weights, causal):
+    assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
+    if causal:
+        assert torch.equal(weights, weights.tril())
+    else:
+        assert weights.triu(1).gt(0).any()
+
+
+def test_ran_heatmaps_are_the_learned_matrices(loaded):
+    model, samples, pad = loaded("ran")
+    length = padded_length(samples)
+    weights = heatmaps.self_attention_weights(model, length)
+    for side, entry in weights.items():
+        assert entry.attention == "ran" and entry.sentences is None
+        assert entry.weights.shape == (2, 2, length, length)
+        check_distributions(entry.weights, causal=side == "dec")
+    # RAN's weights do not depend on the input: the recorded weights of every sentence of that
+    # length (left-padded sources, right-padded targets) are the matrices themselves.
+    recorded = heatmaps.data_average_weights(model, samples, pad, length, ("enc", "dec"))
+    for side in ("enc", "dec"):
+        assert recorded[side].sentences >= 1
+        assert torch.allclose(recorded[side].weights, weights[side].weights, atol=1e-5)
+    with pytest.raises(ValueError, match="--max-attention-positions"):
+        heatmaps.self_attention_weights(model, 33)
+
+
+@pytest.mark.parametrize("kind", ["synthesizer", "gaussian"])
+def test_heatmaps_of_the_baselines_matrices(synthetic_databin, kind):
+    flags = (*TINY_RAN, "--encoder-self-attention", kind, "--decoder-self-attention", kind)
+    _, model = helpers.build_model("ran_transformer", synthetic_databin, flags)
+    weights = heatmaps.self_attention_weights(model, 7)
+    for side, entry in weights.items():
+        assert entry.attention == kind and entry.weights.shape == (2, 2, 7, 7)
+        check_distributions(entry.weights, causal=side == "dec")
+
+
+def test_dot_product_heatmaps_average_the_sentences_of_that_length(loaded):
+    model, samples, pad = loaded("transformer")
+    length = padded_length(samples)
+    weights = heatmaps.self_attention_weights(model, length, samples=samples, pad=pad)
+    assert weights["enc"].sentences == sum(int(s["net_input"]["src_lengths"].eq(length).sum())
+                                           for s in samples)
+    assert weights["dec"].sentences == sum(int(s["target"].ne(pad).sum(1).eq(length).sum())
+                                           for s in samples)
+    for side, entry in weights.items():
+        assert entry.attention == "dot" and entry.weights.shape == (2, 2, length, length)
+        check_distributions(entry.weights, causal=side == "dec")
+    with pytest.raises(ValueError, match="no input-independent matrices"):
+        heatmaps.self_attention_weights(model, length)
+    with pytest.raises(ValueError, match="--length"):
+        heatmaps.self_attention_weights(model, 99, samples=samples, pad=pad)
+
+
+# ---- BLEU by source length (Fig. 8) --------------------------------------------------------------
+def test_length_bleu_equals_sacrebleu_on_each_bins_sentences():
+    sources = ["a b", "a b c d e", "one two three four five six seven", "x",
+               "p q r s t u v w x y z"]
+    refs = ["the cat sat on the mat today", "a dog runs in the green park", "two men play chess",
+            "the sun is shining over the sea", "children are playing in the snow outside"]
+    systems = {"A": ["the cat sat on a mat today", "a dog runs in a park", "two men play chess",
+                     "sun shines over the sea", "children play in the snow outside"],
+               "B": ["a cat sits on the mat", "the dog runs in the green park", "men playing chess",
+                     "the sun is shining over the sea", "kids are playing in snow"]}
+    rows = length_bins.bleu_by_length(systems, refs, sources, edges=[3, 6, 20])
+    members = {"0-2": [0, 3], "3-5": [1], "6-19": [2, 4], "20+": []}
+    assert [(r["system"], r["bin"]) for r in rows] == [(s, b) for s in systems for b in members]
+    for row in rows:
+        ids = members[row["bin"]]
+        assert row["sentences"] == len(ids)
+        if not ids:
+            assert row["bleu"] is None
+            continue
+        hyps = systems[row["system"]]
+        expected = sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]]).score
+        assert row["bleu"] == pytest.approx(expected)
+    assert len({r["bleu"] for r in rows if r["bleu"] is not None}) > 3  # the bins differ
+    with pytest.raises(ValueError, match="'A' has 4 hypotheses"):
+        length_bins.bleu_by_length({"A": systems["A"][:4]}, refs, sources)
+    with pytest.raises(ValueError, match="--src"):
+        length_bins.bleu_by_length(systems, refs, sources[:4])
+    with pytest.raises(ValueError, match="--bins"):
+        length_bins.length_bins([10, 5])
+
+
+# ---- loading and the command line ----------------------------------------------------------------
+def test_clear_errors_for_missing_checkpoints_and_models_without_attention(synthetic_databin,
+                                                                          tmp_path):
+    with pytest.raises(FileNotFoundError, match="--checkpoint"):
+        checkpoints.load_checkpoint(str(tmp_path / "missing.pt"))
+    _, lstm = helpers.build_model("lstm", synthetic_databin, TINY_LSTM)
+    with pytest.raises(ValueError, match="no attention modules"):
+        checkpoints.require_attention(lstm, "lstm")
+    assert checkpoints.labelled("ran=x/y.pt") == ("ran", "x/y.pt")
+    assert checkpoints.labelled("runs/ran-all/checkpoint_best.pt")[0] == "ran-all"
+
+
+def analyze(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
+                          text=True, env=helpers.fairseq_env(), timeout=300)
+
+
+def script_main():
+    spec = importlib.util.spec_from_file_location("analyze_ran", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_cli_writes_csv_and_png_for_every_analysis(tiny_checkpoints, loaded, tmp_path):
+    out = tmp_path / "out"
+    ran, transformer = tiny_checkpoints["ran"], tiny_checkpoints["transformer"]
+    # One real command line, then the other analyses through the script's main() in-process.
+    proc = analyze("entropy", "--checkpoint", f"ran={ran}", "--checkpoint", f"transf={transformer}",
+                   "--max-sentences", 16, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_csv(out / "entropy.csv")
+    assert len(rows) == 12 and {r["system"] for r in rows} == {"ran", "transf"}
+
+    main = script_main()
+    main(["js", "--checkpoint", str(ran), "--heads", "matched", "--out", str(out)])
+    js = read_csv(out / "js.csv")
+    assert len(js) == 3 * 4 and all(r["system"] == "ran" for r in js)
+    main(["heatmap", "--checkpoint", str(ran), "--length", "5", "--out", str(out)])
+    assert len(read_csv(out / "heatmap.csv")) == 2 * 2 * 2 * 5 * 5
+    length = padded_length(loaded("transformer")[1])
+    main(["heatmap", "--checkpoint", str(transformer), "--length", str(length), "--sides", "enc",
+          "--name", "heatmap-dot", "--out", str(out)])
+    assert {r["attention"] for r in read_csv(out / "heatmap-dot.csv")} == {"dot"}
+
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("a b c\nd e f g h i j k l m n o\n")
+    ref.write_text("the cat sat on the mat\na man is riding a bike\n")
+    gens = []
+    for name, lines in (("one", ["the cat sat on a mat", "a man rides a bike"]),
+                        ("two", ["a cat on the mat", "a man is riding a bike"])):
+        gen = tmp_path / f"gen-{name}.txt"
+        gen.write_text("".join(f"S-{i}\tx\nD-{i}\t-0.5\t{line}\n" for i, line in enumerate(lines)))
+        gens += ["--system", f"{name}={gen}"]
+    main(["length-bleu", *gens, "--ref", str(ref), "--src", str(src), "--bins", "5",
+          "--out", str(out)])
+    assert [(r["system"], r["bin"], r["sentences"]) for r in read_csv(out / "length-bleu.csv")] == [
+        ("one", "0-4", "1"), ("one", "5+", "1"), ("two", "0-4", "1"), ("two", "5+", "1")]
+
+    for name in ("entropy", "js", "heatmap", "heatmap-dot", "length-bleu"):
+        assert is_png(out / f"{name}.png"), name
+
+    src.write_text("a b\nc d\ne f\n")
+    ref.write_text("a b\nc d\ne f\n")
+    with pytest.raises(SystemExit, match="'one' has 2 hypotheses but there are 3 references"):
+        main(["length-bleu", *gens, "--ref", str(ref), "--src", str(src), "--out", str(out)])
+    with pytest.raises(SystemExit, match="no checkpoint at"):
+        main(["entropy", "--checkpoint", str(tmp_path / "none.pt"), "--out", str(out)])
