@@ -1,0 +1,166 @@
+"""scripts/reproduce-ran.py end to end in a short setting (2 systems, 1 pair, 3 updates) on a tiny
+corpus prepared by the project's pipeline, then --resume, its errors, and the configs' agreement
+with each other (configs/ran/*.json, configs/bench/ran.json)."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
+CONFIGS = helpers.REPO / "configs"
+SYSTEMS = ["TransF", "RAN-ALL"]
+PAPER_TRANSF = 12.34  # a paper number planted in a copy of the config
+
+
+def reproduce(*args):
+    cmd = [sys.executable, str(SCRIPT), "--threads", "1", *map(str, args)]
+    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A de-en data-bin with BPE codes and raw references, as scripts/prepare-*.sh make them."""
+    root = tmp_path_factory.mktemp("reproduce-data")
+    raw = helpers.make_synthetic_corpus(root / "raw")
+    out = root / "bin.de-en"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
+         "--out", str(out), "--train-prefix", str(raw / "train"), "--valid-prefix",
+         str(raw / "valid"), "--test-prefix", str(raw / "test"), "--bpe-merges", "30",
+         "--workers", "1", "--work-dir", str(root / "work")],
+        env=helpers.fairseq_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, str(root / "bin.{src}-{tgt}")
+
+
+@pytest.fixture(scope="module")
+def config(corpus):
+    """configs/ran/cpu.json with its paper numbers replaced by a file holding one number."""
+    root, _ = corpus
+    paper = json.loads((CONFIGS / "ran" / "paper.json").read_text())
+    column = paper["columns"][0]
+    column["values"] = {name: None for name in column["values"]}
+    column["values"]["TransF"] = PAPER_TRANSF
+    (root / "paper.json").write_text(json.dumps(paper))
+    cfg = json.loads((CONFIGS / "ran" / "cpu.json").read_text())
+    cfg.update(paper=str(root / "paper.json"), checkpoints=str(root / "ckpt"))
+    path = root / "cpu.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def first_run(corpus, config):
+    root, data = corpus
+    out = root / "out"
+    proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
+                     ",".join(SYSTEMS), "--max-update", "3", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return out
+
+
+def table_rows(table):
+    """{system: {heading: cell}} of the markdown table's data rows."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    heads = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
+            for line in lines[2:]]
+    return {row["system"]: row for row in rows}
+
+
+def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
+    rows = table_rows((first_run / "TABLE.md").read_text())
+    assert list(rows) == SYSTEMS
+    for name, row in rows.items():
+        for heading in ("tok BLEU", "sacreBLEU", "decode sent/s", "decode tok/s"):
+            value = float(row[heading].replace(",", ""))
+            assert math.isfinite(value) and value >= 0, (name, heading, row[heading])
+        assert float(row["decode sent/s"]) > 0
+        assert int(row["params"].replace(",", "")) > 0
+    assert float(rows["TransF"]["paper BLEU (WMT14 En-De)"]) == PAPER_TRANSF
+    assert rows["RAN-ALL"]["paper BLEU (WMT14 En-De)"] == ""
+    assert float(rows["TransF"]["sent/s ×TransF"]) == 1.0
+    # RAN drops W_q and W_k but adds n×n matrices: the two models differ in size.
+    assert rows["TransF"]["params"] != rows["RAN-ALL"]["params"]
+
+
+def test_results_match_fairseq_and_sacrebleu(first_run, corpus):
+    from sacrebleu.metrics import BLEU
+
+    root, _ = corpus
+    report = json.loads((first_run / "results.json").read_text())
+    refs = (root / "bin.de-en" / "test.raw.en").read_text().splitlines()
+    for result in report["results"]:
+        run_dir = first_run / "de-en" / result["system"].replace(" ", "_")
+        hyps = (run_dir / "hyp.detok.txt").read_text().splitlines()
+        assert len(hyps) == len(refs) == result["decode"]["sentences"]
+        assert result["sacrebleu"] == pytest.approx(BLEU().corpus_score(hyps, [refs]).score)
+        assert f"BLEU4 = {result['tok_bleu']:.2f}" in (run_dir / "generate.txt").read_text()
+        assert "--max-update" in result["train_argv"]
+        assert result["train_argv"][result["train_argv"].index("--max-update") + 1] == "3"
+
+
+def test_resume_skips_finished_systems_and_refuses_other_settings(first_run, corpus, config):
+    _, data = corpus
+    stamps = {p: p.stat().st_mtime_ns for p in first_run.glob("de-en/*/result.json")}
+    assert len(stamps) == len(SYSTEMS)
+    args = ["--config", config, "--data", data, "--pairs", "de-en", "--systems",
+            ",".join(SYSTEMS), "--out", first_run, "--resume"]
+    proc = reproduce(*args, "--max-update", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("skipped (--resume)") == len(SYSTEMS)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert list(table_rows((first_run / "TABLE.md").read_text())) == SYSTEMS
+
+    proc = reproduce(*args, "--max-update", "4")
+    assert proc.returncode != 0
+    assert "was made with other settings" in proc.stderr
+
+
+def test_bad_system_name_is_a_clear_error(config):
+    proc = reproduce("--config", config, "--systems", "TransF,RAN-X", "--dry-run")
+    assert proc.returncode != 0
+    assert "--systems: unknown system(s) 'RAN-X'" in proc.stderr
+    assert "RAN-ALL w/o LN&RES" in proc.stderr  # lists the valid names
+
+
+def test_full_settings_print_base_model_commands_on_wmt14():
+    proc = reproduce("--full", "--systems", "RAN-D", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    train, generate = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert "--arch ran_transformer " in train and "data-bin/wmt14.en-de" in train
+    assert "--cpu" not in train and "--decoder-self-attention ran" in train
+    assert "--beam 4" in generate
+
+
+def flag_pairs(flags):
+    """{flag: value or None} of a flag list."""
+    out = {}
+    for i, flag in enumerate(flags):
+        if flag.startswith("--"):
+            nxt = flags[i + 1] if i + 1 < len(flags) else None
+            out[flag] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+def test_configs_agree():
+    systems = json.loads((CONFIGS / "ran" / "systems.json").read_text())["systems"]
+    paper = json.loads((CONFIGS / "ran" / "paper.json").read_text())
+    for column in paper["columns"]:
+        assert set(column["values"]) == {s["name"] for s in systems}, column["title"]
+    assert all(s["tables"] for s in systems)
+    # the benchmark file: the same ran_transformer systems, the CPU config's training flags
+    bench = json.loads((CONFIGS / "bench" / "ran.json").read_text())
+    by_name = {s["name"]: s for s in systems}
+    for system in bench["systems"]:
+        if system["arch"].startswith("ran_transformer"):
+            assert system["flags"] == by_name[system["name"]]["flags"], system["name"]
+            assert system["arch"] == by_name[system["name"]]["arch"], system["name"]
+    cpu = flag_pairs(json.loads((CONFIGS / "ran" / "cpu.json").read_text())["train_flags"])
+    for flag, value in flag_pairs(bench["common_flags"]).items():
+        assert cpu.get(flag, "missing") == value, flag
