@@ -373,7 +373,7 @@ def markdown(report):
         f"`{settings['sacrebleu_signature']}`.",
         f"- **decode**: fairseq-generate's own timing line (`{shlex.join(settings['generate_flags'])}`"
         f"); ×{BASELINE}: sentences/s over {BASELINE}'s on the same pair. **params**: "
-        f"fairseq-train's count (the 'fixed' ablation trains fewer: see results.json). "
+        f"fairseq-train's count, and how many are trained where fewer are (the 'fixed' ablation). "
         f"**train min**: wall-clock minutes of fairseq-train.",
         f"- **paper**: `{settings['paper_file']}`; {paper.get('source', '')}. A blank cell is "
         f"a number that file does not have. {paper.get('status', '')}",
@@ -386,7 +386,10 @@ def markdown(report):
         for r in rows:
             ratio = (r["decode"]["sentences_per_s"] / base["decode"]["sentences_per_s"]
                      if base else None)
-            cells = [", ".join(r["tables"]), r["system"], fmt(r["params"], ",d"),
+            params = fmt(r["params"], ",d")
+            if r["params_trained"] != r["params"]:
+                params += f" ({r['params_trained']:,d} trained)"
+            cells = [", ".join(r["tables"]), r["system"], params,
                      fmt(r["tok_bleu"], ".2f"), fmt(r["sacrebleu"], ".2f"),
                      fmt(r["decode"]["sentences_per_s"], ".2f"),
                      fmt(r["decode"]["tokens_per_s"], ",.1f"), fmt(ratio, ".2f"),
