@@ -55,3 +55,9 @@ SYSTEMS += [
     System("ran-no-pos-emb", "ran_transformer",
            (*TINY_RAN, "--no-encoder-positional-embeddings", "--no-decoder-positional-embeddings")),
 ]
+
+# recurrent_cross_transformer (Rosendahl et al. 2021): every id starts with "rct-".
+
+# rnnsearch_dynmem (Yang et al. 2017): every id starts with "dynmem-".
+
+# pervasive_attention (Elbayad et al. 2018): every id starts with "pa-".

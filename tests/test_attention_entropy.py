@@ -32,6 +32,16 @@ def test_attention_kind_names():
     assert attention_kind("decoder.output_projection") is None
 
 
+def test_attention_kind_from_module_attribute():
+    rnn_attention = torch.nn.Module()
+    rnn_attention.attention_side = "crs"
+    assert attention_kind("decoder.attention", rnn_attention) == ("crs", 0)
+    assert attention_kind("decoder.layers.2.attention", rnn_attention) == ("crs", 2)
+    rnn_attention.attention_side = "cross"
+    with pytest.raises(ValueError, match="attention_side"):
+        attention_kind("decoder.attention", rnn_attention)
+
+
 def batch(task, sentences, targets, left_pad=True):
     d = task.source_dictionary
     src = data_utils.collate_tokens(sentences, d.pad(), d.eos(), left_pad)

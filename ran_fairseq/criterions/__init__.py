@@ -1,2 +1,8 @@
-"""Criterions; importing registers them with fairseq."""
-from . import label_smoothed_cross_entropy_with_entropy  # noqa: F401
+"""Every module in this package registers one fairseq criterion when imported; importing the
+package imports them all."""
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")

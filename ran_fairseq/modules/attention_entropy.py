@@ -13,7 +13,10 @@ that compare layers (``ran_fairseq.analysis``). Sides: ``enc``
 
 Recorded modules: fairseq's ``MultiheadAttention`` and any module with ``records_attention = True``
 that follows its calling convention (``need_weights``/``need_head_weights`` keyword arguments,
-returns ``(output, weights)``). A module that is neither is skipped.
+returns ``(output, weights)``). A module that is neither is skipped. Side and layer come from the
+module's name (``...layers.N.self_attn`` / ``...layers.N.encoder_attn``); a module outside such a
+stack (e.g. an RNN decoder's single attention) names its side in ``attention_side`` and is layer 0
+unless its name holds ``layers.N``.
 """
 import re
 from collections import defaultdict
@@ -24,10 +27,15 @@ from fairseq.modules import MultiheadAttention
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
-def attention_kind(name):
+def attention_kind(name, module=None):
     """``(side, layer)`` of the attention module called ``name`` in ``model.named_modules()``, or
-    None for modules outside the encoder/decoder layer stacks."""
+    None for modules outside the encoder/decoder layer stacks that name no ``attention_side``."""
     layer = _LAYER.search(name)
+    side = getattr(module, "attention_side", None)
+    if side is not None:
+        if side not in ("enc", "dec", "crs"):
+            raise ValueError(f"{name}.attention_side must be 'enc', 'dec' or 'crs', not {side!r}")
+        return side, int(layer.group(1)) if layer else 0
     if layer is None:
         return None
     leaf = name.rsplit(".", 1)[-1]
@@ -76,7 +84,7 @@ class AttentionEntropyRecorder:
     def modules(self):
         for name, module in self.model.named_modules():
             if isinstance(module, MultiheadAttention) or getattr(module, "records_attention", False):
-                kind = attention_kind(name)
+                kind = attention_kind(name, module)
                 if kind is not None:
                     yield kind, module
 
