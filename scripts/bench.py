@@ -35,6 +35,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "ran_fairseq"
+sys.path.insert(0, str(REPO))
+
+from ran_fairseq.reproduce import available_cores, check_flags as check_flag_list  # noqa: E402
 
 # Flags the harness sets itself; a systems file that sets them would be silently overridden.
 RESERVED_FLAGS = {
@@ -63,10 +66,6 @@ METRICS = [
     ("decode_mem_increment_mib", "decode Δ{mem} (MiB)", "{:,.1f}"),
 ]
 MEMORY_KINDS = {"cuda": "CUDA alloc", "cpu": "RSS"}
-
-
-def available_cores():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 class BenchError(Exception):
@@ -146,13 +145,7 @@ def load_systems(path):
 
 
 def check_flags(flags, where):
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise BenchError(f"{where} must be a list of strings")
-    for flag in flags:
-        name = flag.split("=", 1)[0]
-        if name in RESERVED_FLAGS:
-            raise BenchError(f"{where} sets {name}, which the harness controls; "
-                             f"remove it and use {RESERVED_FLAGS[name]}")
+    check_flag_list(flags, RESERVED_FLAGS, where, error=BenchError, verb="the harness controls")
 
 
 def select_systems(systems, baseline, only):

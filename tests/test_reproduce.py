@@ -1,8 +1,10 @@
-"""scripts/reproduce-ran.py end to end in a short setting (2 systems, 1 pair, 3 updates) on a tiny
-corpus prepared by the project's pipeline, then --resume, its errors, and the configs' agreement
-with each other (configs/ran/*.json, configs/bench/ran.json)."""
+"""The reproduction engine (ran_fairseq/reproduce.py) through scripts/reproduce-ran.py, end to end in a
+short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
+3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors,
+and the RAN configs' agreement with each other (configs/ran/*.json, configs/bench/ran.json)."""
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -12,7 +14,7 @@ import helpers
 
 SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
 CONFIGS = helpers.REPO / "configs"
-SYSTEMS = ["TransF", "RAN-ALL"]
+SYSTEMS = ["TransF", "RAN-ALL", "RAN-ALL greedy"]  # the last decodes RAN-ALL's checkpoint
 PAPER_TRANSF = 12.34  # a paper number planted in a copy of the config
 
 
@@ -40,15 +42,22 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def config(corpus):
-    """configs/ran/cpu.json with its paper numbers replaced by a file holding one number."""
+    """configs/ran/cpu.json with its paper numbers replaced by a file holding one number, and its
+    systems file extended by a system that decodes RAN-ALL's checkpoint greedily."""
     root, _ = corpus
+    systems = json.loads((CONFIGS / "ran" / "systems.json").read_text())
+    ran_all = next(s for s in systems["systems"] if s["name"] == "RAN-ALL")
+    systems["systems"].append(dict(ran_all, name="RAN-ALL greedy", checkpoint_of="RAN-ALL",
+                                   generate_flags=["--beam", "1"]))
+    (root / "systems.json").write_text(json.dumps(systems))
     paper = json.loads((CONFIGS / "ran" / "paper.json").read_text())
     column = paper["columns"][0]
     column["values"] = {name: None for name in column["values"]}
     column["values"]["TransF"] = PAPER_TRANSF
     (root / "paper.json").write_text(json.dumps(paper))
     cfg = json.loads((CONFIGS / "ran" / "cpu.json").read_text())
-    cfg.update(paper=str(root / "paper.json"), checkpoints=str(root / "ckpt"))
+    cfg.update(paper=str(root / "paper.json"), systems=str(root / "systems.json"),
+               checkpoints=str(root / "ckpt"))
     path = root / "cpu.json"
     path.write_text(json.dumps(cfg))
     return path
@@ -77,7 +86,8 @@ def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
     rows = table_rows((first_run / "TABLE.md").read_text())
     assert list(rows) == SYSTEMS
     for name, row in rows.items():
-        for heading in ("tok BLEU", "sacreBLEU", "decode sent/s", "decode tok/s"):
+        for heading in ("tok BLEU", "sacreBLEU", "chrF", "TER", "decode sent/s", "decode tok/s",
+                        "train words/s", "train time ×TransF"):
             value = float(row[heading].replace(",", ""))
             assert math.isfinite(value) and value >= 0, (name, heading, row[heading])
         assert float(row["decode sent/s"]) > 0
@@ -85,12 +95,13 @@ def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
     assert float(rows["TransF"]["paper BLEU (WMT14 En-De)"]) == PAPER_TRANSF
     assert rows["RAN-ALL"]["paper BLEU (WMT14 En-De)"] == ""
     assert float(rows["TransF"]["sent/s ×TransF"]) == 1.0
+    assert float(rows["TransF"]["train time ×TransF"]) == 1.0
     # RAN drops W_q and W_k but adds n×n matrices: the two models differ in size.
     assert rows["TransF"]["params"] != rows["RAN-ALL"]["params"]
 
 
 def test_results_match_fairseq_and_sacrebleu(first_run, corpus):
-    from sacrebleu.metrics import BLEU
+    from sacrebleu.metrics import BLEU, TER
 
     root, _ = corpus
     report = json.loads((first_run / "results.json").read_text())
@@ -100,9 +111,24 @@ def test_results_match_fairseq_and_sacrebleu(first_run, corpus):
         hyps = (run_dir / "hyp.detok.txt").read_text().splitlines()
         assert len(hyps) == len(refs) == result["decode"]["sentences"]
         assert result["sacrebleu"] == pytest.approx(BLEU().corpus_score(hyps, [refs]).score)
+        assert result["ter"] == pytest.approx(TER().corpus_score(hyps, [refs]).score)
+        # the engine's tokenized BLEU is fairseq-generate's own (its default --scoring bleu)
         assert f"BLEU4 = {result['tok_bleu']:.2f}" in (run_dir / "generate.txt").read_text()
         assert "--max-update" in result["train_argv"]
         assert result["train_argv"][result["train_argv"].index("--max-update") + 1] == "3"
+
+
+def test_a_system_can_decode_another_systems_checkpoint(first_run):
+    report = json.loads((first_run / "results.json").read_text())
+    by_name = {r["system"]: r for r in report["results"]}
+    greedy, ran_all = by_name["RAN-ALL greedy"], by_name["RAN-ALL"]
+    assert greedy["generate_argv"][greedy["generate_argv"].index("--path") + 1] == \
+        ran_all["generate_argv"][ran_all["generate_argv"].index("--path") + 1]
+    assert greedy["generate_argv"][-2:] == ["--beam", "1"]
+    assert "--beam 1" not in " ".join(ran_all["generate_argv"])
+    # trained once: the training figures are RAN-ALL's, and no training log was written
+    assert greedy["train_seconds"] == ran_all["train_seconds"]
+    assert not (first_run / "de-en" / "RAN-ALL_greedy" / "train.log").exists()
 
 
 def test_resume_skips_finished_systems_and_refuses_other_settings(first_run, corpus, config):
@@ -127,6 +153,33 @@ def test_bad_system_name_is_a_clear_error(config):
     assert proc.returncode != 0
     assert "--systems: unknown system(s) 'RAN-X'" in proc.stderr
     assert "RAN-ALL w/o LN&RES" in proc.stderr  # lists the valid names
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"baseline": "RAN-Z"}, "'baseline' must name one of its systems"),
+    ({"extra_system": {"name": "X", "arch": "ran_transformer_small", "checkpoint_of": "RAN-Z"}},
+     "decodes the checkpoint of 'RAN-Z'"),
+    ({"extra_system": {"name": "X", "arch": "ran_transformer_small", "checkpoint_of": "RAN-ALL",
+                       "flags": ["--dropout", "0.5"]}}, "its arch and flags must equal 'RAN-ALL'"),
+    ({"extra_system": {"name": "X", "arch": "ran_transformer_small", "bleu": 3}},
+     "unknown field(s) bleu"),
+    ({"extra_system": {"name": "X", "arch": "ran_transformer_small",
+                       "generate_flags": ["--path", "x.pt"]}}, "sets --path"),
+    ({"extra_system": {"name": "X", "arch": "ran_transformer_small",
+                       "postprocess": ["m", "{hyp}"]}}, "unknown placeholder {hyp}"),
+])
+def test_systems_file_errors_name_the_problem(tmp_path, change, message):
+    from ran_fairseq.reproduce import ReproError, load_systems
+
+    systems = json.loads((CONFIGS / "ran" / "systems.json").read_text())
+    if "extra_system" in change:
+        systems["systems"].append(change["extra_system"])
+    else:
+        systems.update(change)
+    path = tmp_path / "systems.json"
+    path.write_text(json.dumps(systems))
+    with pytest.raises(ReproError, match=re.escape(message)):
+        load_systems(path)
 
 
 def test_full_settings_print_base_model_commands_on_wmt14():
