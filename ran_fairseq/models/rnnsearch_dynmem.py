@@ -1,0 +1,298 @@
+"""``rnnsearch_dynmem``: RNNSearch with dynamic-memory (recurrent) attention (Yang et al. 2017,
+"Neural Machine Translation with Recurrent Attention Modeling").
+
+- Encoder: a bidirectional LSTM (fairseq's ``LSTMEncoder``) over source embeddings; annotations
+  h_i = [→h_i; ←h_i] (Eqs. 1-2), returned batch-first in the caller's padding layout.
+- Decoder: an LSTM with input feeding, s_j = LSTM(s_{j-1}, [W_T y_{j-1}; c_{j-1}]) (Eq. 4); the
+  attention of :class:`~ran_fairseq.modules.dynamic_memory_attention.DynamicMemoryAttention` reads
+  c_j from s_j (Eqs. 5-7, or Eq. 11 with the memory); output s̃_j = tanh(W_1 [s_j; c_j] + b_1),
+  p_j = softmax(W_2 s̃_j) (Eqs. 8-9).
+
+Flags: ``--dynamic-memory-window k`` (window 2k+1; paper: k = 0 and k = 5), ``--dynamic-memory-dim``
+(paper: 500), ``--no-dynamic-memory`` (plain RNNSearch), ``--attention-dim`` (the size of v_a;
+default: the decoder's hidden size). ``--arch rnnsearch_dynmem`` is the paper's size (embeddings
+and LSTMs 1000, memory 500, k = 5); ``rnnsearch_dynmem_small`` is a CPU size (256, memory 128).
+
+Choices where the paper is silent: ``--encoder-hidden-size`` is per direction (annotations have
+twice that size, as in Bahdanau et al.'s RNNSearch); the decoder starts from
+s_0 = tanh(W_s [→h_S; ←h_1] + b_s) of the top encoder layer in every decoder layer, with zero cell
+states and a zero input feed c_0; ``--dropout`` (default 0.2) applies to embeddings, encoder
+outputs, between LSTM layers and to s̃_j; every parameter starts uniform in [-0.1, 0.1] (paper
+§3, fairseq's ``lstm`` initializers). The model has no length limit of its own: the task's
+``--max-source-positions``/``--max-target-positions`` filter training data only.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.models import (
+    FairseqEncoderDecoderModel,
+    FairseqIncrementalDecoder,
+    register_model,
+    register_model_architecture,
+)
+from fairseq.models.lstm import Embedding, LSTMCell, LSTMEncoder, Linear
+from fairseq.modules import FairseqDropout
+
+from ..modules.dynamic_memory_attention import (
+    MEMORY_DIM_FLAG,
+    AttentionRows,
+    DynamicMemoryAttention,
+)
+
+UNLIMITED_POSITIONS = 100000  # an RNN has no position limit; fairseq's lstm uses the same bound
+
+
+class RNNSearchEncoder(LSTMEncoder):
+    """fairseq's bidirectional LSTM encoder with its output in the caller's padding layout.
+
+    ``forward`` returns a dict: ``encoder_out`` (B, S, 2H) annotations, zero at padding, in the
+    column layout of ``src_tokens`` (left- or right-padded alike); ``encoder_padding_mask`` (B, S),
+    True at padding; ``final_hiddens`` / ``final_cells`` (layers, B, 2H), [→h_S; ←h_1] per layer.
+    Batches need not be sorted by length.
+    """
+
+    def __init__(self, dictionary, embed_tokens, hidden_size, num_layers, dropout):
+        super().__init__(dictionary, embed_dim=embed_tokens.embedding_dim, hidden_size=hidden_size,
+                         num_layers=num_layers, dropout_in=dropout, dropout_out=dropout,
+                         bidirectional=True, pretrained_embed=embed_tokens,
+                         max_source_positions=UNLIMITED_POSITIONS)
+
+    def forward(self, src_tokens, src_lengths=None):
+        padding_mask = src_tokens.eq(self.padding_idx)
+        bsz, srclen = src_tokens.shape
+        lengths = (~padding_mask).long().sum(1)
+        if bool((lengths == 0).any()):
+            raise ValueError("a source sentence has no tokens (only padding); fairseq's datasets "
+                             "always end a sentence with </s>")
+        # Real tokens are contiguous; move them to the front (what LSTM packing needs), encode,
+        # and move the annotations back to the columns of their tokens.
+        first = (~padding_mask).long().argmax(1, keepdim=True)  # leading padding per sentence
+        columns = torch.arange(srclen, device=src_tokens.device).unsqueeze(0)
+        aligned = src_tokens.gather(1, (columns + first) % srclen)
+        longest = int(lengths.max())
+        x, final_hiddens, final_cells, _ = super().forward(aligned[:, :longest], lengths,
+                                                           enforce_sorted=False)
+        x = F.pad(x.transpose(0, 1), (0, 0, 0, srclen - longest))  # (B, S, 2H), real ones first
+        index = ((columns - first) % srclen).unsqueeze(-1).expand(-1, -1, x.size(-1))
+        x = x.gather(1, index).masked_fill(padding_mask.unsqueeze(-1), 0.0)
+        return {"encoder_out": x, "encoder_padding_mask": padding_mask,
+                "final_hiddens": final_hiddens, "final_cells": final_cells}
+
+    def reorder_encoder_out(self, encoder_out, new_order):
+        return {"encoder_out": encoder_out["encoder_out"].index_select(0, new_order),
+                "encoder_padding_mask": encoder_out["encoder_padding_mask"].index_select(0, new_order),
+                "final_hiddens": encoder_out["final_hiddens"].index_select(1, new_order),
+                "final_cells": encoder_out["final_cells"].index_select(1, new_order)}
+
+
+class RNNSearchDecoder(FairseqIncrementalDecoder):
+    """LSTM decoder with input feeding and (dynamic-memory) additive attention, Eqs. 4-9 / 11-13.
+
+    Returns ``(logits (B, T, V), attention (B, T, S))``; the attention (in the encoder's column
+    layout, so ``--print-alignment`` indexes ``src_tokens``) is None in training or when fairseq
+    asks for no attention. Incremental state: the LSTM states and input feed under this decoder's
+    key, the projected keys, previous attention and memory under the attention module's key.
+    """
+
+    def __init__(self, dictionary, embed_tokens, context_dim, hidden_size, out_embed_dim,
+                 num_layers, attention, dropout, share_input_output_embed=False):
+        super().__init__(dictionary)
+        embed_dim = embed_tokens.embedding_dim
+        self.embed_tokens = embed_tokens
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.init_proj = Linear(context_dim, hidden_size)  # s_0 = tanh(W_s [→h_S; ←h_1] + b_s)
+        self.layers = nn.ModuleList(
+            [LSTMCell(embed_dim + context_dim if layer == 0 else hidden_size, hidden_size)
+             for layer in range(num_layers)])
+        self.attention = attention
+        self.attention_rows = AttentionRows()
+        self.readout = Linear(hidden_size + context_dim, out_embed_dim)  # W_1, b_1 (Eq. 8)
+        self.share_input_output_embed = share_input_output_embed
+        self.output_projection = (None if share_input_output_embed
+                                  else Linear(out_embed_dim, len(dictionary), bias=False))  # W_2
+        self.need_attn = True
+
+    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+        x, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        return self.output_layer(x), attn
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                         **kwargs):
+        if encoder_out is None:
+            raise ValueError("rnnsearch_dynmem's decoder needs the encoder output")
+        keys = encoder_out["encoder_out"]
+        padding_mask = encoder_out["encoder_padding_mask"]
+        cached = self.get_incremental_state(incremental_state, "decoder_state")
+        if cached is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        bsz, tgtlen = prev_output_tokens.shape
+        x = self.dropout_module(self.embed_tokens(prev_output_tokens))  # W_T y_{j-1}
+        if cached is None:
+            s0 = torch.tanh(self.init_proj(encoder_out["final_hiddens"][-1]))
+            hiddens = [s0] * self.num_layers
+            cells = [torch.zeros_like(s0)] * self.num_layers
+            input_feed = keys.new_zeros(bsz, keys.size(2))
+        else:
+            hiddens = list(cached["hiddens"].unbind(0))
+            cells = list(cached["cells"].unbind(0))
+            input_feed = cached["input_feed"]
+        attn_state = self.attention.start(keys, padding_mask, incremental_state)
+
+        states, contexts, rows = [], [], []
+        for j in range(tgtlen):
+            inp = torch.cat([x[:, j], input_feed], dim=1)  # Eq. 4: [W_T y_{j-1}; c_{j-1}]
+            for layer, cell in enumerate(self.layers):
+                hiddens[layer], cells[layer] = cell(inp, (hiddens[layer], cells[layer]))
+                inp = self.dropout_module(hiddens[layer])
+            context, attn, attn_state = self.attention.step(hiddens[-1], keys, padding_mask,
+                                                            attn_state)
+            input_feed = context
+            states.append(hiddens[-1])
+            contexts.append(context)
+            rows.append(attn)
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, "decoder_state", {
+                "hiddens": torch.stack(hiddens), "cells": torch.stack(cells),
+                "input_feed": input_feed})
+            self.attention.save(incremental_state, attn_state)
+
+        features = torch.cat([torch.stack(states, 1), torch.stack(contexts, 1)], dim=-1)
+        out = self.dropout_module(torch.tanh(self.readout(features)))  # s̃_j, Eq. 8
+        attn, _ = self.attention_rows(torch.stack(rows, 1))
+        return out, (attn if not self.training and self.need_attn else None)
+
+    def output_layer(self, features):
+        """W_2 s̃_j (Eq. 9): logits (B, T, V)."""
+        if self.output_projection is None:
+            return F.linear(features, self.embed_tokens.weight)
+        return self.output_projection(features)
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        cached = self.get_incremental_state(incremental_state, "decoder_state")
+        if cached is None:
+            return
+        self.set_incremental_state(incremental_state, "decoder_state", {
+            "hiddens": cached["hiddens"].index_select(1, new_order),
+            "cells": cached["cells"].index_select(1, new_order),
+            "input_feed": cached["input_feed"].index_select(0, new_order)})
+
+    def max_positions(self):
+        return UNLIMITED_POSITIONS
+
+    def make_generation_fast_(self, need_attn=False, **kwargs):
+        self.need_attn = need_attn
+
+
+@register_model("rnnsearch_dynmem")
+class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
+    """RNNSearch with the dynamic-memory attention of Yang et al. 2017 (see the module docstring);
+    ``--no-dynamic-memory`` gives plain RNNSearch."""
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--dropout", type=float, metavar="D",
+                            help="dropout on embeddings, encoder outputs, between LSTM layers and "
+                                 "on the attentional output s̃; default 0.2")
+        parser.add_argument("--encoder-embed-dim", type=int, metavar="N",
+                            help="source embedding size")
+        parser.add_argument("--encoder-hidden-size", type=int, metavar="N",
+                            help="encoder LSTM size per direction (annotations are twice this)")
+        parser.add_argument("--encoder-layers", type=int, metavar="N",
+                            help="bidirectional encoder LSTM layers; default 1")
+        parser.add_argument("--decoder-embed-dim", type=int, metavar="N",
+                            help="target embedding size")
+        parser.add_argument("--decoder-hidden-size", type=int, metavar="N",
+                            help="decoder LSTM size")
+        parser.add_argument("--decoder-layers", type=int, metavar="N",
+                            help="decoder LSTM layers; default 1")
+        parser.add_argument("--decoder-out-embed-dim", type=int, metavar="N",
+                            help="size of the attentional output s̃_j (Eq. 8)")
+        parser.add_argument("--attention-dim", type=int, metavar="N",
+                            help="size of the additive attention's hidden layer (v_a); default: "
+                                 "--decoder-hidden-size")
+        parser.add_argument("--dynamic-memory-window", type=int, metavar="K",
+                            help="half-width k of the previous-attention window fed to each "
+                                 "source word's memory (2k+1 values; paper: 0 and 5); default 5")
+        parser.add_argument(MEMORY_DIM_FLAG, type=int, metavar="N",
+                            help="size of each source word's memory LSTM (paper: 500)")
+        parser.add_argument("--no-dynamic-memory", action="store_true",
+                            help="plain RNNSearch attention (Eq. 5) without the memory")
+        parser.add_argument("--share-decoder-input-output-embed", action="store_true",
+                            help="tie W_2 to the target embeddings (needs "
+                                 "--decoder-out-embed-dim = --decoder-embed-dim)")
+        parser.add_argument("--share-all-embeddings", action="store_true",
+                            help="one embedding matrix for source, target and W_2 (needs a "
+                                 "joined dictionary and equal embedding sizes)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        rnnsearch_dynmem(args)
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        for flag in ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers",
+                     "decoder_embed_dim", "decoder_hidden_size", "decoder_layers",
+                     "decoder_out_embed_dim", "attention_dim"):
+            if getattr(args, flag) < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} must be positive, got "
+                                 f"{getattr(args, flag)}")
+        if not args.no_dynamic_memory and args.dynamic_memory_dim < 1:
+            raise ValueError(f"{MEMORY_DIM_FLAG} must be positive, got {args.dynamic_memory_dim} "
+                             f"(--no-dynamic-memory turns the memory off)")
+        encoder_embed = Embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad())
+        if args.share_all_embeddings:
+            if src_dict != tgt_dict:
+                raise ValueError("--share-all-embeddings needs a joined dictionary "
+                                 "(fairseq-preprocess --joined-dictionary)")
+            if args.encoder_embed_dim != args.decoder_embed_dim:
+                raise ValueError("--share-all-embeddings needs --encoder-embed-dim = "
+                                 "--decoder-embed-dim")
+            decoder_embed = encoder_embed
+            args.share_decoder_input_output_embed = True
+        else:
+            decoder_embed = Embedding(len(tgt_dict), args.decoder_embed_dim, tgt_dict.pad())
+        if args.share_decoder_input_output_embed and \
+                args.decoder_out_embed_dim != args.decoder_embed_dim:
+            raise ValueError("--share-decoder-input-output-embed needs --decoder-out-embed-dim = "
+                             "--decoder-embed-dim")
+        encoder = RNNSearchEncoder(src_dict, encoder_embed, args.encoder_hidden_size,
+                                   args.encoder_layers, args.dropout)
+        attention = DynamicMemoryAttention(
+            args.decoder_hidden_size, encoder.output_units, args.attention_dim,
+            window=args.dynamic_memory_window,
+            memory_dim=0 if args.no_dynamic_memory else args.dynamic_memory_dim)
+        decoder = RNNSearchDecoder(tgt_dict, decoder_embed, encoder.output_units,
+                                   args.decoder_hidden_size, args.decoder_out_embed_dim,
+                                   args.decoder_layers, attention, args.dropout,
+                                   args.share_decoder_input_output_embed)
+        return cls(encoder, decoder)
+
+
+@register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem")
+def rnnsearch_dynmem(args):
+    args.dropout = getattr(args, "dropout", 0.2)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 1000)
+    args.encoder_hidden_size = getattr(args, "encoder_hidden_size", 1000)
+    args.encoder_layers = getattr(args, "encoder_layers", 1)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 1000)
+    args.decoder_hidden_size = getattr(args, "decoder_hidden_size", 1000)
+    args.decoder_layers = getattr(args, "decoder_layers", 1)
+    args.decoder_out_embed_dim = getattr(args, "decoder_out_embed_dim", 1000)
+    args.attention_dim = getattr(args, "attention_dim", None) or args.decoder_hidden_size
+    args.dynamic_memory_window = getattr(args, "dynamic_memory_window", 5)
+    args.dynamic_memory_dim = getattr(args, "dynamic_memory_dim", 500)
+    args.no_dynamic_memory = getattr(args, "no_dynamic_memory", False)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed",
+                                                    False)
+    args.share_all_embeddings = getattr(args, "share_all_embeddings", False)
+
+
+@register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem_small")
+def rnnsearch_dynmem_small(args):
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
+    args.encoder_hidden_size = getattr(args, "encoder_hidden_size", 256)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
+    args.decoder_hidden_size = getattr(args, "decoder_hidden_size", 256)
+    args.decoder_out_embed_dim = getattr(args, "decoder_out_embed_dim", 256)
+    args.dynamic_memory_dim = getattr(args, "dynamic_memory_dim", 128)
+    rnnsearch_dynmem(args)
