@@ -100,6 +100,10 @@ def parse_cli(argv):
     p.add_argument("--max-len-a", type=float, default=1.2,
                    help="hypotheses stop at max-len-a * source length + max-len-b tokens")
     p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--decode-length", type=int, metavar="N",
+                   help="force every hypothesis to N tokens plus EOS (overrides --max-len-a/-b), "
+                        "so that systems do the same decoding work whatever they predict: "
+                        "compare decoding speed of untrained or unequally trained models")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--threads", type=int, default=available_cores(),
                    help="torch CPU threads per worker")
@@ -111,6 +115,8 @@ def parse_cli(argv):
             p.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.warmup_updates < 0:
         p.error("--warmup-updates must be at least 0")
+    if args.decode_length is not None and args.decode_length < 1:
+        p.error("--decode-length must be at least 1")
     return args
 
 
@@ -268,7 +274,10 @@ def markdown(report):
               f"Training: {s['train_updates']} timed updates after {s['warmup_updates']} untimed, "
               f"--max-tokens {s['max_tokens']}. Decoding: first {s['decode_sentences']} sentences "
               f"of `{s['gen_subset']}`, beam {s['beam']}, {s['decode_batch_size']} sentences per "
-              f"batch, max length {s['max_len_a']}·src+{s['max_len_b']}. Memory: {s['memory']}."]
+              f"batch, " + (f"every hypothesis forced to {s['decode_length']} tokens + EOS"
+                            if s.get("decode_length") else
+                            f"max length {s['max_len_a']}·src+{s['max_len_b']}")
+              + f". Memory: {s['memory']}."]
     return "\n".join(lines) + "\n"
 
 
@@ -285,7 +294,7 @@ def run_parent(args):
         "max_tokens": args.max_tokens, "beam": args.beam,
         "decode_batch_size": args.decode_batch_size, "decode_sentences": args.decode_sentences,
         "gen_subset": args.gen_subset, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
-        "seed": args.seed,
+        "decode_length": args.decode_length, "seed": args.seed,
         "memory": ("torch.cuda.max_memory_allocated; increment over memory_allocated at the "
                    "phase start" if device == "cuda" else
                    "peak resident set size (VmHWM, reset at each phase start); increment over "
@@ -300,7 +309,7 @@ def run_parent(args):
                         device=device, threads=args.threads,
                         **{k: settings[k] for k in ("train_updates", "warmup_updates", "beam",
                                                     "decode_batch_size", "decode_sentences",
-                                                    "gen_subset", "max_len_a", "max_len_b",
+                                                    "gen_subset", "max_len_a", "max_len_b", "decode_length",
                                                     "seed")})
             results.append(run_worker_process(spec, workdir))
     if not all(r["train"]["mem_peak_since_phase_start"] for r in results):
@@ -488,8 +497,12 @@ def run_worker(spec):
     del trainer, criterion
     model.zero_grad(set_to_none=True)
     model.eval()
-    gen_cfg = GenerationConfig(beam=spec["beam"], max_len_a=spec["max_len_a"],
-                               max_len_b=spec["max_len_b"])
+    if spec.get("decode_length"):  # min = max length: EOS is banned before, forced at N
+        n = spec["decode_length"]
+        gen_cfg = GenerationConfig(beam=spec["beam"], min_len=n, max_len_a=0, max_len_b=n)
+    else:
+        gen_cfg = GenerationConfig(beam=spec["beam"], max_len_a=spec["max_len_a"],
+                                   max_len_b=spec["max_len_b"])
     generator = task.build_generator([model], gen_cfg)
     samples = decode_batches(task, model, spec["gen_subset"], spec["decode_sentences"],
                              spec["decode_batch_size"], spec["seed"])

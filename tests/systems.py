@@ -57,7 +57,29 @@ SYSTEMS += [
 ]
 
 # recurrent_cross_transformer (Rosendahl et al. 2021): every id starts with "rct-".
+# A window of 1 keeps Eq. 9's window narrower than the test sentences.
+SYSTEMS += [
+    System("rct-dot", "recurrent_cross_transformer", (*TINY_TRANSFORMER, "--cross-attention", "dot")),
+    *(System(f"rct-{v}", "recurrent_cross_transformer",
+             (*TINY_TRANSFORMER, "--cross-attention", v))
+      for v in ("prev-context", "prev-weight", "prev-accum-weight", "coverage")),
+    *(System(f"rct-expand-kv{n}", "recurrent_cross_transformer",
+             (*TINY_TRANSFORMER, "--cross-attention", "expand-kv", "--kv-variant", str(n)))
+      for n in (1, 2, 3, 4)),
+    System("rct-continuous", "recurrent_cross_transformer",
+           (*TINY_TRANSFORMER, "--cross-attention", "continuous", "--rescale-window", "1")),
+]
 
 # rnnsearch_dynmem (Yang et al. 2017): every id starts with "dynmem-".
+TINY_DYNMEM = (
+    "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
+    "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16",
+    "--attention-dim", "16", "--dynamic-memory-dim", "8",
+)
+SYSTEMS += [
+    System("dynmem-rnnsearch", "rnnsearch_dynmem", (*TINY_DYNMEM, "--no-dynamic-memory")),
+    System("dynmem-k0", "rnnsearch_dynmem", (*TINY_DYNMEM, "--dynamic-memory-window", "0")),
+    System("dynmem-k5", "rnnsearch_dynmem", (*TINY_DYNMEM, "--dynamic-memory-window", "5")),
+]
 
 # pervasive_attention (Elbayad et al. 2018): every id starts with "pa-".

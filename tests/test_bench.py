@@ -125,3 +125,13 @@ def test_bad_input_gives_a_clear_error(case, data_bin, systems_file, tmp_path):
     assert proc.returncode != 0
     assert expected in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_decode_length_gives_every_system_the_same_decoding_work(data_bin, systems_file, tmp_path):
+    proc = run_bench(data_bin, systems_file, tmp_path, "--decode-length", "7")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "bench.json").read_text())
+    for result in report["systems"]:
+        decode = result["decode"]
+        assert decode["generated_tokens"] == decode["sentences"] * 8, result["name"]  # 7 + EOS
+    assert "forced to 7 tokens + EOS" in (tmp_path / "bench.md").read_text()

@@ -172,7 +172,7 @@ def weight_recurrence(energies: Tensor, gain, accumulate: bool,
 
 
 class HeadwiseLinear(nn.Module):
-    """A separate affine map per head: x (..., H, d_in) -> (..., H, d_out)."""
+    """A separate affine map per head: x (B, H, ..., d_in) -> (B, H, ..., d_out)."""
 
     def __init__(self, heads: int, d_in: int, d_out: int, bias: bool = True):
         super().__init__()
@@ -182,8 +182,10 @@ class HeadwiseLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(heads, d_out)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        y = torch.einsum("...hi,hoi->...ho", x, self.weight)
-        return y if self.bias is None else y + self.bias
+        y = torch.einsum("bh...i,hoi->bh...o", x, self.weight)
+        if self.bias is None:
+            return y
+        return y + self.bias.view(self.bias.size(0), *([1] * (x.dim() - 3)), -1)
 
     def extra_repr(self) -> str:
         heads, d_out, d_in = self.weight.shape

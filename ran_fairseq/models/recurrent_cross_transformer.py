@@ -1,0 +1,177 @@
+"""``recurrent_cross_transformer``: fairseq's transformer whose encoder-decoder attention sees its
+own earlier decisions (Rosendahl et al. 2021, "Recurrent Attention for the Transformer").
+
+Encoder, embeddings, self-attention and feed-forward blocks are fairseq's; only the decoder
+layers' encoder-decoder attention is replaced by
+:class:`~ran_fairseq.modules.recurrent_cross_attention.RecurrentCrossAttention`, chosen by
+
+- ``--cross-attention``: ``dot`` (Eq. 1), ``prev-context`` (Eq. 2), ``prev-weight`` (Eq. 3,
+  the default), ``prev-accum-weight`` (Eq. 4), ``expand-kv`` (Eqs. 5-8), ``continuous`` (Eq. 9),
+  ``coverage`` (Eq. 10);
+- ``--kv-variant 1..4``: which extra key/value pair ``expand-kv`` builds (Eqs. 5-8; default 1);
+- ``--rescale-lambda`` (λ of Eqs. 9, 10; default 0.5) and ``--rescale-window`` (k of Eq. 9;
+  default 5), the paper's values;
+- ``--recurrent-cross-layers``: the decoder layers that use the variant, as 0-based indices
+  ("0,2", counted as in ``decoder.layers.N``) or ``all`` (the default, as in the paper); the
+  other layers use plain dot-product attention (Eq. 1).
+
+``--arch recurrent_cross_transformer`` has transformer-base sizes (6+6 layers, 512/2048, 8 heads),
+``recurrent_cross_transformer_iwslt_de_en`` transformer_iwslt_de_en's (512/1024, 4 heads) and
+``recurrent_cross_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
+The recurrence runs from the first target position, so targets must be right-padded (fairseq's
+default; ``--left-pad-target`` is refused).
+"""
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerModel,
+    base_architecture,
+    transformer_iwslt_de_en,
+)
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+
+from ..modules.recurrent_cross_attention import (
+    CROSS_ATTENTION_VARIANTS,
+    KV_VARIANTS,
+    RecurrentCrossAttention,
+    check_options,
+)
+
+LAYERS_FLAG = "--recurrent-cross-layers"
+
+
+def layer_variants(cfg, num_layers):
+    """The cross-attention variant of each decoder layer: ``--cross-attention`` in the layers of
+    ``--recurrent-cross-layers``, ``dot`` in the others."""
+    check_options(cfg.cross_attention, cfg.kv_variant, cfg.rescale_lambda, cfg.rescale_window)
+    spec = str(cfg.recurrent_cross_layers).strip()
+    if spec == "all":
+        chosen = set(range(num_layers))
+    else:
+        try:
+            chosen = {int(part) for part in spec.split(",")}
+        except ValueError:
+            raise ValueError(f"{LAYERS_FLAG} must be 'all' or comma-separated decoder layer "
+                             f"indices (0-based), got {spec!r}") from None
+        outside = sorted(i for i in chosen if not 0 <= i < num_layers)
+        if outside:
+            raise ValueError(f"{LAYERS_FLAG}: layer(s) {outside} do not exist; the decoder has "
+                             f"{num_layers} layers, numbered 0..{num_layers - 1}")
+    return [cfg.cross_attention if i in chosen else "dot" for i in range(num_layers)]
+
+
+class RecurrentCrossDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's transformer decoder layer with a :class:`RecurrentCrossAttention` of ``variant``
+    as its encoder-decoder attention."""
+
+    def __init__(self, cfg, variant, no_encoder_attn=False):
+        self._cross_variant = variant  # read by build_encoder_attention during __init__
+        super().__init__(cfg, no_encoder_attn=no_encoder_attn)
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return RecurrentCrossAttention(
+            embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim,
+            vdim=cfg.encoder.embed_dim, dropout=cfg.attention_dropout,
+            variant=self._cross_variant, kv_variant=cfg.kv_variant,
+            rescale_lambda=cfg.rescale_lambda, rescale_window=cfg.rescale_window)
+
+
+class RecurrentCrossTransformerDecoder(TransformerDecoderBase):
+    """fairseq's transformer decoder built from :class:`RecurrentCrossDecoderLayer`;
+    ``cross_attention_variants`` lists each layer's variant."""
+
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False):
+        self.cross_attention_variants = tuple(layer_variants(cfg, cfg.decoder.layers))
+        self._built = 0
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = RecurrentCrossDecoderLayer(cfg, self.cross_attention_variants[self._built],
+                                           no_encoder_attn)
+        self._built += 1
+        # Activation checkpointing and FSDP wrapping, as fairseq's own layer builder applies them.
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        min_params = 0 if cfg.checkpoint_activations else cfg.min_params_to_wrap
+        return fsdp_wrap(layer, min_num_params=min_params)
+
+
+@register_model("recurrent_cross_transformer")
+class RecurrentCrossTransformerModel(TransformerModel):
+    """Transformer with recurrent encoder-decoder attention (Rosendahl et al. 2021); see the
+    module docstring for the flags."""
+
+    @classmethod
+    def hub_models(cls):
+        return {}
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--cross-attention", choices=list(CROSS_ATTENTION_VARIANTS),
+                            help="encoder-decoder attention: dot (Eq. 1), prev-context (Eq. 2), "
+                                 "prev-weight (Eq. 3), prev-accum-weight (Eq. 4), expand-kv "
+                                 "(Eqs. 5-8), continuous (Eq. 9) or coverage (Eq. 10); "
+                                 "default prev-weight")
+        parser.add_argument("--kv-variant", type=int, choices=list(KV_VARIANTS),
+                            help="expand-kv: extra key/value from the full previous context with "
+                                 "the shared W_k/W_v (1), with separate matrices (2), from the "
+                                 "head's own context with separate matrices (3), key "
+                                 "transformed and value not (4); default 1")
+        parser.add_argument("--rescale-lambda", type=float, metavar="L",
+                            help="λ of continuous (Eq. 9, in (0, 1]) and coverage (Eq. 10, "
+                                 ">= 0); default 0.5")
+        parser.add_argument("--rescale-window", type=int, metavar="K",
+                            help="continuous: the window j-k..j+k of Eq. 9; default 5")
+        parser.add_argument(LAYERS_FLAG, metavar="LAYERS",
+                            help="decoder layers (0-based, comma-separated) whose "
+                                 "encoder-decoder attention is --cross-attention, or 'all'; "
+                                 "the others use dot; default all")
+
+    @classmethod
+    def build_model(cls, args, task):
+        recurrent_cross_base_architecture(args)
+        if getattr(args, "left_pad_target", False):
+            raise ValueError("recurrent_cross_transformer: the cross-attention recurrence runs "
+                             "from the first target position, so targets must be right-padded; "
+                             "drop --left-pad-target")
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(cfg)
+        return RecurrentCrossTransformerDecoder(cfg, tgt_dict, embed_tokens,
+                                                no_encoder_attn=cfg.no_cross_attention)
+
+
+@register_model_architecture("recurrent_cross_transformer", "recurrent_cross_transformer")
+def recurrent_cross_base_architecture(args):
+    args.cross_attention = getattr(args, "cross_attention", "prev-weight")
+    args.kv_variant = getattr(args, "kv_variant", 1)
+    args.rescale_lambda = getattr(args, "rescale_lambda", 0.5)
+    args.rescale_window = getattr(args, "rescale_window", 5)
+    args.recurrent_cross_layers = getattr(args, "recurrent_cross_layers", "all")
+    base_architecture(args)
+
+
+@register_model_architecture("recurrent_cross_transformer",
+                             "recurrent_cross_transformer_iwslt_de_en")
+def recurrent_cross_transformer_iwslt_de_en(args):
+    transformer_iwslt_de_en(args)
+    recurrent_cross_base_architecture(args)
+
+
+@register_model_architecture("recurrent_cross_transformer", "recurrent_cross_transformer_small")
+def recurrent_cross_transformer_small(args):
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    recurrent_cross_base_architecture(args)

@@ -1,0 +1,226 @@
+"""The DenseNet of Pervasive Attention over the (target, source) grid (Elbayad et al. 2018, §3.1).
+
+Input X (B, f_0, T, S), e.g. the grid of Eq. 1, X_ij = [y_i; x_j]. Layer l (l = 1..L) reads the
+concatenation of X and the outputs of layers 1..l-1 (f_0 + (l-1)·g channels) and computes::
+
+    BN → ReLU → 1×1 conv to 4g → BN → ReLU → masked conv (k×⌈k/2⌉, see masked_conv2d) to g → dropout
+
+With ``gated`` both convolutions produce twice the channels and a gated linear unit halves them.
+The block returns BN → ReLU of the final concatenation H (B, f_0 + L·g, T, S), the closing
+normalization of a DenseNet.
+
+Padding: ``padding`` (B, T, S), True at grid cells whose target row or source column is padding.
+Those cells are zero in X and at every layer's output, and :class:`MaskedBatchNorm2d` leaves them
+out of its training statistics; a real cell therefore never depends on padding, in training or
+evaluation, wherever the padding sits.
+
+Memory-efficient mode (as Pleiss et al. 2017): the concatenation → BN → ReLU → 1×1 convolution
+of each layer, and the closing concatenation → BN → ReLU, run under
+``torch.utils.checkpoint`` and are recomputed in the backward pass, so a layer keeps only its
+g new channels and its 4g-channel bottleneck instead of its f_0 + (l-1)·g input channels. The
+gradients are those of the plain mode; batch-norm running statistics are updated once.
+
+Incremental decoding (evaluation only): the input is the newest grid row(s) (B, f_0, n, S) with
+their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in
+``incremental_state``.
+"""
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from .masked_conv2d import MaskedConv2d
+
+BOTTLENECK_FACTOR = 4  # the 1×1 convolution's output is 4g channels
+
+
+class _MaskedMoments(torch.autograd.Function):
+    """Per-channel mean and mean of squares of x (B, C, T, S) over the cells where ``pad``
+    (B, 1, T, S) is False, in float32. Saves only x and the mask for the backward pass."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, pad: Tensor, count: int):
+        real = x.masked_fill(pad, 0)
+        mean = real.sum((0, 2, 3), dtype=torch.float32) / count
+        meansq = torch.linalg.vector_norm(real, 2, (0, 2, 3), dtype=torch.float32).square() / count
+        ctx.save_for_backward(x, pad)
+        ctx.count = count
+        return mean, meansq
+
+    @staticmethod
+    def backward(ctx, grad_mean: Optional[Tensor], grad_meansq: Optional[Tensor]):
+        x, pad = ctx.saved_tensors
+        grad = torch.zeros(1, x.size(1), 1, 1, dtype=torch.float32, device=x.device)
+        if grad_mean is not None:
+            grad = grad + grad_mean.view(1, -1, 1, 1)
+        if grad_meansq is not None:
+            grad = grad + 2 * grad_meansq.view(1, -1, 1, 1) * x.float()
+        grad = (grad / ctx.count).expand_as(x).masked_fill(pad, 0)
+        return grad.to(x.dtype), None, None
+
+
+class MaskedBatchNorm2d(nn.BatchNorm2d):
+    """Batch normalization of x (B, C, T, S) whose training statistics are the mean and variance
+    over the real cells only (``pad`` (B, 1, T, S), True at padding); evaluation uses the running
+    statistics, which are updated from the same real-cell statistics (unbiased variance). Values
+    at padded cells are normalized like the others; callers zero them. Parameters and buffers are
+    those of ``nn.BatchNorm2d``."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1):
+        super().__init__(num_features, eps=eps, momentum=momentum)
+
+    def forward(self, x: Tensor, pad: Tensor, count: Optional[int] = None,
+                update_stats: bool = True) -> Tensor:
+        if x.dim() != 4 or x.size(1) != self.num_features:
+            raise ValueError(f"MaskedBatchNorm2d expects (batch, {self.num_features}, target, "
+                             f"source), got {tuple(x.shape)}")
+        if self.training:
+            if count is None:
+                count = real_cells(pad)
+            if count < 1:
+                raise ValueError("batch normalization in training needs at least one real grid "
+                                 "cell; the batch is all padding")
+            mean, meansq = _MaskedMoments.apply(x, pad, count)
+            var = (meansq - mean.square()).clamp_min(0)
+            if update_stats:
+                self._update_running_stats(mean, var, count)
+        else:
+            mean, var = self.running_mean.float(), self.running_var.float()
+        scale = self.weight.float() * torch.rsqrt(var + self.eps)
+        shift = self.bias.float() - mean * scale
+        return torch.addcmul(shift.to(x.dtype).view(1, -1, 1, 1), x,
+                             scale.to(x.dtype).view(1, -1, 1, 1))
+
+    @torch.no_grad()
+    def _update_running_stats(self, mean: Tensor, var: Tensor, count: int):
+        self.num_batches_tracked += 1
+        factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                  else self.momentum)
+        unbiased = var * (count / max(count - 1, 1))
+        self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
+        self.running_var.lerp_(unbiased.to(self.running_var.dtype), factor)
+
+
+def real_cells(pad: Tensor) -> int:
+    """Number of real (non-padded) cells of a (B, 1, T, S) padding mask."""
+    return int(pad.numel() - pad.sum())
+
+
+def _bn_relu(norm: MaskedBatchNorm2d, x: Tensor, pad: Tensor, count: Optional[int],
+             update_stats: bool = True) -> Tensor:
+    """ReLU(BN(x)), zero at padded cells (in place on the normalized tensor)."""
+    return norm(x, pad, count, update_stats).masked_fill_(pad, 0).relu_()
+
+
+def _recompute_in_backward(fn: Callable[..., Tensor], features: List[Tensor],
+                           enabled: bool) -> Tensor:
+    """``fn(*features, update_stats=True)``; with ``enabled`` and autograd recording, run it
+    under activation checkpointing: its intermediate tensors are recomputed in the backward pass
+    (where ``update_stats`` is False, so batch-norm running statistics move once)."""
+    if not (enabled and torch.is_grad_enabled()):
+        return fn(*features, update_stats=True)
+    calls = []
+
+    def run(*inputs):
+        out = fn(*inputs, update_stats=not calls)
+        calls.append(True)
+        return out
+
+    return checkpoint(run, *features, use_reentrant=False)
+
+
+class DenseLayer2d(nn.Module):
+    """One DenseNet layer: (B, in_channels, T, S) features in, (B, growth_rate, T, S) out."""
+
+    def __init__(self, in_channels: int, growth_rate: int, kernel_size: int,
+                 dropout: float = 0.0, gated: bool = False):
+        super().__init__()
+        width = BOTTLENECK_FACTOR * growth_rate
+        factor = 2 if gated else 1
+        self.gated = gated
+        self.dropout = dropout
+        self.norm1 = MaskedBatchNorm2d(in_channels)
+        self.conv1 = nn.Conv2d(in_channels, factor * width, kernel_size=1, bias=False)
+        self.norm2 = MaskedBatchNorm2d(width)
+        self.conv2 = MaskedConv2d(width, factor * growth_rate, kernel_size)
+        nn.init.kaiming_normal_(self.conv1.weight, nonlinearity="relu")
+
+    def bottleneck(self, *features: Tensor, pad: Tensor, count: Optional[int],
+                   update_stats: bool = True) -> Tensor:
+        """Concatenation → BN → ReLU → 1×1 convolution (→ GLU): (B, 4g, T, S)."""
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+        x = self.conv1(_bn_relu(self.norm1, x, pad, count, update_stats))
+        return F.glu(x, dim=1) if self.gated else x
+
+    def forward(self, features: List[Tensor], pad: Tensor, count: Optional[int] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                memory_efficient: bool = False) -> Tensor:
+        def bottleneck(*inputs, update_stats):
+            return self.bottleneck(*inputs, pad=pad, count=count, update_stats=update_stats)
+
+        h = _recompute_in_backward(bottleneck, features, memory_efficient)
+        h = self.conv2(_bn_relu(self.norm2, h, pad, count), incremental_state)
+        if self.gated:
+            h = F.glu(h, dim=1)
+        h = h.masked_fill(pad, 0)
+        return F.dropout(h, self.dropout, self.training)
+
+
+class DenseNet2d(nn.Module):
+    """L dense layers over the grid and the closing BN → ReLU (see the module docstring):
+    (B, in_channels, T, S) → (B, out_channels = in_channels + L·g, T, S), zero at padding."""
+
+    def __init__(self, in_channels: int, num_layers: int, growth_rate: int, kernel_size: int,
+                 dropout: float = 0.0, gated: bool = False, memory_efficient: bool = False):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"the DenseNet needs at least one layer, got {num_layers} "
+                             f"(--num-layers)")
+        if growth_rate < 1:
+            raise ValueError(f"the growth rate must be positive, got {growth_rate} "
+                             f"(--growth-rate)")
+        self.in_channels = in_channels
+        self.num_layers = num_layers
+        self.growth_rate = growth_rate
+        self.kernel_size = kernel_size
+        self.gated = gated
+        self.memory_efficient = memory_efficient
+        self.layers = nn.ModuleList(
+            DenseLayer2d(in_channels + i * growth_rate, growth_rate, kernel_size, dropout, gated)
+            for i in range(num_layers))
+        self.out_channels = in_channels + num_layers * growth_rate
+        self.norm = MaskedBatchNorm2d(self.out_channels)
+
+    def extra_repr(self) -> str:
+        return f"memory_efficient={self.memory_efficient}"
+
+    def forward(self, x: Tensor, padding: Tensor,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None
+                ) -> Tensor:
+        if x.dim() != 4 or x.size(1) != self.in_channels:
+            raise ValueError(f"DenseNet2d expects (batch, {self.in_channels}, target, source), "
+                             f"got {tuple(x.shape)}")
+        if padding.shape != (x.size(0), x.size(2), x.size(3)):
+            raise ValueError(f"padding mask {tuple(padding.shape)} does not match the grid "
+                             f"(batch, target, source) = {(x.size(0), x.size(2), x.size(3))}")
+        if incremental_state is not None and self.training:
+            raise ValueError("incremental decoding needs evaluation mode (batch normalization "
+                             "uses its running statistics there); call model.eval()")
+        pad = padding.unsqueeze(1)
+        count = real_cells(pad) if self.training else None
+        features = [x.masked_fill(pad, 0)]
+        for layer in self.layers:
+            features.append(layer(features, pad, count, incremental_state,
+                                  self.memory_efficient))
+
+        def close(*inputs, update_stats):
+            return _bn_relu(self.norm, torch.cat(inputs, dim=1), pad, count, update_stats)
+
+        return _recompute_in_backward(close, features, self.memory_efficient)
+
+    def masked_weights(self) -> int:
+        """Weights of the paper's full k×k kernels that the causal mask keeps at zero."""
+        return sum(layer.conv2.masked_weights for layer in self.layers)
