@@ -17,7 +17,7 @@ def checkpoints(synthetic_databin, tmp_path_factory):
     save = tmp_path_factory.mktemp("ckpt-validated")
     args = helpers.train_args(synthetic_databin, save, "transformer", TINY_TRANSFORMER, max_update=4)
     args.remove("--disable-validation")
-    proc = helpers.run_cli("train", args)
+    proc = helpers.run_cli("train", args, fresh=True)  # a new interpreter loads the plugin
     return save, proc.stdout + proc.stderr
 
 
@@ -84,7 +84,7 @@ def test_fairseq_validate_and_generate_load_checkpoint(checkpoints, synthetic_da
     best = save / "checkpoint_best.pt"
     proc = helpers.run_cli("validate", [synthetic_databin, "--user-dir", helpers.USER_DIR, "--path", best,
                                         "--task", "translation", "--cpu", "--num-workers", "0",
-                                        "--max-tokens", "400"])
+                                        "--max-tokens", "400"], fresh=True)
     assert "valid on 'valid' subset" in proc.stdout + proc.stderr
     out = helpers.generate(synthetic_databin, best, ["--scoring", "ter"]).stdout
     assert "TER" in out

@@ -17,7 +17,7 @@ def test_module_prints_user_dir():
 def test_relative_user_dir_from_checkout(synthetic_databin, tmp_path):
     args = helpers.train_args(synthetic_databin, tmp_path, "transformer", TINY_TRANSFORMER, max_update=1)
     args[args.index("--user-dir") + 1] = "ran_fairseq"
-    proc = helpers.run_cli("train", [*args, "--no-save"], cwd=helpers.REPO)
+    proc = helpers.run_cli("train", [*args, "--no-save"], cwd=helpers.REPO, fresh=True)
     log = proc.stdout + proc.stderr
     assert "num_updates 1" in log or "num_updates=1" in log
 
