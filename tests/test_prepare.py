@@ -113,6 +113,51 @@ def test_changed_bpe_merges_rebuild(de_en_bin, raw_slice, tmp_path, capsys):
     assert (out / "dict.de.txt").read_bytes() == (out / "dict.en.txt").read_bytes()
 
 
+def test_word_level_vocabularies(de_en_bin, raw_slice, tmp_path, capsys):
+    """--bpe-merges 0: Moses tokens binarized as they are, one dictionary per language cut to
+    --nwords-src/--nwords-tgt (specials included), the rest <unk>; the model's input tokens are
+    kept beside the raw text. A BPE data-bin's stamp does not record the word-level options."""
+    from fairseq.data import Dictionary, data_utils
+
+    assert set(json.loads((de_en_bin / "prepare-stamp.json").read_text())["options"]) == {
+        "src", "tgt", "bpe_merges", "lowercase", "normalize_punct", "aggressive_dash_splits",
+        "clean", "valid_every"}
+    out = tmp_path / "words"
+    args = ["multi30k", "--src", "de", "--tgt", "en", "--raw-dir", str(raw_slice), "--out",
+            str(out), "--bpe-merges", "0", "--nwords-src", "100", "--nwords-tgt", "60",
+            "--no-joined-dictionary", "--workers", "1"]
+    assert main(args) == 0
+    assert "words" in capsys.readouterr().out and not (out / "code").exists()
+    src_dict, tgt_dict = (Dictionary.load(str(out / f"dict.{lang}.txt")) for lang in ("de", "en"))
+    def words(d):  # fairseq pads a dictionary to a multiple of 8 with madeupwordN
+        return sum(1 for s in d.symbols if not s.startswith("madeupword"))
+
+    assert [words(src_dict), words(tgt_dict)] == [100, 60]
+    for split in ("valid", "test"):
+        for lang in ("de", "en"):
+            assert read(out / f"{split}.tok.{lang}") == read(out / "prep" / f"{split}.tok.{lang}")
+    tok = read(out / "test.tok.en")
+    test = data_utils.load_indexed_dataset(str(out / "test.de-en.en"), tgt_dict)
+    for i in range(5):
+        expected = [w if tgt_dict.index(w) != tgt_dict.unk() else "<unk>" for w in tok[i].split()]
+        assert tgt_dict.string(test[i][:-1]).split() == expected
+    assert any("<unk>" in tgt_dict.string(test[i]) for i in range(len(test)))
+    assert main(args) == 0 and "up to date" in capsys.readouterr().out
+    stamp = json.loads((out / "prepare-stamp.json").read_text())["options"]
+    assert (stamp["bpe_merges"], stamp["nwords_tgt"], stamp["joined_dictionary"]) == (0, 60, False)
+
+
+@pytest.mark.parametrize("flags,match", [
+    (["--bpe-merges", "-1"], "--bpe-merges"),
+    (["--nwords-src", "50", "--nwords-tgt", "40"], "--no-joined-dictionary"),
+    (["--bpe-merges", "0", "--clean-max-len", "50", "--clean-on", "bpe"], "--clean-on tok"),
+], ids=["negative-merges", "joined-sizes", "clean-on-bpe"])
+def test_word_level_flag_errors(raw_slice, tmp_path, capsys, flags, match):
+    assert main(["multi30k", "--src", "de", "--tgt", "en", "--raw-dir", str(raw_slice),
+                 "--out", str(tmp_path / "o"), *flags]) == 1
+    assert match in capsys.readouterr().err
+
+
 def test_download_reverse_direction_lowercased(raw_slice, tmp_path, capsys, monkeypatch):
     """en->de, lowercased, with the raw files missing and fetched by --download (from a file://
     mirror standing in for GitHub); a second run finds the earlier download."""

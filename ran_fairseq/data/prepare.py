@@ -5,10 +5,14 @@ normalization -> Moses tokenization (sacremoses, language-specific, no XML escap
 lowercasing -> optional length cleaning of train (Moses clean-corpus-n: token counts and length
 ratio, on tokens or on BPE units) -> optional hold-out of every N-th train pair as valid -> joint
 BPE (subword-nmt) learned on train source+target -> BPE applied to every split ->
-``fairseq-preprocess --joined-dictionary``.
+``fairseq-preprocess --joined-dictionary``. With ``bpe_merges = 0`` the Moses tokens are binarized
+as they are (word-level vocabularies), optionally cut to the most frequent ``nwords_src`` /
+``nwords_tgt`` words (the rest become ``<unk>``) and with one dictionary per language.
 
 The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,valid,test}.*``:
   ``code``                        the BPE merges (fairseq-generate --bpe subword_nmt --bpe-codes)
+                                  (word level: no ``code``, but ``{valid,test}.tok.{src,tgt}``, the
+                                  tokens the model reads, for ``ran_fairseq.scoring.replace_unk``)
   ``{valid,test}.raw.{src,tgt}``  untokenized text (lowercased under --lowercase) for scoring
   ``prepare-stamp.json``          the parameters, inputs and tool versions: rerunning with the same
                                   ones does nothing, with different ones rebuilds
@@ -87,6 +91,14 @@ class Options:
     aggressive_dash_splits: bool = False
     clean: Optional[Cleaning] = None
     valid_every: int = 0  # > 0: valid = every N-th (kept) train pair, held out of train
+    # Added after stamp version 1: recorded in the stamp only when they differ from these
+    # defaults, so that data-bins made before them stay up to date.
+    nwords_src: int = 0  # > 0: fairseq-preprocess --nwordssrc (specials included)
+    nwords_tgt: int = 0  # > 0: fairseq-preprocess --nwordstgt
+    joined_dictionary: bool = True
+
+
+_LATER_OPTIONS = {"nwords_src": 0, "nwords_tgt": 0, "joined_dictionary": True}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,12 +263,17 @@ def apply_bpe_file(codes: Path, inp: Path, out: Path, pool=None) -> None:
             _write_lines(f_out, segmented)
 
 
-def binarize(prefixes: Dict[str, Path], src: str, tgt: str, dest: Path, workers: int) -> None:
-    """``fairseq-preprocess --joined-dictionary`` of ``{prefix}.{src,tgt}`` per split."""
+def binarize(prefixes: Dict[str, Path], src: str, tgt: str, dest: Path, workers: int,
+             joined: bool = True, nwords_src: int = 0, nwords_tgt: int = 0) -> None:
+    """``fairseq-preprocess [--joined-dictionary]`` of ``{prefix}.{src,tgt}`` per split, keeping
+    the ``nwords_*`` most frequent words (specials included; 0: all)."""
     cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src,
            "--target-lang", tgt, "--trainpref", str(prefixes["train"]),
            "--validpref", str(prefixes["valid"]), "--testpref", str(prefixes["test"]),
-           "--destdir", str(dest), "--joined-dictionary", "--workers", str(max(1, workers))]
+           "--destdir", str(dest), "--workers", str(max(1, workers))]
+    cmd += ["--joined-dictionary"] if joined else []
+    cmd += ["--nwordssrc", str(nwords_src)] if nwords_src > 0 else []
+    cmd += ["--nwordstgt", str(nwords_tgt)] if nwords_tgt > 0 else []
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -285,7 +302,11 @@ def _tool_versions() -> Dict[str, str]:
 
 def _output_names(opts: Options) -> List[str]:
     s, t = opts.src, opts.tgt
-    names = [f"dict.{s}.txt", f"dict.{t}.txt", "code", "preprocess.log"]
+    names = [f"dict.{s}.txt", f"dict.{t}.txt", "preprocess.log"]
+    if opts.bpe_merges > 0:
+        names.append("code")
+    else:
+        names += [f"{split}.tok.{lang}" for split in ("valid", "test") for lang in (s, t)]
     names += [f"{split}.{s}-{t}.{lang}.{ext}" for split in SPLITS for lang in (s, t)
               for ext in ("bin", "idx")]
     names += [f"{split}.raw.{lang}" for split in ("valid", "test") for lang in (s, t)]
@@ -302,7 +323,8 @@ def _make_stamp(splits: Dict[str, List[Part]], opts: Options, corpus: str) -> di
     return {
         "version": STAMP_VERSION,
         "corpus": corpus,
-        "options": asdict(opts),
+        "options": {k: v for k, v in asdict(opts).items()
+                    if k not in _LATER_OPTIONS or v != _LATER_OPTIONS[k]},
         "splits": {split: [[str(Path(p.src).resolve()), str(Path(p.tgt).resolve()), p.fmt,
                             p.ascii_apostrophe] for p in parts]
                    for split, parts in splits.items()},
@@ -348,8 +370,14 @@ def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
                                f"(--src/--tgt)")
     if opts.src == opts.tgt:
         raise PrepareError(f"source and target language are both {opts.src!r} (--src/--tgt)")
-    if opts.bpe_merges < 1:
-        raise PrepareError(f"--bpe-merges must be positive, got {opts.bpe_merges}")
+    if opts.bpe_merges < 0:
+        raise PrepareError(f"--bpe-merges must be positive, or 0 for word-level vocabularies, "
+                           f"got {opts.bpe_merges}")
+    if opts.nwords_src < 0 or opts.nwords_tgt < 0:
+        raise PrepareError("--nwords-src/--nwords-tgt must be positive, or 0 for all words")
+    if opts.joined_dictionary and opts.nwords_tgt not in (0, opts.nwords_src):
+        raise PrepareError("a joined dictionary has one size, --nwords-src; pass "
+                           "--no-joined-dictionary for a separate --nwords-tgt")
     if not splits.get("train") or not splits.get("test"):
         raise PrepareError("need train and test data (--train/--train-prefix, "
                            "--test/--test-prefix)")
@@ -360,6 +388,8 @@ def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
         c = opts.clean
         if c.stage not in ("tok", "bpe"):
             raise PrepareError(f"--clean-on must be 'tok' or 'bpe', got {c.stage!r}")
+        if c.stage == "bpe" and opts.bpe_merges == 0:
+            raise PrepareError("--clean-on bpe needs BPE: pass --clean-on tok with --bpe-merges 0")
         if not 1 <= c.min_len <= c.max_len:
             raise PrepareError(f"need 1 <= --clean-min-len <= --clean-max-len, got "
                                f"{c.min_len} and {c.max_len}")
@@ -445,7 +475,8 @@ def prepare(splits: Dict[str, List[Part]], out_dir, opts: Options, work_dir=None
         return False
     _prepare_out_dir(out_dir, outputs, old, force)
     work.mkdir(parents=True, exist_ok=True)
-    say(f"building {out_dir} ({s}->{t}, {opts.bpe_merges} BPE merges"
+    units = f"{opts.bpe_merges} BPE merges" if opts.bpe_merges > 0 else "words"
+    say(f"building {out_dir} ({s}->{t}, {units}"
         f"{', lowercased' if opts.lowercase else ''}; work dir {work}; {workers} workers)")
 
     clean_tok = opts.clean if opts.clean is not None and opts.clean.stage == "tok" else None
@@ -456,12 +487,17 @@ def prepare(splits: Dict[str, List[Part]], out_dir, opts: Options, work_dir=None
         _tokenize_splits(splits, opts, work, "train-all" if filter_train else "train", pool)
         if filter_train:
             _split_train(opts, work, clean_tok)
-        _bpe_splits(opts, work, out_dir / "code", clean_bpe, pool)
+        if opts.bpe_merges > 0:
+            _bpe_splits(opts, work, out_dir / "code", clean_bpe, pool)
+    units = "bpe" if opts.bpe_merges > 0 else "tok"
     for split in ("valid", "test"):
         for lang in (s, t):
             shutil.copyfile(work / f"{split}.raw.{lang}", out_dir / f"{split}.raw.{lang}")
+            if units == "tok":
+                shutil.copyfile(work / f"{split}.tok.{lang}", out_dir / f"{split}.tok.{lang}")
     step = time.time()
-    binarize({split: work / f"{split}.bpe" for split in SPLITS}, s, t, out_dir, workers)
+    binarize({split: work / f"{split}.{units}" for split in SPLITS}, s, t, out_dir, workers,
+             opts.joined_dictionary, opts.nwords_src, opts.nwords_tgt)
     say(f"binarized ({time.time() - step:.1f} s)")
     stamp["outputs"] = outputs
     (out_dir / STAMP).write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
@@ -534,8 +570,16 @@ def _add_common(p: argparse.ArgumentParser, bpe_merges=10000, lowercase=False, n
                 aggressive=False, clean_max_len=0, clean_on="tok") -> None:
     g = p.add_argument_group("processing (everything here is recorded in the stamp)")
     g.add_argument("--bpe-merges", type=int, default=bpe_merges, metavar="N",
-                   help="joint BPE merge operations learned on train source+target "
-                        "(default %(default)s)")
+                   help="joint BPE merge operations learned on train source+target; 0: no BPE, "
+                        "word-level vocabularies (default %(default)s)")
+    g.add_argument("--nwords-src", type=int, default=0, metavar="N",
+                   help="keep the N most frequent source words, specials included, the rest "
+                        "becoming <unk> (fairseq-preprocess --nwordssrc; with a joined "
+                        "dictionary its size); 0: all (default)")
+    g.add_argument("--nwords-tgt", type=int, default=0, metavar="N",
+                   help="as --nwords-src for the target (needs --no-joined-dictionary)")
+    g.add_argument("--joined-dictionary", action=argparse.BooleanOptionalAction, default=True,
+                   help="one dictionary for both languages (default %(default)s)")
     g.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=lowercase,
                    help="lowercase all text, raw references included (default %(default)s)")
     g.add_argument("--normalize-punct", action=argparse.BooleanOptionalAction, default=normalize,
@@ -571,7 +615,8 @@ def _options(args, valid_every: int = 0) -> Options:
     return Options(args.src, args.tgt, bpe_merges=args.bpe_merges, lowercase=args.lowercase,
                    normalize_punct=args.normalize_punct,
                    aggressive_dash_splits=args.aggressive_dash_splits, clean=clean,
-                   valid_every=valid_every)
+                   valid_every=valid_every, nwords_src=args.nwords_src,
+                   nwords_tgt=args.nwords_tgt, joined_dictionary=args.joined_dictionary)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -140,6 +140,12 @@ class RecurrentCrossTransformerModel(TransformerModel):
                              "drop --left-pad-target")
         return super().build_model(args, task)
 
+    def set_beam_size(self, beam_size):
+        """Called by fairseq's beam search (``EnsembleModel.set_decoder_beam_size``): the
+        cross-attention then keeps its cached keys and values through reorders that stay within
+        each sentence's beam."""
+        self.decoder.set_beam_size(beam_size)
+
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(cfg)

@@ -13,13 +13,13 @@ Flags: ``--dynamic-memory-window k`` (window 2k+1; paper: k = 0 and k = 5), ``--
 default: the decoder's hidden size). ``--arch rnnsearch_dynmem`` is the paper's size (embeddings
 and LSTMs 1000, memory 500, k = 5); ``rnnsearch_dynmem_small`` is a CPU size (256, memory 128).
 
-Choices where the paper is silent: ``--encoder-hidden-size`` is per direction (annotations have
-twice that size, as in Bahdanau et al.'s RNNSearch); the decoder starts from
-s_0 = tanh(W_s [→h_S; ←h_1] + b_s) of the top encoder layer in every decoder layer, with zero cell
-states and a zero input feed c_0; ``--dropout`` (default 0.2) applies to embeddings, encoder
-outputs, between LSTM layers and to s̃_j; every parameter starts uniform in [-0.1, 0.1] (paper
-§3, fairseq's ``lstm`` initializers). The model has no length limit of its own: the task's
-``--max-source-positions``/``--max-target-positions`` filter training data only.
+Every parameter starts uniform in [-0.1, 0.1] as in the paper (``--init-range``). Choices where
+the paper is silent: ``--encoder-hidden-size`` is per direction (annotations have twice that size,
+as in Bahdanau et al.'s RNNSearch); the decoder starts from s_0 = tanh(W_s [→h_S; ←h_1] + b_s) of
+the top encoder layer in every decoder layer, with zero cell states and a zero input feed c_0;
+``--dropout`` (default 0.2) applies to embeddings, encoder outputs, between LSTM layers and to
+s̃_j. The model has no length limit of its own: the task's ``--max-source-positions`` /
+``--max-target-positions`` filter training data only.
 """
 import torch
 import torch.nn as nn
@@ -39,7 +39,7 @@ from ..modules.dynamic_memory_attention import (
     DynamicMemoryAttention,
 )
 
-UNLIMITED_POSITIONS = 100000  # an RNN has no position limit; fairseq's lstm uses the same bound
+UNLIMITED_POSITIONS = 100000  # an RNN has no position limit (fairseq's lstm default bound)
 
 
 class RNNSearchEncoder(LSTMEncoder):
@@ -48,7 +48,7 @@ class RNNSearchEncoder(LSTMEncoder):
     ``forward`` returns a dict: ``encoder_out`` (B, S, 2H) annotations, zero at padding, in the
     column layout of ``src_tokens`` (left- or right-padded alike); ``encoder_padding_mask`` (B, S),
     True at padding; ``final_hiddens`` / ``final_cells`` (layers, B, 2H), [→h_S; ←h_1] per layer.
-    Batches need not be sorted by length.
+    Batches need not be sorted by length; ``src_lengths`` is not needed (the padding gives them).
     """
 
     def __init__(self, dictionary, embed_tokens, hidden_size, num_layers, dropout):
@@ -79,10 +79,9 @@ class RNNSearchEncoder(LSTMEncoder):
                 "final_hiddens": final_hiddens, "final_cells": final_cells}
 
     def reorder_encoder_out(self, encoder_out, new_order):
-        return {"encoder_out": encoder_out["encoder_out"].index_select(0, new_order),
-                "encoder_padding_mask": encoder_out["encoder_padding_mask"].index_select(0, new_order),
-                "final_hiddens": encoder_out["final_hiddens"].index_select(1, new_order),
-                "final_cells": encoder_out["final_cells"].index_select(1, new_order)}
+        batch_dim = {"final_hiddens": 1, "final_cells": 1}  # the others are batch-first
+        return {name: value.index_select(batch_dim.get(name, 0), new_order)
+                for name, value in encoder_out.items()}
 
 
 class RNNSearchDecoder(FairseqIncrementalDecoder):
@@ -219,6 +218,8 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
                             help="size of each source word's memory LSTM (paper: 500)")
         parser.add_argument("--no-dynamic-memory", action="store_true",
                             help="plain RNNSearch attention (Eq. 5) without the memory")
+        parser.add_argument("--init-range", type=float, metavar="R",
+                            help="every parameter starts uniform in [-R, R]; default 0.1 (paper)")
         parser.add_argument("--share-decoder-input-output-embed", action="store_true",
                             help="tie W_2 to the target embeddings (needs "
                                  "--decoder-out-embed-dim = --decoder-embed-dim)")
@@ -265,7 +266,19 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
                                    args.decoder_hidden_size, args.decoder_out_embed_dim,
                                    args.decoder_layers, attention, args.dropout,
                                    args.share_decoder_input_output_embed)
-        return cls(encoder, decoder)
+        model = cls(encoder, decoder)
+        model.init_uniform_(args.init_range)
+        return model
+
+    def init_uniform_(self, bound):
+        """Every parameter uniform in [-bound, bound] (paper: 0.1), padding embeddings zero."""
+        if bound <= 0:
+            raise ValueError(f"--init-range must be positive, got {bound}")
+        with torch.no_grad():
+            for param in self.parameters():
+                param.uniform_(-bound, bound)
+            for embed in (self.encoder.embed_tokens, self.decoder.embed_tokens):
+                embed.weight[embed.padding_idx].zero_()
 
 
 @register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem")
@@ -285,6 +298,7 @@ def rnnsearch_dynmem(args):
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed",
                                                     False)
     args.share_all_embeddings = getattr(args, "share_all_embeddings", False)
+    args.init_range = getattr(args, "init_range", 0.1)
 
 
 @register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem_small")

@@ -5,7 +5,7 @@ For decoder step j with query s_j (the decoder state) and source annotations h_i
 
     e_ij = v_aᵀ tanh(W_a h_i + U_a s_j)                        (Eq. 5, plain RNNSearch)
     e_ij = v_aᵀ tanh(W_a [h_i; d_ij] + U_a s_j)                 (Eq. 11, with dynamic memory)
-    α_ij = softmax_i(e_ij),  c_j = Σ_i α_ij h_i                 (Eqs. 6-7 = Eq. 13: no d in the read)
+    α_ij = softmax_i(e_ij),  c_j = Σ_i α_ij h_i                (Eqs. 6-7 = Eq. 13: no d in the read)
 
 where the memory d_ij of source word i is an LSTM over decoding steps whose input is the window
 α̃_ij = [α_{i-k,j-1}, ..., α_{i+k,j-1}] of the previous step's attention around i (2k+1 values),

@@ -68,6 +68,8 @@ _MASKED = -1e9
 _STATE_KEY = {"prev-context": "prev_context", "expand-kv": "prev_context",
               "prev-weight": "prev_weights", "prev-accum-weight": "accum_weights",
               "coverage": "accum_weights", "continuous": "prev_energies"}
+# What the state caches from the source alone: the same for every hypothesis of a sentence.
+_SOURCE_KEYS = ("key", "value", "gain")
 
 
 def check_options(variant: str, kv_variant: int, rescale_lambda: float, rescale_window: int):
@@ -202,10 +204,10 @@ class RecurrentCrossAttention(nn.Module):
     heads, (H, B, T, S) with ``need_head_weights``, or None. The target positions of a full
     (teacher-forced) call are consecutive decoding steps from the first. With
     ``incremental_state`` it runs one step (T = 1) and keeps, per hypothesis, the projected keys
-    and values and the variant's recurrent quantity (previous context (B, H, d_k), previous or
-    accumulated weights (B, H, S), or previous rescaled energies (B, H, S)), all reordered in
-    :meth:`reorder_incremental_state`. Parameters q_proj, k_proj, v_proj, out_proj are named as in
-    fairseq's ``MultiheadAttention``; each variant adds its own.
+    and values (and the gains u·k_j of Eqs. 3, 4) and the variant's recurrent quantity (previous
+    context (B, H, d_k), previous or accumulated weights (B, H, S), or previous rescaled energies
+    (B, H, S)), all reordered in :meth:`reorder_incremental_state`. Parameters q_proj, k_proj,
+    v_proj, out_proj are named as in fairseq's ``MultiheadAttention``; each variant adds its own.
     """
 
     records_attention = True  # modules/attention_entropy.py records its weights
@@ -426,9 +428,14 @@ class RecurrentCrossAttention(nn.Module):
             state[name] = rescaled
             probs = torch.softmax(self._masked(rescaled.unsqueeze(2), padding), dim=-1)
         elif variant in ("prev-weight", "prev-accum-weight", "coverage"):
+            gain = state.get("gain")
+            if gain is None:
+                gain = self._gain(k)
+                if torch.is_tensor(gain):
+                    state["gain"] = gain
             probs, state[name] = weight_recurrence(
-                self._masked(energies, padding), self._gain(k),
-                accumulate=variant != "prev-weight", previous=previous)  # Eqs. 3, 4, 10
+                self._masked(energies, padding), gain, accumulate=variant != "prev-weight",
+                previous=previous)  # Eqs. 3, 4, 10
         elif variant == "prev-context":
             if previous is not None:  # Eq. 2: q_i = W_q s_i + U c_{i-1}
                 extra_q = self.context_query(previous).unsqueeze(2) * self.scaling
@@ -450,8 +457,8 @@ class RecurrentCrossAttention(nn.Module):
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         """Reorder the per-hypothesis state (keys, values, recurrent quantity) for beam search.
-        All hypotheses of a sentence share its keys and values, so a reorder within each beam of
-        ``beam_size`` rows leaves them as they are."""
+        All hypotheses of a sentence share what comes from its source (keys, values, the gains of
+        Eqs. 3, 4), so a reorder within each beam of ``beam_size`` rows leaves that as it is."""
         buffer = self._get_input_buffer(incremental_state)
         if not buffer:
             return incremental_state
@@ -461,7 +468,7 @@ class RecurrentCrossAttention(nn.Module):
             start = torch.arange(rows, device=new_order.device) // self.beam_size
             within_beams = bool((new_order // self.beam_size == start).all())
         for name, value in buffer.items():
-            if value is not None and not (within_beams and name in ("key", "value")):
+            if value is not None and not (within_beams and name in _SOURCE_KEYS):
                 buffer[name] = value.index_select(0, new_order)
         return self._set_input_buffer(incremental_state, buffer)
 
