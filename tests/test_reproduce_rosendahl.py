@@ -1,0 +1,132 @@
+"""scripts/reproduce-rosendahl.py (Rosendahl et al. 2021) end to end in a short setting (the baseline
+of Tables 1 and 2 and a Table 2 system, 1 pair, 2 updates) on a tiny word-level corpus; its --full
+commands; and the agreement of configs/recurrent_cross/*.json with each other and with
+configs/bench/recurrent_cross.json."""
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+SCRIPT = helpers.REPO / "scripts" / "reproduce-rosendahl.py"
+CONFIGS = helpers.REPO / "configs"
+DIR = CONFIGS / "recurrent_cross"
+SYSTEMS = ["baseline", "coverage"]
+PAPER_BASELINE = 23.45  # a paper number planted in a copy of paper.json
+
+
+def reproduce(*args):
+    cmd = [sys.executable, str(SCRIPT), "--threads", "1", *map(str, args)]
+    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
+                          timeout=300)
+
+
+def table_rows(table):
+    """{system: {heading: cell}} of the markdown table's data rows."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    heads = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
+            for line in lines[2:]]
+    return heads, {row["system"]: row for row in rows}
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """The CPU config on a tiny word-level de-en corpus (no BPE), with one paper number planted."""
+    root = tmp_path_factory.mktemp("reproduce-rosendahl")
+    raw = helpers.make_synthetic_corpus(root / "raw")
+    data = helpers.binarize(raw, root / "bin.de-en", joined=True)
+    for lang in ("de", "en"):  # the references the engine scores against
+        shutil.copy(raw / f"test.{lang}", data / f"test.raw.{lang}")
+    paper = json.loads((DIR / "paper.json").read_text())
+    paper["columns"][0]["values"]["baseline"] = PAPER_BASELINE
+    (root / "paper.json").write_text(json.dumps(paper))
+    cfg = json.loads((DIR / "cpu.json").read_text())
+    cfg.update(paper=str(root / "paper.json"), checkpoints=str(root / "ckpt"), bpe=None)
+    (root / "cpu.json").write_text(json.dumps(cfg))
+    out = root / "out"
+    proc = reproduce("--config", root / "cpu.json", "--data", str(root / "bin.{src}-{tgt}"),
+                     "--pairs", "de-en", "--systems", ",".join(SYSTEMS), "--max-update", "2",
+                     "--out", out)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return out, paper
+
+
+def test_table_has_finite_rows_and_the_papers_columns(first_run):
+    out, paper = first_run
+    heads, rows = table_rows((out / "TABLE.md").read_text())
+    assert list(rows) == SYSTEMS
+    for name, row in rows.items():
+        for heading in ("tok BLEU", "sacreBLEU", "TER", "decode sent/s", "train words/s",
+                        "train time ×baseline"):
+            value = float(row[heading].replace(",", ""))
+            assert math.isfinite(value) and value >= 0, (name, heading, row[heading])
+        assert float(row["decode sent/s"]) > 0
+    assert float(rows["baseline"]["train time ×baseline"]) == 1.0
+    assert [rows[s]["paper table"] for s in SYSTEMS] == ["1, 2", "2"]
+    titles = [c["title"] for c in paper["columns"]]
+    assert set(titles) <= set(heads)
+    assert float(rows["baseline"][titles[0]]) == PAPER_BASELINE
+    assert rows["coverage"][titles[0]] == ""
+    # coverage (Eq. 10) adds no parameters
+    assert rows["baseline"]["params"] == rows["coverage"]["params"]
+    results = json.loads((out / "results.json").read_text())["results"]
+    flags = {r["system"]: r["train_argv"] for r in results}
+    assert "label_smoothed_cross_entropy_with_entropy" in flags["coverage"]
+    assert flags["coverage"][-2:] == ["--cross-attention", "coverage"]
+    assert flags["baseline"][-2:] == ["--cross-attention", "dot"]
+
+
+def test_full_settings_print_base_model_commands_on_wmt16_ro_en():
+    proc = reproduce("--full", "--systems", "prev-weight", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    train, generate = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert "--arch recurrent_cross_transformer " in train and "data-bin/wmt16.ro-en" in train
+    assert "--source-lang ro --target-lang en" in train
+    assert "--cpu" not in train and "--dropout 0.1" in train
+    assert train.endswith("--cross-attention prev-weight")
+    assert "--beam 4" in generate and "--cpu" not in generate
+
+
+def flag_pairs(flags):
+    """{flag: value or None} of a flag list."""
+    out = {}
+    for i, flag in enumerate(flags):
+        if flag.startswith("--"):
+            nxt = flags[i + 1] if i + 1 < len(flags) else None
+            out[flag] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+def test_configs_agree():
+    systems = json.loads((DIR / "systems.json").read_text())["systems"]
+    names = {s["name"] for s in systems}
+    paper = json.loads((DIR / "paper.json").read_text())
+    for column in paper["columns"]:
+        assert set(column["values"]) == names, column["title"]
+    assert all(s["tables"] for s in systems)
+    assert {s["name"] for s in systems if "1" in s["tables"]} == \
+        {"baseline"} | {f"expand-kv {v}" for v in range(1, 5)}
+    assert sum("2" in s["tables"] for s in systems) == 6  # Table 2 less its unknown expand-kv row
+    # the benchmark file holds the same recurrent_cross_transformer_small systems
+    bench = json.loads((CONFIGS / "bench" / "recurrent_cross.json").read_text())
+    bench_flags = sorted(s["flags"] for s in bench["systems"]
+                         if s["arch"] == "recurrent_cross_transformer_small")
+    assert bench_flags == sorted(s["flags"] for s in systems)
+    assert {s["arch"] for s in systems} == {"recurrent_cross_transformer_small"}
+    # the CPU config trains as the benchmark does (criterion aside: the engine records entropies)
+    cpu = json.loads((DIR / "cpu.json").read_text())
+    cpu_flags = flag_pairs(cpu["train_flags"])
+    for flag, value in flag_pairs(bench["common_flags"]).items():
+        if flag != "--criterion":
+            assert cpu_flags.get(flag, "missing") == value, flag
+    # the full config differs in scale only: same systems and paper file, base model, GPU
+    full = json.loads((DIR / "full.json").read_text())
+    assert (full["systems"], full["paper"]) == (cpu["systems"], cpu["paper"])
+    assert (full["arch"], full["device"], full["pairs"]) == \
+        ("recurrent_cross_transformer", "cuda", ["ro-en"])
+    assert set(flag_pairs(cpu["train_flags"])) <= set(flag_pairs(full["train_flags"]))
