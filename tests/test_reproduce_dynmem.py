@@ -1,0 +1,138 @@
+"""scripts/reproduce-dynmem.py (Yang et al. 2017) end to end in a short setting: word-level data
+prepared by the project's pipeline on a tiny corpus, window 11 trained for 3 updates and decoded,
+and '+ UNK replace' decoding its checkpoint through ran_fairseq.scoring.replace_unk; then the
+--full commands and the agreement of configs/dynmem/* with each other and with paper-train.args."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+SCRIPT = helpers.REPO / "scripts" / "reproduce-dynmem.py"
+CONFIGS = helpers.REPO / "configs" / "dynmem"
+SYSTEMS = ["RNNSearch + window 11", "RNNSearch + window 11 + UNK replace"]
+
+
+def reproduce(*args):
+    cmd = [sys.executable, str(SCRIPT), "--threads", "1", *map(str, args)]
+    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """A word-level de-en data-bin (small vocabularies, so that the test set has <unk>) and one
+    short run of two systems on it."""
+    root = tmp_path_factory.mktemp("reproduce-dynmem")
+    raw = helpers.make_synthetic_corpus(root / "raw")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
+         "--out", str(root / "bin.de-en"), "--train-prefix", str(raw / "train"),
+         "--valid-prefix", str(raw / "valid"), "--test-prefix", str(raw / "test"),
+         "--bpe-merges", "0", "--nwords-src", "16", "--nwords-tgt", "16",
+         "--no-joined-dictionary", "--workers", "1", "--work-dir", str(root / "work")],
+        env=helpers.fairseq_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = root / "out"
+    proc = reproduce("--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en", "--systems",
+                     ",".join(SYSTEMS), "--max-update", "3", "--out", out,
+                     "--checkpoints", root / "ckpt")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return root, out
+
+
+def table_rows(table):
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    heads = [c.strip() for c in lines[0].strip("|").split("|")]
+    return {row["system"]: row for row in
+            (dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
+             for line in lines[2:])}
+
+
+def test_short_run_table_and_unk_replacement(first_run):
+    root, out = first_run
+    rows = table_rows((out / "TABLE.md").read_text())
+    assert list(rows) == SYSTEMS
+    paper = json.loads((CONFIGS / "paper.json").read_text())
+    for name, row in rows.items():
+        for heading in ("tok BLEU", "sacreBLEU", "chrF", "TER", "decode sent/s"):
+            value = float(row[heading].replace(",", ""))
+            assert math.isfinite(value) and value >= 0, (name, heading, row[heading])
+        for column in paper["columns"]:
+            assert column["title"] in row  # the paper's columns appear (blank: unknown numbers)
+    # UNK replace decodes window 11's checkpoint
+    assert rows["RNNSearch + window 11 + UNK replace"]["params"] == \
+        rows["RNNSearch + window 11"]["params"]
+    unk_dir = out / "de-en" / "RNNSearch_-_window_11_-_UNK_replace"
+    before = (unk_dir / "generate.txt").read_text()
+    after = (unk_dir / "generate.post.txt").read_text()
+    assert "\nA-" in before  # --print-alignment reached fairseq-generate
+    hyps = [line for line in after.splitlines() if line.startswith("H-")]
+    assert hyps and all("<unk>" not in line for line in hyps)
+    assert before.count("<unk>") > after.count("<unk>")  # 3 updates: <unk>s were generated
+
+
+def test_full_settings_print_paper_size_commands_on_word_level_wmt14():
+    proc = reproduce("--full", "--pairs", "en-de", "--systems",
+                     "RNNSearch + window 11 + UNK replace", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    # the window-11 system that trains the checkpoint comes first
+    train, _, generate, post = [line for line in proc.stdout.splitlines()
+                                if not line.startswith("#")]
+    assert "--arch rnnsearch_dynmem " in train and "data-bin/wmt14-word.en-de" in train
+    assert "--cpu" not in train and "--dynamic-memory-window 5" in train
+    assert "--print-alignment" in generate and "--post-process" not in generate
+    assert post.startswith("python -m ran_fairseq.scoring.replace_unk ")
+    assert "data-bin/wmt14-word.en-de/test.tok.en" in post
+
+
+def flag_pairs(flags):
+    """{flag: value or None} of a flag list."""
+    out = {}
+    for i, flag in enumerate(flags):
+        if flag.startswith("--"):
+            nxt = flags[i + 1] if i + 1 < len(flags) else None
+            out[flag] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+def paper_recipe():
+    """configs/dynmem/paper-train.args as {flag: value}."""
+    flags = []
+    for line in (CONFIGS / "paper-train.args").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        flags += line.split(None, 1) if line else []
+    return flag_pairs(flags)
+
+
+def test_configs_agree():
+    systems = json.loads((CONFIGS / "systems.json").read_text())["systems"]
+    paper = json.loads((CONFIGS / "paper.json").read_text())
+    for column in paper["columns"]:
+        assert set(column["values"]) == {s["name"] for s in systems}, column["title"]
+    recipe = paper_recipe()
+    full = json.loads((CONFIGS / "full.json").read_text())
+    cpu = json.loads((CONFIGS / "cpu.json").read_text())
+    # full.json trains with paper-train.args flag for flag (the arch comes from its 'arch')
+    assert full["arch"] == recipe.pop("--arch")
+    full_flags = flag_pairs(full["train_flags"])
+    for flag, value in recipe.items():
+        assert full_flags.get(flag, "missing") == value, flag
+    # cpu.json: the same recipe, shortened (fewer epochs, earlier annealing)
+    cpu_flags = flag_pairs(cpu["train_flags"])
+    shortened = {"--max-epoch", "--force-anneal"}
+    for flag, value in recipe.items():
+        if flag not in shortened:
+            assert cpu_flags.get(flag, "missing") == value, flag
+    assert int(cpu_flags["--max-epoch"]) <= int(recipe["--max-epoch"])
+    for config in (cpu, full):
+        assert config["bpe"] is None and "--bpe-merges" in config["prepare"]
+        assert config["prepare"][config["prepare"].index("--bpe-merges") + 1] == "0"
+    # the benchmark's training flags are the recipe's
+    bench = json.loads((helpers.REPO / "configs" / "bench" / "dynmem.json").read_text())
+    for flag, value in flag_pairs(bench["common_flags"]).items():
+        if flag != "--dropout":
+            assert recipe.get(flag, "missing") == value, flag
