@@ -86,4 +86,20 @@ SYSTEMS += [
     System("dynmem-k5", "rnnsearch_dynmem", (*TINY_DYNMEM, "--dynamic-memory-window", "5")),
 ]
 
-# pervasive_attention (Elbayad et al. 2018): every id starts with "pa-".
+# pervasive_attention (Elbayad et al. 2018): every id starts with "pa-". k = 5 in most entries,
+# so that the cached steps keep two past rows per masked convolution.
+TINY_PA = ("--num-layers", "3", "--growth-rate", "4", "--kernel-size", "5",
+           "--encoder-embed-dim", "8", "--decoder-embed-dim", "8")
+SYSTEMS += [
+    System("pa-max", "pervasive_attention", (*TINY_PA, "--aggregator", "max")),
+    System("pa-avg", "pervasive_attention",
+           (*TINY_PA, "--aggregator", "avg", "--kernel-size", "3",
+            "--positional-embeddings", "learned")),
+    System("pa-attn", "pervasive_attention",
+           (*TINY_PA, "--aggregator", "attn", "--memory-efficient-densenet",
+            "--share-decoder-input-output-embed")),
+    System("pa-max-attn", "pervasive_attention",
+           (*TINY_PA, "--aggregator", "max-attn", "--positional-embeddings", "sinusoidal")),
+    System("pa-max-gated", "pervasive_attention",
+           (*TINY_PA, "--aggregator", "max", "--gated-convolutions")),
+]

@@ -15,10 +15,12 @@ out of its training statistics; a real cell therefore never depends on padding, 
 evaluation, wherever the padding sits.
 
 Memory-efficient mode (as Pleiss et al. 2017): the concatenation → BN → ReLU → 1×1 convolution
-of each layer, and the closing concatenation → BN → ReLU, run under
-``torch.utils.checkpoint`` and are recomputed in the backward pass, so a layer keeps only its
-g new channels and its 4g-channel bottleneck instead of its f_0 + (l-1)·g input channels. The
-gradients are those of the plain mode; batch-norm running statistics are updated once.
+→ BN → ReLU of each layer (everything before the masked convolution), and the closing
+concatenation → BN → ReLU, run under ``torch.utils.checkpoint`` and are recomputed in the
+backward pass, so a layer keeps only its g new channels and the 4g-channel input of its masked
+convolution instead of its f_0 + (l-1)·g input channels (twice: before and after BN → ReLU) and
+two 4g-channel tensors. The gradients are those of the plain mode; batch-norm running statistics
+are updated once.
 
 Incremental decoding (evaluation only): the input is the newest grid row(s) (B, f_0, n, S) with
 their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in
@@ -39,11 +41,12 @@ BOTTLENECK_FACTOR = 4  # the 1×1 convolution's output is 4g channels
 
 class _MaskedMoments(torch.autograd.Function):
     """Per-channel mean and mean of squares of x (B, C, T, S) over the cells where ``pad``
-    (B, 1, T, S) is False, in float32. Saves only x and the mask for the backward pass."""
+    (B, 1, T, S) is False, in float32. Saves only x and the mask for the backward pass. With
+    ``zero_padding`` the caller guarantees x = 0 at padded cells, which saves a masked copy."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, pad: Tensor, count: int):
-        real = x.masked_fill(pad, 0)
+    def forward(ctx, x: Tensor, pad: Tensor, count: int, zero_padding: bool):
+        real = x if zero_padding else x.masked_fill(pad, 0)
         mean = real.sum((0, 2, 3), dtype=torch.float32) / count
         meansq = torch.linalg.vector_norm(real, 2, (0, 2, 3), dtype=torch.float32).square() / count
         ctx.save_for_backward(x, pad)
@@ -59,21 +62,22 @@ class _MaskedMoments(torch.autograd.Function):
         if grad_meansq is not None:
             grad = grad + 2 * grad_meansq.view(1, -1, 1, 1) * x.float()
         grad = (grad / ctx.count).expand_as(x).masked_fill(pad, 0)
-        return grad.to(x.dtype), None, None
+        return grad.to(x.dtype), None, None, None
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
     """Batch normalization of x (B, C, T, S) whose training statistics are the mean and variance
     over the real cells only (``pad`` (B, 1, T, S), True at padding); evaluation uses the running
     statistics, which are updated from the same real-cell statistics (unbiased variance). Values
-    at padded cells are normalized like the others; callers zero them. Parameters and buffers are
-    those of ``nn.BatchNorm2d``."""
+    at padded cells are normalized like the others; callers zero them. ``zero_padding=True``
+    promises that x is already zero at padded cells (the DenseNet keeps it so), which skips a
+    masked copy of x. Parameters and buffers are those of ``nn.BatchNorm2d``."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1):
         super().__init__(num_features, eps=eps, momentum=momentum)
 
     def forward(self, x: Tensor, pad: Tensor, count: Optional[int] = None,
-                update_stats: bool = True) -> Tensor:
+                update_stats: bool = True, zero_padding: bool = False) -> Tensor:
         if x.dim() != 4 or x.size(1) != self.num_features:
             raise ValueError(f"MaskedBatchNorm2d expects (batch, {self.num_features}, target, "
                              f"source), got {tuple(x.shape)}")
@@ -83,7 +87,7 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             if count < 1:
                 raise ValueError("batch normalization in training needs at least one real grid "
                                  "cell; the batch is all padding")
-            mean, meansq = _MaskedMoments.apply(x, pad, count)
+            mean, meansq = _MaskedMoments.apply(x, pad, count, zero_padding)
             var = (meansq - mean.square()).clamp_min(0)
             if update_stats:
                 self._update_running_stats(mean, var, count)
@@ -111,8 +115,9 @@ def real_cells(pad: Tensor) -> int:
 
 def _bn_relu(norm: MaskedBatchNorm2d, x: Tensor, pad: Tensor, count: Optional[int],
              update_stats: bool = True) -> Tensor:
-    """ReLU(BN(x)), zero at padded cells (in place on the normalized tensor)."""
-    return norm(x, pad, count, update_stats).masked_fill_(pad, 0).relu_()
+    """ReLU(BN(x)), zero at padded cells (in place on the normalized tensor); x is zero at padded
+    cells, as every tensor the DenseNet normalizes is."""
+    return norm(x, pad, count, update_stats, zero_padding=True).masked_fill_(pad, 0).relu_()
 
 
 def _recompute_in_backward(fn: Callable[..., Tensor], features: List[Tensor],
@@ -150,10 +155,13 @@ class DenseLayer2d(nn.Module):
 
     def bottleneck(self, *features: Tensor, pad: Tensor, count: Optional[int],
                    update_stats: bool = True) -> Tensor:
-        """Concatenation → BN → ReLU → 1×1 convolution (→ GLU): (B, 4g, T, S)."""
+        """Concatenation → BN → ReLU → 1×1 convolution (→ GLU) → BN → ReLU: the masked
+        convolution's input (B, 4g, T, S)."""
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         x = self.conv1(_bn_relu(self.norm1, x, pad, count, update_stats))
-        return F.glu(x, dim=1) if self.gated else x
+        if self.gated:
+            x = F.glu(x, dim=1)
+        return _bn_relu(self.norm2, x, pad, count, update_stats)
 
     def forward(self, features: List[Tensor], pad: Tensor, count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -162,7 +170,7 @@ class DenseLayer2d(nn.Module):
             return self.bottleneck(*inputs, pad=pad, count=count, update_stats=update_stats)
 
         h = _recompute_in_backward(bottleneck, features, memory_efficient)
-        h = self.conv2(_bn_relu(self.norm2, h, pad, count), incremental_state)
+        h = self.conv2(h, incremental_state)
         if self.gated:
             h = F.glu(h, dim=1)
         h = h.masked_fill(pad, 0)

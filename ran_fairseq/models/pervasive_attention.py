@@ -1,0 +1,321 @@
+"""``pervasive_attention``: the 2D convolutional translation model of Elbayad et al. 2018,
+"Pervasive Attention: 2D Convolutional Neural Networks for Sequence-to-Sequence Prediction".
+
+There is no encoder and no attention module: target embeddings y_i (d_t) and source embeddings x_j
+(d_s) are concatenated at every cell of the |t|×|s| grid, X_ij = [y_i; x_j] (Eq. 1); a DenseNet of
+masked 2D convolutions (:mod:`ran_fairseq.modules.densenet2d`) lets row i see target rows ≤ i and
+the whole source; ``--aggregator`` pools each row over the source axis
+(:mod:`ran_fairseq.modules.aggregators`: max, Eq. 2; avg, Eq. 3; attn, Eqs. 8-9; max-attn) and E
+projects the pooled features to the vocabulary, or to d_t and then through the target embeddings
+(``--share-decoder-input-output-embed``). The implicit alignment of the aggregator (Eq. 7 for max,
+ρ for attn) is returned as the attention (B, T, S), so ``--print-alignment`` works.
+
+fairseq's beam search wants an encoder and a decoder, so :class:`SourceEmbedder` (the "encoder")
+only embeds the source, and :class:`PervasiveAttentionDecoder` builds the grid and runs the rest.
+Incremental decoding computes one new grid row per layer per step (each masked convolution caches
+its last ⌊k/2⌋ input rows), so a step costs the same whatever the number of tokens produced;
+``--recompute-grid`` instead recomputes the whole grid at every step (a speed baseline).
+Incremental decoding needs evaluation mode: batch normalization uses its running statistics there,
+which makes grid rows independent of each other.
+
+Named architectures: ``pervasive_attention`` has the paper's defaults (L = 24 layers, growth rate
+g = 32, d_s = d_t = 128, k = 5, dropout 0.2, max pooling); ``pervasive_attention_small`` is a CPU
+size (L = 8, g = 16, d = 64, k = 3). :meth:`PervasiveAttentionModel.complexity` counts parameters
+and multiply-adds for given sentence lengths (paper Table 2).
+"""
+from typing import Dict, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from fairseq.models import (
+    FairseqEncoder,
+    FairseqEncoderDecoderModel,
+    FairseqIncrementalDecoder,
+    register_model,
+    register_model_architecture,
+)
+from fairseq.modules import PositionalEmbedding
+
+from ..modules.aggregators import AGGREGATORS, SourceAggregator
+from ..modules.densenet2d import DenseNet2d
+
+POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
+
+
+def Embedding(num_embeddings: int, dim: int, padding_idx: int) -> nn.Embedding:
+    m = nn.Embedding(num_embeddings, dim, padding_idx=padding_idx)
+    nn.init.normal_(m.weight, mean=0, std=dim ** -0.5)
+    nn.init.zeros_(m.weight[padding_idx])
+    return m
+
+
+def _positions(kind: str, max_positions: int, dim: int, padding_idx: int):
+    if kind not in POSITIONAL_EMBEDDINGS:
+        raise ValueError(f"--positional-embeddings must be one of "
+                         f"{', '.join(POSITIONAL_EMBEDDINGS)}, got {kind!r}")
+    if kind == "none":
+        return None
+    return PositionalEmbedding(max_positions, dim, padding_idx, learned=kind == "learned")
+
+
+class SourceEmbedder(FairseqEncoder):
+    """The model's "encoder": source embeddings x_j (d_s), optional positions, dropout; no
+    layers. Returns fairseq's encoder-output dict: ``encoder_out`` [(S, B, d_s)],
+    ``encoder_padding_mask`` [(B, S), True at padding], ``src_lengths`` [(B,)]."""
+
+    def __init__(self, args, dictionary, embed_tokens: nn.Embedding):
+        super().__init__(dictionary)
+        self.embed_tokens = embed_tokens
+        self.padding_idx = embed_tokens.padding_idx
+        self.max_source_positions = args.max_source_positions
+        self.embed_positions = _positions(args.positional_embeddings, args.max_source_positions,
+                                          embed_tokens.embedding_dim, self.padding_idx)
+        self.dropout = args.embedding_dropout
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **unused):
+        x = self.embed_tokens(src_tokens)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(src_tokens)
+        x = F.dropout(x, self.dropout, self.training)
+        return {
+            "encoder_out": [x.transpose(0, 1)],
+            "encoder_padding_mask": [src_tokens.eq(self.padding_idx)],
+            "encoder_embedding": [],
+            "encoder_states": [],
+            "src_tokens": [],
+            "src_lengths": [] if src_lengths is None else [src_lengths],
+        }
+
+    def reorder_encoder_out(self, encoder_out: Dict, new_order: Tensor) -> Dict:
+        reordered = dict(encoder_out)
+        reordered["encoder_out"] = [x.index_select(1, new_order)
+                                    for x in encoder_out["encoder_out"]]
+        for key in ("encoder_padding_mask", "src_lengths"):
+            reordered[key] = [x.index_select(0, new_order) for x in encoder_out[key]]
+        return reordered
+
+    def max_positions(self) -> int:
+        if self.embed_positions is None:
+            return self.max_source_positions
+        return min(self.max_source_positions, self.embed_positions.max_positions)
+
+
+class PervasiveAttentionDecoder(FairseqIncrementalDecoder):
+    """Builds the grid X_ij = [y_i; x_j] (Eq. 1) from the target prefix and the source
+    embeddings, runs the DenseNet, aggregates over the source axis and projects to the
+    vocabulary. ``forward`` returns logits (B, T, V) and ``{"attn": [weights (B, T, S)]}`` (the
+    weights are None in training unless asked for)."""
+
+    def __init__(self, args, dictionary, embed_tokens: nn.Embedding, source_dim: int):
+        super().__init__(dictionary)
+        self.embed_tokens = embed_tokens
+        self.padding_idx = embed_tokens.padding_idx
+        self.max_target_positions = args.max_target_positions
+        target_dim = embed_tokens.embedding_dim
+        self.embed_positions = _positions(args.positional_embeddings, args.max_target_positions,
+                                          target_dim, self.padding_idx)
+        self.embedding_dropout = args.embedding_dropout
+        self.output_dropout = args.output_dropout
+        self.recompute_grid = args.recompute_grid
+        self.densenet = DenseNet2d(target_dim + source_dim, args.num_layers, args.growth_rate,
+                                   args.kernel_size, dropout=args.dropout,
+                                   gated=args.gated_convolutions,
+                                   memory_efficient=args.memory_efficient_densenet)
+        self.aggregator = SourceAggregator(args.aggregator, self.densenet.out_channels)
+        features = self.aggregator.out_channels
+        self.share_input_output_embed = args.share_decoder_input_output_embed
+        if self.share_input_output_embed:
+            # E = (target embeddings) · P: the pooled features are mapped to d_t first.
+            self.project_out = nn.Linear(features, target_dim, bias=False)
+            nn.init.normal_(self.project_out.weight, std=features ** -0.5)
+            self.output_projection = None
+        else:
+            self.project_out = None
+            self.output_projection = nn.Linear(features, len(dictionary), bias=False)
+            nn.init.normal_(self.output_projection.weight, std=features ** -0.5)
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                features_only: bool = False, **unused):
+        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def extract_features(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict] = None,
+                         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                         **unused):
+        """Pooled features (B, T, C') (T = 1 in an incremental step) and ``{"attn": [...]}``."""
+        if encoder_out is None or not encoder_out.get("encoder_out"):
+            raise ValueError("the pervasive-attention decoder needs the source embeddings "
+                             "(encoder_out from SourceEmbedder)")
+        source = encoder_out["encoder_out"][0].transpose(0, 1)  # (B, S, d_s)
+        source_padding = encoder_out["encoder_padding_mask"][0]  # (B, S)
+        if source.size(0) != prev_output_tokens.size(0):
+            raise ValueError(f"{prev_output_tokens.size(0)} target prefixes for "
+                             f"{source.size(0)} source sentences; reorder the encoder output "
+                             f"together with the incremental state")
+        cached = incremental_state is not None and not self.recompute_grid
+        tokens = prev_output_tokens[:, -1:] if cached else prev_output_tokens
+        target = self.embed_tokens(tokens)
+        if self.embed_positions is not None:
+            target = target + self.embed_positions(
+                prev_output_tokens, incremental_state=incremental_state if cached else None)
+        target = F.dropout(target, self.embedding_dropout, self.training)
+
+        rows, columns = tokens.size(1), source.size(1)
+        grid = torch.cat([  # Eq. 1: X_ij = [y_i; x_j], channels first (B, d_t + d_s, T, S)
+            target.transpose(1, 2).unsqueeze(3).expand(-1, -1, -1, columns),
+            source.transpose(1, 2).unsqueeze(2).expand(-1, -1, rows, -1),
+        ], dim=1)
+        padding = tokens.eq(self.padding_idx).unsqueeze(2) | source_padding.unsqueeze(1)
+        features = self.densenet(grid, padding, incremental_state if cached else None)
+        pooled, attn = self.aggregator(features, source_padding, need_weights=not self.training)
+        if attn is not None and attn.dim() == 4:  # (1, B, T, S) when per-head weights were asked
+            attn = attn.mean(0)
+        if incremental_state is not None and not cached:  # --recompute-grid: the newest row
+            pooled = pooled[:, -1:]
+            attn = attn[:, -1:] if attn is not None else None
+        pooled = F.dropout(pooled, self.output_dropout, self.training)
+        return pooled, {"attn": [attn], "inner_states": None}
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        """E: pooled features (B, T, C') → logits (B, T, V)."""
+        if self.project_out is not None:
+            return F.linear(self.project_out(features), self.embed_tokens.weight)
+        return self.output_projection(features)
+
+    def max_positions(self) -> int:
+        if self.embed_positions is None:
+            return self.max_target_positions
+        return min(self.max_target_positions, self.embed_positions.max_positions)
+
+
+@register_model("pervasive_attention")
+class PervasiveAttentionModel(FairseqEncoderDecoderModel):
+    """Pervasive Attention (Elbayad et al. 2018); see the module docstring."""
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--aggregator", choices=AGGREGATORS,
+                            help="pooling over the source axis: max (Eq. 2), avg (Eq. 3, "
+                                 "1/sqrt|s|), attn (Eqs. 8-9) or max-attn (both, concatenated); "
+                                 "default max")
+        parser.add_argument("--num-layers", type=int, metavar="L",
+                            help="DenseNet layers; default 24")
+        parser.add_argument("--growth-rate", type=int, metavar="G",
+                            help="channels each DenseNet layer adds (its 1x1 bottleneck has 4G); "
+                                 "default 32")
+        parser.add_argument("--kernel-size", type=int, metavar="K",
+                            help="odd size k of the masked convolution: k source columns x "
+                                 "ceil(k/2) target rows (the current one and k//2 before it); "
+                                 "default 5")
+        parser.add_argument("--gated-convolutions", action="store_true",
+                            help="gated linear units in both convolutions of each layer")
+        parser.add_argument("--memory-efficient-densenet", action="store_true",
+                            help="recompute each layer's concatenation, batch norms, ReLUs and "
+                                 "1x1 convolution (all before the masked convolution) in the "
+                                 "backward pass instead of storing them")
+        parser.add_argument("--encoder-embed-dim", type=int, metavar="D_S",
+                            help="source embedding size d_s; default 128")
+        parser.add_argument("--decoder-embed-dim", type=int, metavar="D_T",
+                            help="target embedding size d_t; default 128")
+        parser.add_argument("--share-decoder-input-output-embed", action="store_true",
+                            help="tie the output projection to the target embeddings (the pooled "
+                                 "features are projected to d_t first)")
+        parser.add_argument("--positional-embeddings", choices=POSITIONAL_EMBEDDINGS,
+                            help="positional embeddings added to both sides' token embeddings "
+                                 "(not in the paper); default none")
+        parser.add_argument("--dropout", type=float, metavar="D",
+                            help="dropout after each masked convolution; default 0.2")
+        parser.add_argument("--embedding-dropout", type=float, metavar="D",
+                            help="dropout on the source and target embeddings; default 0.2")
+        parser.add_argument("--output-dropout", type=float, metavar="D",
+                            help="dropout on the pooled features before E; default 0.2")
+        parser.add_argument("--recompute-grid", action="store_true",
+                            help="incremental decoding recomputes the whole grid at every step "
+                                 "instead of one row per layer (a speed baseline)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        base_architecture(args)
+        for name in ("num_layers", "growth_rate", "kernel_size", "encoder_embed_dim",
+                     "decoder_embed_dim"):
+            if getattr(args, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got "
+                                 f"{getattr(args, name)}")
+        for name in ("dropout", "embedding_dropout", "output_dropout"):
+            if not 0 <= getattr(args, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got "
+                                 f"{getattr(args, name)}")
+        args.max_source_positions = getattr(args, "max_source_positions", 1024)
+        args.max_target_positions = getattr(args, "max_target_positions", 1024)
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        encoder = SourceEmbedder(
+            args, src_dict, Embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad()))
+        decoder = PervasiveAttentionDecoder(
+            args, tgt_dict, Embedding(len(tgt_dict), args.decoder_embed_dim, tgt_dict.pad()),
+            source_dim=args.encoder_embed_dim)
+        return cls(encoder, decoder)
+
+    def complexity(self, source_length: int, target_length: int,
+                   include_masked_weights: bool = False) -> Dict[str, int]:
+        """Parameters, and multiply-adds of one sentence pair's teacher-forced forward pass with
+        |s| = ``source_length`` and |t| = ``target_length`` tokens: the convolutions at every grid
+        cell, the attention aggregator's scores and weighted sums, and E at every target
+        position (batch norm, ReLU, pooling and softmax are not counted). ``flops`` is
+        2 × multiply-adds. With ``include_masked_weights``, the always-zero future half of the
+        paper's k×k kernels is counted too (parameters and multiply-adds), as a dense masked
+        implementation would store and compute it."""
+        densenet, aggregator = self.decoder.densenet, self.decoder.aggregator
+        cells = source_length * target_length
+        params = sum(p.numel() for p in self.parameters())
+        macs = 0
+        for layer in densenet.layers:
+            spatial = layer.conv2.weight.numel()
+            if include_masked_weights:
+                spatial += layer.conv2.masked_weights
+            macs += cells * (layer.conv1.weight.numel() + spatial)
+        if aggregator.score is not None:
+            macs += 2 * cells * aggregator.channels
+        if self.decoder.project_out is not None:
+            projection = (self.decoder.project_out.weight.numel()
+                          + self.decoder.embed_tokens.weight.numel())
+        else:
+            projection = self.decoder.output_projection.weight.numel()
+        macs += target_length * projection
+        if include_masked_weights:
+            params += densenet.masked_weights()
+        return {"parameters": params, "multiply_adds": macs, "flops": 2 * macs}
+
+
+@register_model_architecture("pervasive_attention", "pervasive_attention")
+def base_architecture(args):
+    args.aggregator = getattr(args, "aggregator", "max")
+    args.num_layers = getattr(args, "num_layers", 24)
+    args.growth_rate = getattr(args, "growth_rate", 32)
+    args.kernel_size = getattr(args, "kernel_size", 5)
+    args.gated_convolutions = getattr(args, "gated_convolutions", False)
+    args.memory_efficient_densenet = getattr(args, "memory_efficient_densenet", False)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 128)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed",
+                                                    False)
+    args.positional_embeddings = getattr(args, "positional_embeddings", "none")
+    args.dropout = getattr(args, "dropout", 0.2)
+    args.embedding_dropout = getattr(args, "embedding_dropout", 0.2)
+    args.output_dropout = getattr(args, "output_dropout", 0.2)
+    args.recompute_grid = getattr(args, "recompute_grid", False)
+
+
+@register_model_architecture("pervasive_attention", "pervasive_attention_small")
+def pervasive_attention_small(args):
+    args.num_layers = getattr(args, "num_layers", 8)
+    args.growth_rate = getattr(args, "growth_rate", 16)
+    args.kernel_size = getattr(args, "kernel_size", 3)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 64)
+    base_architecture(args)

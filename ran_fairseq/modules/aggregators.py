@@ -1,0 +1,137 @@
+"""Aggregation of the grid over the source axis (Elbayad et al. 2018, §3.2-3.3).
+
+Input H (B, C, T, S), the DenseNet's features of target row i and source column j, and the
+source padding (B, S), True at padding. Output: pooled features (B, T, C') and per-source-token
+weights (B, T, S) that sum to one over the real tokens of each row (zero at padding), returned as
+the model's attention (implicit alignment). |s| is each sentence's true source length.
+
+- ``max`` (Eq. 2): H^pool_i = max_j H_ij, padded columns at -inf. Weights (Eq. 7, as we read it):
+  the share of the pooled activation that source token j supplies,
+  α_ij = Σ_d 1[j = argmax_j' H_ij'd]·max(H^pool_id, 0) / Σ_d max(H^pool_id, 0); a row whose pooled
+  features are all ≤ 0 gets uniform weights.
+- ``avg`` (Eq. 3): H^pool_i = (1/√|s|) Σ_j H_ij; weights uniform, 1/|s|.
+- ``attn`` (Eqs. 8-9): ρ_ij = softmax_j(w·H_ij), H^att_i = √|s| Σ_j ρ_ij H_ij; weights ρ. (The bias
+  of Eq. 8 is the same for every j and cancels in the softmax, so there is none.)
+- ``max-attn``: [H^pool_i; H^att_i] (2C channels); weights: the mean of the two.
+
+:class:`SourceAggregator` follows fairseq's attention calling convention (``need_weights``,
+``need_head_weights`` → weights (1, B, T, S)), so the attention-entropy recorder reads it as the
+model's cross-attention (side ``crs``).
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+AGGREGATORS = ("max", "avg", "attn", "max-attn")
+AGGREGATOR_FLAG = "--aggregator"
+
+
+def _source_lengths(source_padding: Tensor) -> Tensor:
+    """True source lengths (B,) as floats; an all-padding sentence is an error."""
+    lengths = (~source_padding).sum(-1)
+    if bool((lengths == 0).any()):
+        raise ValueError("a source sentence has no real tokens (all padding); the aggregation "
+                         "over the source axis needs at least one")
+    return lengths.to(torch.float32)
+
+
+def _uniform(source_padding: Tensor, rows: int, dtype: torch.dtype) -> Tensor:
+    real = (~source_padding).to(dtype)
+    return (real / real.sum(-1, keepdim=True)).unsqueeze(1).expand(-1, rows, -1)
+
+
+def max_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
+             ) -> Tuple[Tensor, Optional[Tensor]]:
+    """Eq. 2 and the Eq. 7 weights: (B, T, C), (B, T, S) or None."""
+    _source_lengths(source_padding)
+    masked = features.masked_fill(source_padding[:, None, None, :], float("-inf"))
+    pooled, argmax = masked.max(dim=-1)  # (B, C, T)
+    pooled = pooled.transpose(1, 2)
+    if not need_weights:
+        return pooled, None
+    with torch.no_grad():
+        mass = pooled.float().clamp_min(0)  # (B, T, C)
+        share = mass.new_zeros(features.size(0), features.size(2), features.size(3))
+        share.scatter_add_(2, argmax.transpose(1, 2), mass)  # Eq. 7: per-source-token sum
+        total = share.sum(-1, keepdim=True)
+        uniform = _uniform(source_padding, features.size(2), share.dtype)
+        weights = torch.where(total > 0, share / total.clamp_min(1e-30), uniform)
+    return pooled, weights.to(features.dtype)
+
+
+def avg_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
+             ) -> Tuple[Tensor, Optional[Tensor]]:
+    """Eq. 3, (1/√|s|)·Σ_j: (B, T, C) and uniform weights (B, T, S) or None."""
+    lengths = _source_lengths(source_padding)
+    summed = features.masked_fill(source_padding[:, None, None, :], 0).sum(-1).transpose(1, 2)
+    pooled = summed / lengths.sqrt().to(features.dtype).view(-1, 1, 1)
+    if not need_weights:
+        return pooled, None
+    return pooled, _uniform(source_padding, features.size(2), features.dtype)
+
+
+def attention_pool(features: Tensor, source_padding: Tensor, score_weight: Tensor,
+                   need_weights: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+    """Eqs. 8-9 with score vector ``score_weight`` (C,): (B, T, C) and ρ (B, T, S) or None."""
+    lengths = _source_lengths(source_padding)
+    scores = torch.einsum("bcts,c->bts", features, score_weight.to(features.dtype))
+    scores = scores.float().masked_fill(source_padding[:, None, :], float("-inf"))
+    rho = torch.softmax(scores, dim=-1).to(features.dtype)  # Eq. 8
+    context = torch.einsum("bcts,bts->btc", features, rho)
+    pooled = context * lengths.sqrt().to(features.dtype).view(-1, 1, 1)  # Eq. 9
+    return pooled, (rho if need_weights else None)
+
+
+class SourceAggregator(nn.Module):
+    """One of :data:`AGGREGATORS` over C input channels; ``out_channels`` is C, or 2C for
+    ``max-attn``. ``forward(features (B, C, T, S), source_padding (B, S))`` returns the pooled
+    features (B, T, out_channels) and the weights: (B, T, S), (1, B, T, S) with
+    ``need_head_weights``, or None without ``need_weights``."""
+
+    records_attention = True  # modules/attention_entropy.py records its weights
+    attention_side = "crs"
+
+    def __init__(self, kind: str, channels: int):
+        super().__init__()
+        if kind not in AGGREGATORS:
+            raise ValueError(f"unknown aggregator {kind!r}; {AGGREGATOR_FLAG} must be one of "
+                             f"{', '.join(AGGREGATORS)}")
+        self.kind = kind
+        self.channels = channels
+        self.out_channels = 2 * channels if kind == "max-attn" else channels
+        if kind in ("attn", "max-attn"):
+            self.score = nn.Parameter(torch.empty(channels))
+            nn.init.normal_(self.score, std=1 / math.sqrt(channels))
+        else:
+            self.register_parameter("score", None)
+
+    def extra_repr(self) -> str:
+        return f"{self.kind}, channels={self.channels}"
+
+    def forward(self, features: Tensor, source_padding: Tensor, need_weights: bool = True,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+        if features.dim() != 4 or features.size(1) != self.channels:
+            raise ValueError(f"the aggregator expects (batch, {self.channels}, target, source), "
+                             f"got {tuple(features.shape)}")
+        if source_padding.shape != (features.size(0), features.size(3)):
+            raise ValueError(f"source padding {tuple(source_padding.shape)} does not match the "
+                             f"grid's (batch, source) = {(features.size(0), features.size(3))}")
+        need_weights = need_weights or need_head_weights
+        if self.kind == "max":
+            pooled, weights = max_pool(features, source_padding, need_weights)
+        elif self.kind == "avg":
+            pooled, weights = avg_pool(features, source_padding, need_weights)
+        elif self.kind == "attn":
+            pooled, weights = attention_pool(features, source_padding, self.score, need_weights)
+        else:
+            pooled_max, weights_max = max_pool(features, source_padding, need_weights)
+            pooled_att, weights_att = attention_pool(features, source_padding, self.score,
+                                                     need_weights)
+            pooled = torch.cat([pooled_max, pooled_att], dim=-1)
+            weights = (weights_max + weights_att) / 2 if need_weights else None
+        if weights is not None and need_head_weights:
+            weights = weights.unsqueeze(0)
+        return pooled, weights

@@ -1,0 +1,414 @@
+"""Unit tests of the Pervasive Attention modules (Elbayad et al. 2018) on plain tensors, and of the
+pervasive_attention model's options: the masked convolution, padding-aware batch norm, the
+DenseNet (causality, padding, cached steps, memory-efficient gradients), the aggregators against
+naive loops, and the model's decoding, counts and errors."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq import options
+from fairseq.data import Dictionary
+
+from ran_fairseq.models.pervasive_attention import PervasiveAttentionModel
+from ran_fairseq.modules.aggregators import AGGREGATORS, SourceAggregator
+from ran_fairseq.modules.densenet2d import DenseNet2d, MaskedBatchNorm2d
+from ran_fairseq.modules.masked_conv2d import MaskedConv2d
+
+
+def randomize_batch_norms_(module, seed=0):
+    """Random affine parameters and running statistics in every batch norm of ``module``."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, MaskedBatchNorm2d):
+                m.weight.copy_(1 + 0.3 * torch.randn(m.num_features, generator=g))
+                m.bias.copy_(0.3 * torch.randn(m.num_features, generator=g))
+                m.running_mean.copy_(0.2 * torch.randn(m.num_features, generator=g))
+                m.running_var.copy_(0.5 + torch.rand(m.num_features, generator=g))
+    return module
+
+
+def grid_padding(target_lengths, source_lengths, rows, columns, left_source=False):
+    """(B, T, S) mask, True where the target row or the source column is padding; sources are
+    padded on the left with ``left_source``, targets always on the right."""
+    pad = torch.ones(len(target_lengths), rows, columns, dtype=torch.bool)
+    for b, (t, s) in enumerate(zip(target_lengths, source_lengths)):
+        first = columns - s if left_source else 0
+        pad[b, :t, first:first + s] = False
+    return pad
+
+
+def source_padding(lengths, columns, left=False):
+    pad = torch.ones(len(lengths), columns, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        if left:
+            pad[b, columns - n:] = False
+        else:
+            pad[b, :n] = False
+    return pad
+
+
+# ---- the masked convolution ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_masked_conv_is_the_full_kernel_with_its_future_rows_zeroed(k):
+    torch.manual_seed(0)
+    conv = MaskedConv2d(3, 4, k)
+    assert conv.weight.shape == (4, 3, (k + 1) // 2, k)  # cropped: no zero weights stored
+    full = torch.zeros(4, 3, k, k)
+    full[:, :, : (k + 1) // 2] = conv.weight.detach()  # rows i-k//2..i of a centred k×k kernel
+    x = torch.randn(2, 3, 6, 7)
+    expected = F.conv2d(x, full, padding=k // 2)
+    torch.testing.assert_close(conv(x), expected, rtol=1e-5, atol=1e-5)
+    assert conv.masked_weights == full.numel() - conv.weight.numel()
+
+
+def test_masked_conv_steps_with_a_cache_equal_the_full_convolution_and_reorder():
+    torch.manual_seed(0)
+    conv = MaskedConv2d(3, 4, 5)
+    x = torch.randn(3, 3, 6, 7)
+    full = conv(x)
+    state = {}
+    rows = [conv(x[:, :, i:i + 1], incremental_state=state) for i in range(3)]
+    order = torch.tensor([2, 2, 0])
+    conv.reorder_incremental_state(state, order)
+    x = x[order]
+    rows += [conv(x[:, :, i:i + 1], incremental_state=state) for i in range(3, 6)]
+    stepped = torch.cat(rows, dim=2)
+    torch.testing.assert_close(stepped[:, :, :3], full[:, :, :3], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stepped[:, :, 3:], full[order][:, :, 3:], rtol=1e-5, atol=1e-5)
+    cache = next(iter(state.values()))["rows"]
+    assert cache.shape == (3, 3, 2, 7)  # only ⌊k/2⌋ rows are kept, whatever the step
+
+
+def test_masked_conv_rejects_even_kernels_and_bad_inputs():
+    with pytest.raises(ValueError, match="odd.*--kernel-size"):
+        MaskedConv2d(3, 4, 4)
+    with pytest.raises(ValueError, match=r"\(batch, 3, target, source\)"):
+        MaskedConv2d(3, 4, 3)(torch.randn(2, 5, 4, 4))
+
+
+# ---- padding-aware batch norm ------------------------------------------------------------------
+
+
+def test_batch_norm_statistics_and_gradients_use_real_cells_only():
+    torch.manual_seed(0)
+    pad = grid_padding([3, 5], [4, 2], 5, 6).unsqueeze(1)
+    x = torch.randn(2, 3, 5, 6).masked_fill(pad, 1e3)  # padding holds large garbage
+    x.requires_grad_()
+    norm = randomize_batch_norms_(MaskedBatchNorm2d(3)).train()
+    reference = torch.nn.BatchNorm2d(3).train()
+    reference.load_state_dict(norm.state_dict())
+
+    out = norm(x, pad)
+    real = x.permute(0, 2, 3, 1)[~pad.squeeze(1)]  # (N real, C)
+    expected = reference(real.t().reshape(1, 3, -1, 1)).reshape(3, -1).t()
+    torch.testing.assert_close(out.permute(0, 2, 3, 1)[~pad.squeeze(1)], expected)
+    torch.testing.assert_close(norm.running_mean, reference.running_mean)
+    torch.testing.assert_close(norm.running_var, reference.running_var)
+
+    weights = torch.randn(out.shape)
+    grad, = torch.autograd.grad((out * weights).masked_fill(pad, 0).sum(), x)
+    ref_grad, = torch.autograd.grad((expected * weights.permute(0, 2, 3, 1)[~pad.squeeze(1)]).sum(),
+                                    x)
+    torch.testing.assert_close(grad, ref_grad)
+    assert grad.masked_select(pad.expand_as(grad)).abs().max() == 0
+
+    norm.eval()
+    torch.testing.assert_close(norm(x, pad), F.batch_norm(
+        x, norm.running_mean, norm.running_var, norm.weight, norm.bias, eps=norm.eps))
+
+
+# ---- the DenseNet ------------------------------------------------------------------------------
+
+
+def densenet(**kw):
+    torch.manual_seed(0)
+    args = dict(in_channels=6, num_layers=3, growth_rate=4, kernel_size=5)
+    args.update(kw)
+    return randomize_batch_norms_(DenseNet2d(**args))
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+def test_no_output_depends_on_a_future_target_row(gated):
+    net = densenet(gated=gated).eval()
+    x = torch.randn(2, 6, 7, 5, requires_grad=True)
+    out = net(x, torch.zeros(2, 7, 5, dtype=torch.bool))
+    for i in range(7):
+        grad, = torch.autograd.grad(out[:, :, i].sum(), x, retain_graph=True)
+        assert grad[:, :, i + 1:].abs().sum() == 0
+        # Row i sees the current row, and every source column through rows <= i.
+        assert grad[:, :, i].abs().max() > 0
+        assert (grad[:, :, : i + 1].abs().sum((0, 1, 2)) > 0).all()
+
+
+@pytest.mark.parametrize("left_source", [False, True], ids=["right-pad", "left-pad"])
+def test_padding_never_reaches_real_cells_in_training(left_source):
+    """In training mode (batch statistics), the real cells of a padded batch do not change when
+    the same sentences are padded to a larger grid on the other source side, with different
+    garbage in the padded input cells: padding is zero at every layer and out of the statistics."""
+    lengths_t, lengths_s = [4, 6], [5, 3]
+    results = []
+    for rows, columns, left, garbage in ((6, 5, left_source, 7.0), (8, 7, not left_source, -3.0)):
+        torch.manual_seed(1)
+        content = torch.randn(2, 6, 6, 5)
+        x = torch.full((2, 6, rows, columns), garbage)
+        for b, (t, s) in enumerate(zip(lengths_t, lengths_s)):
+            first = columns - s if left else 0
+            x[b, :, :t, first:first + s] = content[b, :, :t, :s]
+        pad = grid_padding(lengths_t, lengths_s, rows, columns, left)
+        net = densenet(dropout=0.0).train()
+        layer_outputs = []
+        for layer in net.layers:
+            layer.register_forward_hook(lambda m, args, out: layer_outputs.append(out))
+        out = net(x, pad)
+        for h in (*layer_outputs, out):  # zero at padding after every layer
+            assert h.masked_select(pad.unsqueeze(1).expand_as(h)).abs().max() == 0
+        real = [out[b, :, :t, (columns - s if left else 0):][:, :, :s]
+                for b, (t, s) in enumerate(zip(lengths_t, lengths_s))]
+        results.append((real, net.norm.running_var.clone()))
+    (real_a, var_a), (real_b, var_b) = results
+    for a, b in zip(real_a, real_b):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(var_a, var_b)
+
+
+def test_cached_rows_equal_the_full_grid():
+    net = densenet().eval()
+    x = torch.randn(3, 6, 6, 5)
+    pad = grid_padding([6, 4, 6], [5, 3, 2], 6, 5)
+    with torch.no_grad():
+        full = net(x, pad)
+        state = {}
+        rows = [net(x[:, :, i:i + 1], pad[:, i:i + 1], incremental_state=state) for i in range(6)]
+    torch.testing.assert_close(torch.cat(rows, dim=2), full, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="evaluation mode"):
+        net.train()(x[:, :, :1], pad[:, :1], incremental_state={})
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+def test_memory_efficient_mode_gives_the_plain_gradients(gated):
+    plain = densenet(gated=gated, dropout=0.3).train()
+    efficient = densenet(gated=gated, dropout=0.3, memory_efficient=True).train()
+    x = torch.randn(2, 6, 5, 6)
+    pad = grid_padding([5, 3], [6, 4], 5, 6)
+    weights = torch.randn(2, plain.out_channels, 5, 6)
+    results = []
+    for net in (plain, efficient):
+        xi = x.clone().requires_grad_()
+        torch.manual_seed(3)  # the same dropout masks
+        out = net(xi, pad)
+        (out * weights).sum().backward()
+        results.append((out.detach(), xi.grad, {n: p.grad for n, p in net.named_parameters()},
+                        {n: b.clone() for n, b in net.named_buffers()}))
+    (out_p, gx_p, gp_p, buf_p), (out_e, gx_e, gp_e, buf_e) = results
+    torch.testing.assert_close(out_e, out_p)
+    torch.testing.assert_close(gx_e, gx_p)
+    for name in gp_p:
+        torch.testing.assert_close(gp_e[name], gp_p[name], msg=name)
+    for name in buf_p:  # running statistics moved once, not again in the recomputation
+        torch.testing.assert_close(buf_e[name], buf_p[name], msg=name)
+
+
+def test_densenet_errors_name_the_problem():
+    with pytest.raises(ValueError, match="--num-layers"):
+        DenseNet2d(6, 0, 4, 3)
+    with pytest.raises(ValueError, match="padding mask"):
+        densenet()(torch.randn(2, 6, 4, 5), torch.zeros(2, 5, 4, dtype=torch.bool))
+
+
+# ---- the aggregators ---------------------------------------------------------------------------
+
+
+def naive_aggregate(kind, h, src_pad, score):
+    """Pooled features and weights by loops over sentences, target rows and the real source
+    columns only."""
+    B, C, T, S = h.shape
+    pooled, weights = torch.zeros(B, T, 2 * C if kind == "max-attn" else C), torch.zeros(B, T, S)
+    for b in range(B):
+        cols = [j for j in range(S) if not src_pad[b, j]]
+        n = len(cols)
+        for i in range(T):
+            cells = torch.stack([h[b, :, i, j] for j in cols])  # (n, C)
+            mx, arg = cells.max(0)  # Eq. 2
+            mass = torch.zeros(S)  # Eq. 7: positive pooled mass supplied by each column
+            for d in range(C):
+                mass[cols[arg[d]]] += max(mx[d].item(), 0.0)
+            w_max = torch.zeros(S)
+            w_max[cols] = mass[cols] / mass.sum() if mass.sum() > 0 else 1.0 / n
+            w_avg = torch.zeros(S)
+            w_avg[cols] = 1.0 / n
+            if score is not None:
+                rho = torch.softmax(torch.stack([cells[m] @ score for m in range(n)]), 0)
+                att = math.sqrt(n) * (rho[:, None] * cells).sum(0)  # Eq. 9
+                w_att = torch.zeros(S)
+                w_att[cols] = rho
+            if kind == "max":
+                pooled[b, i], weights[b, i] = mx, w_max
+            elif kind == "avg":
+                pooled[b, i], weights[b, i] = cells.sum(0) / math.sqrt(n), w_avg  # Eq. 3
+            elif kind == "attn":
+                pooled[b, i], weights[b, i] = att, w_att
+            else:
+                pooled[b, i], weights[b, i] = torch.cat([mx, att]), (w_max + w_att) / 2
+    return pooled, weights
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
+@pytest.mark.parametrize("kind", AGGREGATORS)
+def test_aggregators_match_naive_loops_with_padding(kind, left):
+    torch.manual_seed(0)
+    agg = SourceAggregator(kind, 5)
+    h = torch.randn(3, 5, 4, 6)
+    h[0, :, 1] = -torch.rand(5, 6)  # a row whose maxima are all negative: uniform max weights
+    src_pad = source_padding([6, 4, 1], 6, left)
+    h = h.masked_fill(src_pad[:, None, None, :], 1e4)  # padded columns hold large values
+    pooled, weights = agg(h, src_pad)
+    expected, expected_weights = naive_aggregate(
+        kind, h, src_pad, agg.score.detach() if agg.score is not None else None)
+    assert pooled.shape == (3, 4, agg.out_channels)
+    torch.testing.assert_close(pooled, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4))
+    head, head_weights = agg(h, src_pad, need_weights=False, need_head_weights=True)
+    assert head_weights.shape == (1, 3, 4, 6)
+    assert agg(h, src_pad, need_weights=False)[1] is None
+
+
+def test_aggregator_errors_name_the_problem():
+    with pytest.raises(ValueError, match="--aggregator"):
+        SourceAggregator("mean", 4)
+    with pytest.raises(ValueError, match="no real tokens"):
+        SourceAggregator("max", 4)(torch.randn(1, 4, 2, 3), torch.ones(1, 3, dtype=torch.bool))
+
+
+# ---- the fairseq model -------------------------------------------------------------------------
+
+
+class FakeTask:
+    def __init__(self):
+        self.source_dictionary, self.target_dictionary = Dictionary(), Dictionary()
+        for w in "abcdefgh":
+            self.source_dictionary.add_symbol(w)
+            self.target_dictionary.add_symbol(w.upper())
+
+
+TINY = ("--num-layers", "2", "--growth-rate", "4", "--kernel-size", "5",
+        "--encoder-embed-dim", "6", "--decoder-embed-dim", "5")
+
+
+def parse(arch, *flags):
+    return options.parse_args_and_arch(
+        options.get_training_parser(), ["unused-data", "--arch", arch, "--task", "translation",
+                                        *flags])
+
+
+def build(*flags, arch="pervasive_attention"):
+    args = parse(arch, *flags)
+    torch.manual_seed(0)
+    return randomize_batch_norms_(PervasiveAttentionModel.build_model(args, FakeTask()))
+
+
+SRC = torch.tensor([[1, 5, 6, 7, 2], [9, 8, 6, 7, 2]])  # the first is left-padded (pad = 1)
+SRC_LENGTHS = torch.tensor([4, 5])
+PREV = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 1, 1]])  # eos first; the second right-padded
+
+
+def test_named_archs_have_the_paper_defaults_and_a_cpu_size():
+    keys = ("num_layers", "growth_rate", "kernel_size", "encoder_embed_dim", "decoder_embed_dim",
+            "aggregator", "dropout")
+    assert [getattr(parse("pervasive_attention"), k) for k in keys] == [24, 32, 5, 128, 128,
+                                                                         "max", 0.2]
+    assert [getattr(parse("pervasive_attention_small"), k) for k in keys] == [8, 16, 3, 64, 64,
+                                                                               "max", 0.2]
+
+
+@pytest.mark.parametrize("flags", [(), ("--share-decoder-input-output-embed",
+                                        "--aggregator", "max-attn", "--gated-convolutions",
+                                        "--positional-embeddings", "learned")],
+                         ids=["default", "tied-gated-max-attn"])
+def test_later_target_tokens_never_change_earlier_outputs(flags):
+    model = build(*TINY, *flags).eval()
+    changed = PREV.clone()
+    changed[0, 3:] = torch.tensor([3, 4])
+    with torch.no_grad():
+        out, extra = model(SRC, SRC_LENGTHS, PREV)
+        out2, _ = model(SRC, SRC_LENGTHS, changed)
+    torch.testing.assert_close(out[0, :3], out2[0, :3])
+    assert (out[0, 3:] - out2[0, 3:]).abs().max() > 1e-3
+    attn = extra["attn"][0]
+    assert attn.shape == (2, 5, 5)
+    assert attn[0, :, 0].abs().max() == 0  # the left padding of the first source
+    torch.testing.assert_close(attn.sum(-1), torch.ones(2, 5))
+
+
+def test_cached_and_recomputed_decoding_equal_the_full_forward():
+    cached = build(*TINY, "--aggregator", "attn").eval()
+    recompute = build(*TINY, "--aggregator", "attn", "--recompute-grid").eval()
+    recompute.load_state_dict(cached.state_dict())
+    with torch.no_grad():
+        full, extra = cached(SRC, SRC_LENGTHS, PREV)
+        for model in (cached, recompute):
+            enc = model.encoder(SRC, SRC_LENGTHS)
+            state, grid_rows = {}, []
+            model.decoder.densenet.register_forward_pre_hook(
+                lambda m, args: grid_rows.append(args[0].size(2)))
+            steps = [model.decoder(PREV[:, : t + 1], enc, incremental_state=state)
+                     for t in range(PREV.size(1))]
+            # A cached step computes one grid row, whatever the step; recomputing, all of them.
+            assert grid_rows == ([1] * 5 if model is cached else [1, 2, 3, 4, 5])
+            logits = torch.cat([s[0] for s in steps], dim=1)
+            attn = torch.cat([s[1]["attn"][0] for s in steps], dim=1)
+            torch.testing.assert_close(logits[0], full[0], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(logits[1, :3], full[1, :3], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(attn[0], extra["attn"][0][0], rtol=1e-4, atol=1e-4)
+            # One cache of ⌊k/2⌋ rows per masked convolution, or none when recomputing.
+            assert len(state) == (0 if model is recompute else 2)
+
+
+def test_training_returns_no_weights_and_incremental_training_is_an_error():
+    model = build(*TINY).train()
+    out, extra = model(SRC, SRC_LENGTHS, PREV)
+    assert extra["attn"] == [None] and torch.isfinite(out).all()
+    with pytest.raises(ValueError, match="evaluation mode"):
+        model.decoder(PREV[:, :1], model.encoder(SRC, SRC_LENGTHS), incremental_state={})
+
+
+def test_model_memory_efficient_gradients_equal_plain_ones():
+    plain = build(*TINY, "--aggregator", "max-attn").train()
+    efficient = build(*TINY, "--aggregator", "max-attn", "--memory-efficient-densenet").train()
+    efficient.load_state_dict(plain.state_dict())
+    grads = []
+    for model in (plain, efficient):
+        torch.manual_seed(5)
+        out, _ = model(SRC, SRC_LENGTHS, PREV)
+        out.log_softmax(-1).sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, msg=name)
+
+
+def test_complexity_counts_parameters_and_multiply_adds():
+    model = build(*TINY, "--aggregator", "attn")
+    counts = model.complexity(source_length=7, target_length=3)
+    assert counts["parameters"] == sum(p.numel() for p in model.parameters())
+    f0, g, k, vocab = 11, 4, 5, len(model.decoder.dictionary)
+    convs = sum((f0 + i * g) * 4 * g + 4 * g * g * 3 * k for i in range(2))  # 1x1 + cropped k×3
+    f = f0 + 2 * g
+    assert counts["multiply_adds"] == 21 * convs + 2 * 21 * f + 3 * f * vocab
+    assert counts["flops"] == 2 * counts["multiply_adds"]
+    full = model.complexity(7, 3, include_masked_weights=True)
+    masked = 2 * (4 * g * g * 2 * k)  # the future ⌊k/2⌋ = 2 rows of each k×k kernel
+    assert full["parameters"] - counts["parameters"] == masked
+    assert full["multiply_adds"] - counts["multiply_adds"] == 21 * masked
+
+
+def test_bad_options_give_errors_that_name_the_flag():
+    with pytest.raises(ValueError, match="--kernel-size"):
+        build(*TINY, "--kernel-size", "4")
+    with pytest.raises(ValueError, match="--growth-rate"):
+        build(*TINY, "--growth-rate", "0")
+    with pytest.raises(ValueError, match="--dropout"):
+        build(*TINY, "--dropout", "1.5")
