@@ -167,3 +167,12 @@ def build_model(arch, data_bin, extra=(), seed=1):
     task = tasks.setup_task(args)
     model = task.build_model(args).eval()
     return task, model
+
+def flag_pairs(flags):
+    """{flag: value or None} of a flag list."""
+    out = {}
+    for i, flag in enumerate(flags):
+        if flag.startswith("--"):
+            nxt = flags[i + 1] if i + 1 < len(flags) else None
+            out[flag] = None if nxt is None or nxt.startswith("--") else nxt
+    return out

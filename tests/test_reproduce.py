@@ -191,16 +191,6 @@ def test_full_settings_print_base_model_commands_on_wmt14():
     assert "--beam 4" in generate
 
 
-def flag_pairs(flags):
-    """{flag: value or None} of a flag list."""
-    out = {}
-    for i, flag in enumerate(flags):
-        if flag.startswith("--"):
-            nxt = flags[i + 1] if i + 1 < len(flags) else None
-            out[flag] = None if nxt is None or nxt.startswith("--") else nxt
-    return out
-
-
 def test_configs_agree():
     systems = json.loads((CONFIGS / "ran" / "systems.json").read_text())["systems"]
     paper = json.loads((CONFIGS / "ran" / "paper.json").read_text())
@@ -214,6 +204,6 @@ def test_configs_agree():
         if system["arch"].startswith("ran_transformer"):
             assert system["flags"] == by_name[system["name"]]["flags"], system["name"]
             assert system["arch"] == by_name[system["name"]]["arch"], system["name"]
-    cpu = flag_pairs(json.loads((CONFIGS / "ran" / "cpu.json").read_text())["train_flags"])
-    for flag, value in flag_pairs(bench["common_flags"]).items():
+    cpu = helpers.flag_pairs(json.loads((CONFIGS / "ran" / "cpu.json").read_text())["train_flags"])
+    for flag, value in helpers.flag_pairs(bench["common_flags"]).items():
         assert cpu.get(flag, "missing") == value, flag

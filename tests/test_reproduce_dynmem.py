@@ -89,23 +89,13 @@ def test_full_settings_print_paper_size_commands_on_word_level_wmt14():
     assert "data-bin/wmt14-word.en-de/test.tok.en" in post
 
 
-def flag_pairs(flags):
-    """{flag: value or None} of a flag list."""
-    out = {}
-    for i, flag in enumerate(flags):
-        if flag.startswith("--"):
-            nxt = flags[i + 1] if i + 1 < len(flags) else None
-            out[flag] = None if nxt is None or nxt.startswith("--") else nxt
-    return out
-
-
 def paper_recipe():
     """configs/dynmem/paper-train.args as {flag: value}."""
     flags = []
     for line in (CONFIGS / "paper-train.args").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         flags += line.split(None, 1) if line else []
-    return flag_pairs(flags)
+    return helpers.flag_pairs(flags)
 
 
 def test_configs_agree():
@@ -118,11 +108,11 @@ def test_configs_agree():
     cpu = json.loads((CONFIGS / "cpu.json").read_text())
     # full.json trains with paper-train.args flag for flag (the arch comes from its 'arch')
     assert full["arch"] == recipe.pop("--arch")
-    full_flags = flag_pairs(full["train_flags"])
+    full_flags = helpers.flag_pairs(full["train_flags"])
     for flag, value in recipe.items():
         assert full_flags.get(flag, "missing") == value, flag
     # cpu.json: the same recipe, shortened (fewer epochs, earlier annealing)
-    cpu_flags = flag_pairs(cpu["train_flags"])
+    cpu_flags = helpers.flag_pairs(cpu["train_flags"])
     shortened = {"--max-epoch", "--force-anneal"}
     for flag, value in recipe.items():
         if flag not in shortened:
@@ -133,6 +123,6 @@ def test_configs_agree():
         assert config["prepare"][config["prepare"].index("--bpe-merges") + 1] == "0"
     # the benchmark's training flags are the recipe's
     bench = json.loads((helpers.REPO / "configs" / "bench" / "dynmem.json").read_text())
-    for flag, value in flag_pairs(bench["common_flags"]).items():
+    for flag, value in helpers.flag_pairs(bench["common_flags"]).items():
         if flag != "--dropout":
             assert recipe.get(flag, "missing") == value, flag

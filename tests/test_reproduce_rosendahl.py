@@ -92,16 +92,6 @@ def test_full_settings_print_base_model_commands_on_wmt16_ro_en():
     assert "--beam 4" in generate and "--cpu" not in generate
 
 
-def flag_pairs(flags):
-    """{flag: value or None} of a flag list."""
-    out = {}
-    for i, flag in enumerate(flags):
-        if flag.startswith("--"):
-            nxt = flags[i + 1] if i + 1 < len(flags) else None
-            out[flag] = None if nxt is None or nxt.startswith("--") else nxt
-    return out
-
-
 def test_configs_agree():
     systems = json.loads((DIR / "systems.json").read_text())["systems"]
     names = {s["name"] for s in systems}
@@ -120,8 +110,8 @@ def test_configs_agree():
     assert {s["arch"] for s in systems} == {"recurrent_cross_transformer_small"}
     # the CPU config trains as the benchmark does (criterion aside: the engine records entropies)
     cpu = json.loads((DIR / "cpu.json").read_text())
-    cpu_flags = flag_pairs(cpu["train_flags"])
-    for flag, value in flag_pairs(bench["common_flags"]).items():
+    cpu_flags = helpers.flag_pairs(cpu["train_flags"])
+    for flag, value in helpers.flag_pairs(bench["common_flags"]).items():
         if flag != "--criterion":
             assert cpu_flags.get(flag, "missing") == value, flag
     # the full config differs in scale only: same systems and paper file, base model, GPU
@@ -129,4 +119,4 @@ def test_configs_agree():
     assert (full["systems"], full["paper"]) == (cpu["systems"], cpu["paper"])
     assert (full["arch"], full["device"], full["pairs"]) == \
         ("recurrent_cross_transformer", "cuda", ["ro-en"])
-    assert set(flag_pairs(cpu["train_flags"])) <= set(flag_pairs(full["train_flags"]))
+    assert set(helpers.flag_pairs(cpu["train_flags"])) <= set(helpers.flag_pairs(full["train_flags"]))
