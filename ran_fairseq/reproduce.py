@@ -30,6 +30,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,19 +77,48 @@ class Column:
 
 
 @dataclass
+class FullSetting:
+    """A named full-size scale config, chosen with ``--full NAME``; ``help`` says what it is."""
+    name: str
+    config: Path
+    help: str
+
+
+@dataclass
 class Paper:
     """What a paper's reproduction script adds to the engine.
 
-    ``measure(run, result)`` runs after a system is scored and returns extra result fields (e.g.
-    FLOPs or a plot path); ``columns`` show fields of the result in the table."""
+    The full-size settings are either one config (``full_config`` and ``full_help``: a bare
+    ``--full`` flag) or several named ones (``full_settings``: ``--full [NAME]``, the first one
+    without a NAME). ``measure(run, result)`` runs after a system is scored and returns extra
+    result fields (e.g. FLOPs or a plot path); ``columns`` show fields of the result in the table."""
     key: str  # script name suffix: reproduce-KEY
     title: str  # heading of TABLE.md
     cpu_config: Path
-    full_config: Path
-    full_help: str
+    full_config: Optional[Path] = None
+    full_help: str = ""
     columns: Sequence[Column] = ()
     measure: Optional[Callable[["Run", dict], dict]] = None
     notes: Sequence[str] = field(default_factory=list)  # extra bullet lines under the heading
+    full_settings: Sequence[FullSetting] = ()
+
+    def __post_init__(self):
+        if (self.full_config is None) == (not self.full_settings):
+            raise ValueError(f"Paper {self.key!r}: give either full_config (with full_help) or "
+                             f"full_settings, not both or neither")
+        names = [s.name for s in self.full_settings]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Paper {self.key!r}: full_settings names must differ, got {names}")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """An option's default after its help unless it is None or False (the help then says what
+    happens); the epilog (the full-size settings) as written."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def available_cores():
@@ -96,15 +126,31 @@ def available_cores():
 
 
 def parse_cli(paper, argv):
+    settings = {s.name: s for s in paper.full_settings}
+    epilog = None
+    if settings:
+        width = max(map(len, settings))
+        epilog = "full-size settings (--full NAME):\n" + "\n".join(
+            textwrap.fill(f"{shown(s.config)}: {s.help}", width=88, break_long_words=False,
+                          initial_indent=f"  {s.name:<{width}}  ",
+                          subsequent_indent=" " * (width + 4))
+            for s in paper.full_settings)
     p = argparse.ArgumentParser(
         prog=f"reproduce-{paper.key}", description=f"Reproduce the shape of {paper.title}.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter, epilog=epilog)
     scale = p.add_mutually_exclusive_group()
     scale.add_argument("--config", type=Path, default=paper.cpu_config,
                        help="scale config (JSON): systems, data, fairseq flags")
-    scale.add_argument("--full", action="store_true",
-                       help=f"full-size settings for GPUs: --config {shown(paper.full_config)} "
-                            f"({paper.full_help})")
+    if settings:
+        first = paper.full_settings[0].name
+        scale.add_argument("--full", nargs="?", const=first, choices=list(settings),
+                           metavar="NAME",
+                           help=f"full-size settings for GPUs, one of {', '.join(settings)} "
+                                f"(listed below; a bare --full is {first})")
+    else:
+        scale.add_argument("--full", action="store_true",
+                           help=f"full-size settings for GPUs: --config "
+                                f"{shown(paper.full_config)} ({paper.full_help})")
     p.add_argument("--pairs", help="comma-separated SRC-TGT pairs (default: the config's)")
     p.add_argument("--systems", help="comma-separated system names (default: all of the "
                                      "config's systems file)")
@@ -123,7 +169,7 @@ def parse_cli(paper, argv):
                    help="print the commands and run nothing")
     args = p.parse_args(argv)
     if args.full:
-        args.config = paper.full_config
+        args.config = settings[args.full].config if settings else paper.full_config
     if args.max_update is not None and args.max_update < 1:
         p.error("--max-update must be at least 1")
     if args.threads < 1:

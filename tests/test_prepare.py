@@ -1,7 +1,7 @@
 """The data pipeline (ran_fairseq.data): raw-corpus readers, the cleaning rule, Multi30k end to end
 on a 300-sentence slice of the real files, and the scripts/prepare-*.sh wrappers run offline: a
 stand-in curl serves hand-made archives, a stand-in python records the pipeline's arguments, and
-for IWSLT'14 and WMT'17 those arguments are then run through the pipeline in-process."""
+for IWSLT'14, IWSLT'17 and WMT'17 those arguments are then run through the pipeline in-process."""
 import gzip
 import io
 import json
@@ -469,8 +469,8 @@ def test_wmt17_en_tr_script(tmp_path, capsys):
              urls[2]: tgz({"test/newstest2017-entr-src.en.sgm": segs(test_en),
                            "test/newstest2017-entr-ref.tr.sgm": segs(test_tr)})}
     out = tmp_path / "wmt17.en-tr"
-    proc, fetched, args = run_script(tmp_path, "prepare-wmt17-en-tr.sh",
-                                     ["--out", out, "--bpe-merges", "60"], files)
+    proc, fetched, args = run_script(tmp_path, "prepare-wmt-en-tr.sh",
+                                     ["2017", "--out", out, "--bpe-merges", "60"], files)
     assert proc.returncode == 0, proc.stderr
     assert fetched == urls
 
@@ -481,6 +481,111 @@ def test_wmt17_en_tr_script(tmp_path, capsys):
     valid_tok = read(out / "prep" / "valid.tok.en")[0]
     assert "well @-@ known" in valid_tok and "«" not in valid_tok  # -a and normalization
     assert (out / "train.en-tr.tr.bin").is_file()
+
+
+@pytest.mark.parametrize("src,tgt", [("tr", "en"), ("en", "tr")])
+def test_wmt18_en_tr_script(tmp_path, src, tgt):
+    """WMT'18: valid newstest2017 from WMT'17's test.tgz, test newstest2018 from WMT'18's, the
+    files of the asked direction only, into data-bin/wmt18.SRC-TGT; a year other than 2017 or
+    2018, or another pair, is refused."""
+    sets = {"wmt17": "newstest2017", "wmt18": "newstest2018"}
+    urls = ["https://object.pouta.csc.fi/OPUS-SETIMES/v2/moses/en-tr.txt.zip"] + [
+        f"https://data.statmt.org/{wmt}/translation-task/test.tgz" for wmt in sets]
+    files = {urls[0]: a_zip({f"SETIMES.en-tr.{lang}": "x\n" for lang in ("en", "tr")})}
+    for url, (wmt, name) in zip(urls[1:], sets.items()):
+        files[url] = tgz({f"test/{name}-{d}-{kind}.{lang}.sgm": segs([f"{wmt} {d} {lang}"])
+                          for d, s, t in (("tren", "tr", "en"), ("entr", "en", "tr"))
+                          for kind, lang in (("src", s), ("ref", t))})
+    proc, fetched, args = run_script(tmp_path, "prepare-wmt-en-tr.sh", ["2018", src, tgt], files)
+    assert proc.returncode == 0, proc.stderr
+    assert fetched == urls
+    assert option(args, "--src") == [src] and option(args, "--tgt") == [tgt]
+    assert [Path(p).name for p in option(args, "--train-prefix")] == ["SETIMES.en-tr"]
+    valid = args[args.index("--valid") + 1:args.index("--valid") + 3]
+    test = args[args.index("--test") + 1:args.index("--test") + 3]
+    assert [Path(p).name for p in valid + test] == [
+        f"newstest2017-{src}{tgt}-src.{src}.sgm", f"newstest2017-{src}{tgt}-ref.{tgt}.sgm",
+        f"newstest2018-{src}{tgt}-src.{src}.sgm", f"newstest2018-{src}{tgt}-ref.{tgt}.sgm"]
+    assert [Path(p).relative_to(tmp_path / "orig").parts[0] for p in valid + test] == \
+        ["wmt17"] * 2 + ["wmt18"] * 2
+    assert Path(option(args, "--out")[0]).name == f"wmt18.{src}-{tgt}"
+    assert option(args, "--bpe-merges") == ["16000"] and option(args, "--clean-on") == ["bpe"]
+    for bad, message in ((["2019"], "2017 or 2018, got '2019'"), (["tr", "en"], "got 'tr'"),
+                         (["2018", "tr", "de"], "'en tr' or 'tr en'")):
+        proc, _, _ = run_script(tmp_path, "prepare-wmt-en-tr.sh", bad, files)
+        assert proc.returncode == 2 and message in proc.stderr, (bad, proc.stderr)
+
+
+IWSLT17_URL = ("https://huggingface.co/datasets/IWSLT/iwslt2017/resolve/main/data/2017-01-trnmted/"
+               "texts/DeEnItNlRo/DeEnItNlRo/DeEnItNlRo-DeEnItNlRo.zip")
+
+
+def iwslt17_archive(en, it):
+    """A DeEnItNlRo-DeEnItNlRo.zip whose en-it train.tags hold ``en``/``it`` between the 2017
+    release's talk metadata (and its title and description, which are kept), with dev2010 and
+    tst2010 of en-it and, as decoys, of en-de."""
+    def tags(lines, lang):
+        meta = ['<doc docid="1" genre="lectures">', "<url>http://www.ted.com/talks/x</url>",
+                "<keywords>talks</keywords>", "<speaker>Jane Doe</speaker>", "<talkid>1</talkid>",
+                f"<title>Title {lang}</title>", f"<description>About {lang}.</description>",
+                '<reviewer href="http://www.ted.com/profiles/2">A B</reviewer>',
+                '<translator href="http://www.ted.com/profiles/3">C D</translator>']
+        return "\n".join(meta + lines + ["</doc>"]) + "\n"
+
+    top = "DeEnItNlRo-DeEnItNlRo"
+    members = {f"{top}/train.tags.en-it.en": tags(en, "en"),
+               f"{top}/train.tags.en-it.it": tags(it, "it"), f"{top}/README": "IWSLT 2017\n"}
+    for name in ("dev2010", "tst2010"):
+        for pair in ("en-it", "en-de"):
+            for lang in pair.split("-"):
+                members[f"{top}/IWSLT17.TED.{name}.{pair}.{lang}.xml"] = segs(
+                    [f"{name} {pair} {lang} one.", f"{name} {pair} {lang} two."])
+    return a_zip(members)
+
+
+def test_iwslt17_en_it_script(tmp_path, capsys):
+    """The hand-made release through the script and the pipeline: the 2017 metadata lines gone
+    (title and description kept as sentences), train cleaned to 175 tokens, not lowercased, valid
+    dev2010 and test tst2010 of en-it; then it->en from the same files, without a new download."""
+    rng = random.Random(2)
+    en, it = parallel(rng, 40, "The house cat dog tree way .".split(),
+                      "La casa gatto cane albero via .".split())
+    en.insert(5, " ".join(["word"] * 176))  # over 175 tokens: cleaned away
+    it.insert(5, " ".join(["parola"] * 176))
+    out = tmp_path / "iwslt17.en-it"
+    proc, fetched, args = run_script(tmp_path, "prepare-iwslt17-en-it.sh",
+                                     ["--out", out, "--bpe-merges", "40"],
+                                     {IWSLT17_URL: iwslt17_archive(en, it)})
+    assert proc.returncode == 0, proc.stderr
+    assert fetched == [IWSLT17_URL]
+    assert args[0] == "custom" and option(args, "--src") == ["en"]
+    train = args[args.index("--train") + 1:args.index("--train") + 3]
+    valid = args[args.index("--valid") + 1:args.index("--valid") + 3]
+    test = args[args.index("--test") + 1:args.index("--test") + 3]
+    assert [Path(p).name for p in train + valid + test] == [
+        "train.tags.en-it.en", "train.tags.en-it.it",
+        "IWSLT17.TED.dev2010.en-it.en.xml", "IWSLT17.TED.dev2010.en-it.it.xml",
+        "IWSLT17.TED.tst2010.en-it.en.xml", "IWSLT17.TED.tst2010.en-it.it.xml"]
+
+    assert main(args + ["--workers", "1"]) == 0
+    assert "1 dropped by length cleaning" in capsys.readouterr().out
+    assert read(out / "prep" / "train.raw.en") == ["Title en", "About en."] + en[:5] + en[6:]
+    assert read(out / "prep" / "train.raw.it") == ["Title it", "About it."] + it[:5] + it[6:]
+    assert read(out / "valid.raw.it") == ["dev2010 en-it it one.", "dev2010 en-it it two."]
+    assert read(out / "test.raw.en") == ["tst2010 en-it en one.", "tst2010 en-it en two."]
+    assert (out / "train.en-it.it.bin").is_file() and (out / "code").is_file()
+
+    proc, fetched, args = run_script(tmp_path, "prepare-iwslt17-en-it.sh", ["it", "en"])
+    assert proc.returncode == 0, proc.stderr
+    assert fetched == [IWSLT17_URL]  # still the first run's only download
+    assert option(args, "--src") == ["it"] and option(args, "--tgt") == ["en"]
+    assert Path(option(args, "--out")[0]).name == "iwslt17.it-en"
+    assert [Path(p).name for p in args[args.index("--train") + 1:args.index("--train") + 3]] == [
+        "train.tags.en-it.it", "train.tags.en-it.en"]
+    assert [Path(p).name for p in args[args.index("--test") + 1:args.index("--test") + 3]] == [
+        "IWSLT17.TED.tst2010.en-it.it.xml", "IWSLT17.TED.tst2010.en-it.en.xml"]
+    proc, _, _ = run_script(tmp_path, "prepare-iwslt17-en-it.sh", ["it", "de"])
+    assert proc.returncode == 2 and "'en it' or 'it en'" in proc.stderr
 
 
 @pytest.mark.parametrize("src,tgt", [("en", "de"), ("de", "en")])

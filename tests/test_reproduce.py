@@ -182,6 +182,21 @@ def test_systems_file_errors_name_the_problem(tmp_path, change, message):
         load_systems(path)
 
 
+@pytest.mark.parametrize("full", [
+    {}, {"full_config": "x.json", "full_settings": ["a"]}, {"full_settings": ["a", "a"]},
+], ids=["none", "both", "same-name"])
+def test_paper_takes_one_full_config_or_distinct_named_ones(full):
+    """A Paper's full-size settings: full_config (a bare --full) or full_settings (--full NAME,
+    tested through scripts/reproduce-rosendahl.py), never both, neither or a name twice."""
+    from ran_fairseq.reproduce import FullSetting, Paper
+
+    if "full_settings" in full:
+        full["full_settings"] = [FullSetting(name, CONFIGS / "ran" / "wmt14-base.json", "help")
+                                 for name in full["full_settings"]]
+    with pytest.raises(ValueError, match="full_"):
+        Paper(key="ran", title="t", cpu_config=CONFIGS / "ran" / "cpu.json", **full)
+
+
 def test_full_settings_print_base_model_commands_on_wmt14():
     proc = reproduce("--full", "--systems", "RAN-D", "--dry-run")
     assert proc.returncode == 0, proc.stderr

@@ -1,9 +1,11 @@
 """scripts/reproduce-rosendahl.py (Rosendahl et al. 2021) end to end in a short setting (the baseline
-of Tables 1 and 2 and a Table 2 system, 1 pair, 2 updates) on a tiny word-level corpus; its --full
-commands; and the agreement of configs/recurrent_cross/*.json with each other and with
-configs/bench/recurrent_cross.json."""
+of Tables 1 and 2 and a Table 2 system, 1 pair, 2 updates) on a tiny word-level corpus; the commands
+of its named full-size settings (--full NAME); and the agreement of configs/recurrent_cross/*.json
+with each other and with configs/bench/recurrent_cross.json."""
 import json
 import math
+import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -11,12 +13,17 @@ import sys
 import pytest
 
 import helpers
+from ran_fairseq.reproduce import main
 
 SCRIPT = helpers.REPO / "scripts" / "reproduce-rosendahl.py"
 CONFIGS = helpers.REPO / "configs"
 DIR = CONFIGS / "recurrent_cross"
 SYSTEMS = ["baseline", "coverage"]
 PAPER_BASELINE = 23.45  # a paper number planted in a copy of paper.json
+# --full NAME -> (data-bin, source, target, dropout); configs/recurrent_cross/full-NAME.json
+FULL = {"wmt16-ro-en": ("data-bin/wmt16.ro-en", "ro", "en", "0.1"),
+        "wmt18-tr-en": ("data-bin/wmt18.tr-en", "tr", "en", "0.3"),
+        "iwslt17-en-it": ("data-bin/iwslt17.en-it", "en", "it", "0.3")}
 
 
 def reproduce(*args):
@@ -81,15 +88,42 @@ def test_table_has_finite_rows_and_the_papers_columns(first_run):
     assert flags["baseline"][-2:] == ["--cross-attention", "dot"]
 
 
-def test_full_settings_print_base_model_commands_on_wmt16_ro_en():
-    proc = reproduce("--full", "--systems", "prev-weight", "--dry-run")
-    assert proc.returncode == 0, proc.stderr
-    train, generate = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
-    assert "--arch recurrent_cross_transformer " in train and "data-bin/wmt16.ro-en" in train
-    assert "--source-lang ro --target-lang en" in train
-    assert "--cpu" not in train and "--dropout 0.1" in train
+@pytest.fixture(scope="module")
+def paper():
+    """The script's Paper, loaded without running it."""
+    return runpy.run_path(str(SCRIPT))["PAPER"]
+
+
+@pytest.mark.parametrize("name", [None, *FULL], ids=["bare", *FULL])
+def test_full_settings_print_base_model_commands(paper, name, capsys):
+    """--full NAME (a bare --full: the first, WMT'16 Ro-En) trains the base model on the GPU on
+    that setting's data-bin and pair, with its dropout."""
+    main(paper, ["--full", *([name] if name else []), "--systems", "prev-weight", "--dry-run"])
+    data, src, tgt, dropout = FULL[name or "wmt16-ro-en"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"# {src}-{tgt} prev-weight"
+    train, generate = lines[1:]
+    assert train.startswith(f"fairseq-train {helpers.REPO / data} ")
+    assert generate.startswith(f"fairseq-generate {helpers.REPO / data} ")
+    assert "--arch recurrent_cross_transformer " in train
+    assert f"--source-lang {src} --target-lang {tgt}" in train
+    assert f"--dropout {dropout} " in train and "--cpu" not in train
     assert train.endswith("--cross-attention prev-weight")
     assert "--beam 4" in generate and "--cpu" not in generate
+
+
+def test_full_setting_names_are_listed_and_checked(paper, capsys):
+    with pytest.raises(SystemExit):
+        main(paper, ["--help"])
+    out = capsys.readouterr().out
+    for name in FULL:
+        assert re.search(rf"^  {name} +configs/recurrent_cross/full-{name}\.json: ", out, re.M)
+    with pytest.raises(SystemExit) as exit_:
+        main(paper, ["--full", "wmt19-xx-en", "--dry-run"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --full: invalid choice: 'wmt19-xx-en'" in err
+    assert all(repr(name) in err for name in FULL)
 
 
 def test_configs_agree():
@@ -114,9 +148,24 @@ def test_configs_agree():
     for flag, value in helpers.flag_pairs(bench["common_flags"]).items():
         if flag != "--criterion":
             assert cpu_flags.get(flag, "missing") == value, flag
-    # the full config differs in scale only: same systems and paper file, base model, GPU
-    full = json.loads((DIR / "full.json").read_text())
-    assert (full["systems"], full["paper"]) == (cpu["systems"], cpu["paper"])
-    assert (full["arch"], full["device"], full["pairs"]) == \
-        ("recurrent_cross_transformer", "cuda", ["ro-en"])
-    assert set(helpers.flag_pairs(cpu["train_flags"])) <= set(helpers.flag_pairs(full["train_flags"]))
+    # the full configs differ in scale only: same systems and paper file, base model, GPU
+    fulls = {name: json.loads((DIR / f"full-{name}.json").read_text()) for name in FULL}
+    for name, full in fulls.items():
+        _, src, tgt, _ = FULL[name]
+        assert (full["systems"], full["paper"]) == (cpu["systems"], cpu["paper"])
+        assert (full["arch"], full["device"], full["pairs"]) == \
+            ("recurrent_cross_transformer", "cuda", [f"{src}-{tgt}"])
+        assert set(helpers.flag_pairs(cpu["train_flags"])) <= \
+            set(helpers.flag_pairs(full["train_flags"]))
+    # ... and share one recipe: a flag differs from the Ro-En config's only where the config's
+    # notes name it with its value
+    ro_en = fulls["wmt16-ro-en"]
+    recipe = helpers.flag_pairs(ro_en["train_flags"])
+    for name, full in fulls.items():
+        flags = helpers.flag_pairs(full["train_flags"])
+        assert set(flags) == set(recipe), name
+        for flag, value in flags.items():
+            if value != recipe[flag]:
+                assert f"{flag} {value} " in full["notes"], (name, flag, value)
+        for key in ("generate_flags", "checkpoint", "gen_subset"):
+            assert full[key] == ro_en[key], (name, key)
