@@ -144,3 +144,19 @@ def plot_length_bleu(rows, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return _save(fig, path)
+
+
+def plot_alignments(alignments, path, title):
+    """Fig. 6 of Elbayad et al. (2018): a panel per sentence, generated tokens down and source
+    tokens across, shaded by the weight. alignments: :class:`.alignments.Alignment` list."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(alignments), squeeze=False, layout="constrained",
+                             figsize=(sum(0.32 * len(a.source) + 1.2 for a in alignments),
+                                      0.32 * max(len(a.target) for a in alignments) + 1.6))
+    for ax, alignment in zip(axes[0], alignments):
+        image = ax.imshow(alignment.weights.numpy(), vmin=0, vmax=1, cmap="Greys")
+        ax.set_xticks(range(len(alignment.source)), alignment.source, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(alignment.target)), alignment.target, fontsize=7)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="weight")
+    fig.suptitle(title)
+    return _save(fig, path)

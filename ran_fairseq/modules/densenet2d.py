@@ -22,11 +22,14 @@ convolution instead of its f_0 + (l-1)·g input channels (twice: before and afte
 two 4g-channel tensors. The gradients are those of the plain mode; batch-norm running statistics
 are updated once.
 
+Batch-norm statistics are per channel, so in training each layer output's mean and mean of squares
+over the real cells are computed once and shared by every later layer that normalizes it.
+
 Incremental decoding (evaluation only): the input is the newest grid row(s) (B, f_0, n, S) with
 their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in
 ``incremental_state``.
 """
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -71,13 +74,15 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     statistics, which are updated from the same real-cell statistics (unbiased variance). Values
     at padded cells are normalized like the others; callers zero them. ``zero_padding=True``
     promises that x is already zero at padded cells (the DenseNet keeps it so), which skips a
-    masked copy of x. Parameters and buffers are those of ``nn.BatchNorm2d``."""
+    masked copy of x; ``moments`` gives the training statistics precomputed (see
+    :func:`masked_moments`). Parameters and buffers are those of ``nn.BatchNorm2d``."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1):
         super().__init__(num_features, eps=eps, momentum=momentum)
 
     def forward(self, x: Tensor, pad: Tensor, count: Optional[int] = None,
-                update_stats: bool = True, zero_padding: bool = False) -> Tensor:
+                update_stats: bool = True, zero_padding: bool = False,
+                moments: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
         if x.dim() != 4 or x.size(1) != self.num_features:
             raise ValueError(f"MaskedBatchNorm2d expects (batch, {self.num_features}, target, "
                              f"source), got {tuple(x.shape)}")
@@ -87,7 +92,9 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             if count < 1:
                 raise ValueError("batch normalization in training needs at least one real grid "
                                  "cell; the batch is all padding")
-            mean, meansq = _MaskedMoments.apply(x, pad, count, zero_padding)
+            if moments is None:
+                moments = _MaskedMoments.apply(x, pad, count, zero_padding)
+            mean, meansq = moments
             var = (meansq - mean.square()).clamp_min(0)
             if update_stats:
                 self._update_running_stats(mean, var, count)
@@ -113,11 +120,21 @@ def real_cells(pad: Tensor) -> int:
     return int(pad.numel() - pad.sum())
 
 
+def masked_moments(x: Tensor, pad: Tensor, count: int) -> Tuple[Tensor, Tensor]:
+    """Per-channel (C,) mean and mean of squares of x (B, C, T, S), zero at padded cells, over
+    the ``count`` real cells. Statistics are per channel, so those of a concatenation are the
+    concatenated statistics of its parts: the DenseNet computes them once per layer output
+    instead of once per reading layer."""
+    return _MaskedMoments.apply(x, pad, count, True)
+
+
 def _bn_relu(norm: MaskedBatchNorm2d, x: Tensor, pad: Tensor, count: Optional[int],
-             update_stats: bool = True) -> Tensor:
+             update_stats: bool = True, moments: Optional[Tuple[Tensor, Tensor]] = None
+             ) -> Tensor:
     """ReLU(BN(x)), zero at padded cells (in place on the normalized tensor); x is zero at padded
     cells, as every tensor the DenseNet normalizes is."""
-    return norm(x, pad, count, update_stats, zero_padding=True).masked_fill_(pad, 0).relu_()
+    return norm(x, pad, count, update_stats, zero_padding=True,
+                moments=moments).masked_fill_(pad, 0).relu_()
 
 
 def _recompute_in_backward(fn: Callable[..., Tensor], features: List[Tensor],
@@ -153,23 +170,35 @@ class DenseLayer2d(nn.Module):
         self.conv2 = MaskedConv2d(width, factor * growth_rate, kernel_size)
         nn.init.kaiming_normal_(self.conv1.weight, nonlinearity="relu")
 
-    def bottleneck(self, *features: Tensor, pad: Tensor, count: Optional[int],
+    def bottleneck(self, *inputs: Tensor, pad: Tensor, count: Optional[int],
                    update_stats: bool = True) -> Tensor:
         """Concatenation → BN → ReLU → 1×1 convolution (→ GLU) → BN → ReLU: the masked
-        convolution's input (B, 4g, T, S)."""
+        convolution's input (B, 4g, T, S). ``inputs``: the features, then in training their
+        concatenated per-channel mean and mean of squares (:func:`masked_moments`)."""
+        features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
-        x = self.conv1(_bn_relu(self.norm1, x, pad, count, update_stats))
+        # The 1×1 convolution (and the GLU) are per cell, so padded cells of its input reach
+        # only padded cells of its output, zeroed there: the narrow 4g channels are masked
+        # instead of the wide input.
+        x = self.norm1(x, pad, count, update_stats, zero_padding=True, moments=moments)
+        x = self.conv1(x.relu_())
         if self.gated:
             x = F.glu(x, dim=1)
-        return _bn_relu(self.norm2, x, pad, count, update_stats)
+        return _bn_relu(self.norm2, x.masked_fill(pad, 0), pad, count, update_stats)
 
     def forward(self, features: List[Tensor], pad: Tensor, count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                memory_efficient: bool = False) -> Tensor:
+                memory_efficient: bool = False,
+                moments: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+        """``moments``: in training, the features' concatenated per-channel mean and mean of
+        squares; computed here when not given."""
         def bottleneck(*inputs, update_stats):
             return self.bottleneck(*inputs, pad=pad, count=count, update_stats=update_stats)
 
-        h = _recompute_in_backward(bottleneck, features, memory_efficient)
+        if self.training and moments is None:
+            moments = masked_moments(torch.cat(features, dim=1), pad, count)
+        inputs = list(features) + (list(moments) if self.training else [])
+        h = _recompute_in_backward(bottleneck, inputs, memory_efficient)
         h = self.conv2(h, incremental_state)
         if self.gated:
             h = F.glu(h, dim=1)
@@ -220,14 +249,25 @@ class DenseNet2d(nn.Module):
         pad = padding.unsqueeze(1)
         count = real_cells(pad) if self.training else None
         features = [x.masked_fill(pad, 0)]
+        # Training statistics of each feature, computed once and shared by every later layer.
+        stats = [masked_moments(features[0], pad, count)] if self.training else None
+
+        def concatenated_stats():
+            return tuple(torch.cat(parts) for parts in zip(*stats)) if stats else None
+
         for layer in self.layers:
             features.append(layer(features, pad, count, incremental_state,
-                                  self.memory_efficient))
+                                  self.memory_efficient, concatenated_stats()))
+            if stats is not None:
+                stats.append(masked_moments(features[-1], pad, count))
 
         def close(*inputs, update_stats):
-            return _bn_relu(self.norm, torch.cat(inputs, dim=1), pad, count, update_stats)
+            features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
+            return _bn_relu(self.norm, torch.cat(features, dim=1), pad, count, update_stats,
+                            moments)
 
-        return _recompute_in_backward(close, features, self.memory_efficient)
+        inputs = features + list(concatenated_stats() or ())
+        return _recompute_in_backward(close, inputs, self.memory_efficient)
 
     def masked_weights(self) -> int:
         """Weights of the paper's full k×k kernels that the causal mask keeps at zero."""
