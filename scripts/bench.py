@@ -66,6 +66,10 @@ METRICS = [
     ("decode_mem_increment_mib", "decode Δ{mem} (MiB)", "{:,.1f}"),
 ]
 MEMORY_KINDS = {"cuda": "CUDA alloc", "cpu": "RSS"}
+# --live-memory: every allocation of 64 KiB or more is mapped and unmapped on its own, so the
+# resident set follows the live tensors (glibc's default threshold grows up to 32 MiB and keeps
+# freed tensors in the heap).
+LIVE_MEMORY_MMAP_THRESHOLD = 65536
 
 
 class BenchError(Exception):
@@ -108,6 +112,11 @@ def parse_cli(argv):
     p.add_argument("--threads", type=int, default=available_cores(),
                    help="torch CPU threads per worker")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--live-memory", action="store_true",
+                   help="CPU: run the workers with glibc's MALLOC_MMAP_THRESHOLD_=%d, so that "
+                        "freed tensors go back to the system and the resident set follows the "
+                        "memory in use, as CUDA's max_memory_allocated does, instead of also "
+                        "holding freed heap (allocation gets slower)" % LIVE_MEMORY_MMAP_THRESHOLD)
     args = p.parse_args(argv)
     for flag in ("train_updates", "max_tokens", "beam", "decode_batch_size", "decode_sentences",
                  "threads"):
@@ -208,6 +217,8 @@ def run_worker_process(spec, workdir):
     spec_path.write_text(json.dumps(spec))
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]),
                MKL_NUM_THREADS=str(spec["threads"]), PYTHONUNBUFFERED="1")
+    if spec["live_memory"]:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(LIVE_MEMORY_MMAP_THRESHOLD)
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker",
                            str(spec_path)], env=env, capture_output=True, text=True)
     result_path = Path(spec["result_path"])
@@ -247,6 +258,7 @@ def machine_info(device, threads, worker_env, load_before):
         "torch": worker_env["torch"],
         "cuda": worker_env["cuda"],
         "fairseq": worker_env["fairseq"],
+        "malloc_mmap_threshold": worker_env["malloc_mmap_threshold"],
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": git.stdout.strip() if git.returncode == 0 else None,
@@ -299,14 +311,19 @@ def run_parent(args):
                    "phase start" if device == "cuda" else
                    "peak resident set size (VmHWM, reset at each phase start); increment over "
                    "the RSS at the phase start"),
+        "live_memory": args.live_memory,
     }
+    if args.live_memory and device == "cuda":
+        raise BenchError("--live-memory applies to CPU memory; on CUDA the peak is already the "
+                         "memory allocated to live tensors: drop --live-memory or use "
+                         "--device cpu")
     load_before = os.getloadavg()[0]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
         for system in selected:
             print(f"bench: {system['name']} ({system['arch']}) ...", file=sys.stderr, flush=True)
             spec = dict(system, argv=fairseq_argv(data, system, common, args, device),
-                        device=device, threads=args.threads,
+                        device=device, threads=args.threads, live_memory=args.live_memory,
                         **{k: settings[k] for k in ("train_updates", "warmup_updates", "beam",
                                                     "decode_batch_size", "decode_sentences",
                                                     "gen_subset", "max_len_a", "max_len_b", "decode_length",
@@ -317,6 +334,10 @@ def run_parent(args):
                               "cannot reset VmHWM); increment over the RSS at the phase start")
     add_ratios(results, baseline)
     worker_env = [r.pop("environment") for r in results][0]
+    threshold = worker_env["malloc_mmap_threshold"]  # set by --live-memory or by the user
+    if device == "cpu" and threshold:
+        settings["memory"] += (f", with MALLOC_MMAP_THRESHOLD_={threshold} (freed tensors are "
+                               "returned to the system)")
     report = {"machine": machine_info(device, args.threads, worker_env, load_before),
               "settings": settings, "systems": results}
     out = Path(args.out)
@@ -533,7 +554,8 @@ def run_worker(spec):
               "fairseq_argv": spec["argv"], "metrics": metrics, "train": train, "decode": decode,
               "environment": {"torch": torch.__version__, "fairseq": fairseq.__version__,
                               "cuda": torch.version.cuda if cuda else None,
-                              "cuda_device": torch.cuda.get_device_name() if cuda else None}}
+                              "cuda_device": torch.cuda.get_device_name() if cuda else None,
+                              "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_")}}
     Path(spec["result_path"]).write_text(json.dumps(result, indent=2))
 
 

@@ -135,3 +135,13 @@ def test_decode_length_gives_every_system_the_same_decoding_work(data_bin, syste
         decode = result["decode"]
         assert decode["generated_tokens"] == decode["sentences"] * 8, result["name"]  # 7 + EOS
     assert "forced to 7 tokens + EOS" in (tmp_path / "bench.md").read_text()
+
+
+def test_live_memory_runs_the_workers_with_freed_memory_returned(data_bin, systems_file, tmp_path):
+    proc = run_bench(data_bin, systems_file, tmp_path, "--live-memory",
+                     "--systems-only", "transformer")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["settings"]["live_memory"] is True
+    assert report["machine"]["malloc_mmap_threshold"] == "65536"  # what the worker saw
+    assert "MALLOC_MMAP_THRESHOLD_=65536" in (tmp_path / "bench.md").read_text()

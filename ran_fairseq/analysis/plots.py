@@ -3,6 +3,7 @@
 matplotlib is imported on first use only; without it, plotting raises an ImportError that says how
 to install it (``pip install matplotlib`` or the package's ``plot`` extra).
 """
+import logging
 import math
 
 SIDE_TITLES = {"enc": "encoder self-attention", "dec": "decoder self-attention",
@@ -11,7 +12,9 @@ DPI = 120
 
 
 def pyplot():
-    """matplotlib.pyplot with the Agg backend."""
+    """matplotlib.pyplot with the Agg backend. Importing fairseq sets the root logger to DEBUG,
+    so matplotlib's own loggers are held at WARNING (its font search logs hundreds of lines)."""
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     try:
         import matplotlib
     except ImportError:
