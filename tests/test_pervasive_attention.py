@@ -188,6 +188,47 @@ def test_cached_rows_equal_the_full_grid():
         net.train()(x[:, :, :1], pad[:, :1], incremental_state={})
 
 
+@pytest.mark.parametrize("memory_efficient", [False, True], ids=["plain", "memory-efficient"])
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+def test_training_forward_and_gradients_equal_torch_batch_norm_without_padding(gated,
+                                                                              memory_efficient):
+    """Without padding, the DenseNet (batch-norm statistics computed once per feature and shared
+    by later layers) equals the layer list written out with torch's batch norm, which reduces over
+    each layer's whole input: outputs, input and parameter gradients, running statistics."""
+    net = densenet(gated=gated, dropout=0.0, memory_efficient=memory_efficient).train()
+    x = torch.randn(3, 6, 5, 4)
+    pad = torch.zeros(3, 5, 4, dtype=torch.bool)
+    weights = torch.randn(3, net.out_channels, 5, 4)
+
+    def bn(norm, h):
+        return F.batch_norm(h, norm.running_mean, norm.running_var, norm.weight, norm.bias,
+                            training=True, momentum=norm.momentum, eps=norm.eps)
+
+    def reference(h):
+        features = [h]
+        for layer in net.layers:
+            h = layer.conv1(bn(layer.norm1, torch.cat(features, dim=1)).relu())
+            h = F.glu(h, dim=1) if gated else h
+            h = layer.conv2(bn(layer.norm2, h).relu())
+            features.append(F.glu(h, dim=1) if gated else h)
+        return bn(net.norm, torch.cat(features, dim=1)).relu()
+
+    results = []
+    for forward in (net, lambda h, pad: reference(h)):
+        randomize_batch_norms_(net)
+        net.zero_grad()
+        xi = x.clone().requires_grad_()
+        out = forward(xi, pad)
+        (out * weights).sum().backward()
+        results.append((out.detach(), xi.grad, [p.grad.clone() for p in net.parameters()],
+                        [b.clone() for b in net.buffers() if b.dtype != torch.long]))
+    (out_n, gx_n, gp_n, buf_n), (out_r, gx_r, gp_r, buf_r) = results
+    torch.testing.assert_close(out_n, out_r, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gx_n, gx_r, rtol=1e-4, atol=1e-5)
+    for a, b in zip(gp_n + buf_n, gp_r + buf_r):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
 def test_memory_efficient_mode_gives_the_plain_gradients(gated):
     plain = densenet(gated=gated, dropout=0.3).train()
