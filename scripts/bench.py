@@ -355,7 +355,9 @@ def run_parent(args):
 class MemoryProbe:
     """Peak memory of one phase, in MiB, and its increment over the memory in use at the start.
 
-    CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``. CPU: the
+    CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``; fairseq's
+    ``Trainer.train_step`` resets the peak itself after every update, so while a phase runs that
+    reset first records the peak it would drop. CPU: the
     resident set high-water mark (VmHWM), reset at the phase start by writing 5 to
     /proc/self/clear_refs; where the kernel refuses, the process-lifetime peak (ru_maxrss).
     """
@@ -364,6 +366,8 @@ class MemoryProbe:
         self.cuda = cuda
         self.before = None
         self.peak_resettable = None
+        self.dropped_peak = 0.0  # CUDA: the largest peak that a reset during the phase dropped
+        self._reset = None
 
     def start(self):
         import gc
@@ -376,6 +380,14 @@ class MemoryProbe:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             self.before = torch.cuda.memory_allocated() / 2**20
+            self.dropped_peak = 0.0
+            self._reset = torch.cuda.reset_peak_memory_stats
+
+            def keep_peak_then_reset(*args, **kwargs):
+                self.dropped_peak = max(self.dropped_peak, torch.cuda.max_memory_allocated())
+                self._reset(*args, **kwargs)
+
+            torch.cuda.reset_peak_memory_stats = keep_peak_then_reset
             return
         release_free_heap()
         try:
@@ -390,7 +402,8 @@ class MemoryProbe:
 
         if self.cuda:
             torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated() / 2**20
+            torch.cuda.reset_peak_memory_stats = self._reset
+            peak = max(self.dropped_peak, torch.cuda.max_memory_allocated()) / 2**20
         elif self.peak_resettable:
             peak = proc_status_kib("VmHWM") / 1024
         else:

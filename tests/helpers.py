@@ -8,6 +8,7 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -176,3 +177,23 @@ def flag_pairs(flags):
             nxt = flags[i + 1] if i + 1 < len(flags) else None
             out[flag] = None if nxt is None or nxt.startswith("--") else nxt
     return out
+
+
+def table_rows(table):
+    """{system: {heading: cell}} of a markdown table's data rows (headings in column order)."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    heads = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
+            for line in lines[2:]]
+    return {row["system"]: row for row in rows}
+
+
+def scored_corpus(root):
+    """A synthetic de-en corpus binarized into ``root/bin.de-en`` (joined dictionary, no BPE) with
+    the raw test references beside it, as the reproduction engine scores against them."""
+    raw = make_synthetic_corpus(root / "raw")
+    data = binarize(raw, root / "bin.de-en", joined=True)
+    for lang in (SRC, TGT):
+        shutil.copy(raw / f"test.{lang}", data / f"test.raw.{lang}")
+    return data
+

@@ -145,3 +145,40 @@ def test_live_memory_runs_the_workers_with_freed_memory_returned(data_bin, syste
     assert report["settings"]["live_memory"] is True
     assert report["machine"]["malloc_mmap_threshold"] == "65536"  # what the worker saw
     assert "MALLOC_MMAP_THRESHOLD_=65536" in (tmp_path / "bench.md").read_text()
+
+
+def test_cuda_peak_survives_the_resets_of_fairseqs_trainer(monkeypatch):
+    """fairseq's Trainer.train_step calls torch.cuda.reset_peak_memory_stats() after every update;
+    the probe must still report the largest peak of the phase (a fake CUDA allocator here)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("bench_under_test", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    allocator = {"now": 100 * 2**20, "peak": 100 * 2**20}
+
+    def allocate(mib):
+        allocator["now"] = mib * 2**20
+        allocator["peak"] = max(allocator["peak"], allocator["now"])
+
+    def reset_peak():
+        allocator["peak"] = allocator["now"]
+
+    for name, fake in {"synchronize": lambda: None, "empty_cache": lambda: None,
+                       "reset_peak_memory_stats": reset_peak,
+                       "memory_allocated": lambda: allocator["now"],
+                       "max_memory_allocated": lambda: allocator["peak"]}.items():
+        monkeypatch.setattr(torch.cuda, name, fake)
+    probe = bench.MemoryProbe(cuda=True)
+    probe.start()
+    for step_peak in (900, 1500, 700):  # three updates, each followed by the Trainer's reset
+        allocate(step_peak)
+        allocate(300)
+        torch.cuda.reset_peak_memory_stats()
+    allocate(400)
+    result = probe.stop()
+    assert result["mem_before_mib"] == 100
+    assert result["mem_peak_mib"] == 1500
+    assert torch.cuda.reset_peak_memory_stats is reset_peak  # restored after the phase

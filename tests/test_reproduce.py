@@ -73,17 +73,8 @@ def first_run(corpus, config):
     return out
 
 
-def table_rows(table):
-    """{system: {heading: cell}} of the markdown table's data rows."""
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    heads = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = [dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
-            for line in lines[2:]]
-    return {row["system"]: row for row in rows}
-
-
 def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
-    rows = table_rows((first_run / "TABLE.md").read_text())
+    rows = helpers.table_rows((first_run / "TABLE.md").read_text())
     assert list(rows) == SYSTEMS
     for name, row in rows.items():
         for heading in ("tok BLEU", "sacreBLEU", "chrF", "TER", "decode sent/s", "decode tok/s",
@@ -141,7 +132,7 @@ def test_resume_skips_finished_systems_and_refuses_other_settings(first_run, cor
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("skipped (--resume)") == len(SYSTEMS)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert list(table_rows((first_run / "TABLE.md").read_text())) == SYSTEMS
+    assert list(helpers.table_rows((first_run / "TABLE.md").read_text())) == SYSTEMS
 
     proc = reproduce(*args, "--max-update", "4")
     assert proc.returncode != 0

@@ -44,17 +44,9 @@ def first_run(tmp_path_factory):
     return root, out
 
 
-def table_rows(table):
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    heads = [c.strip() for c in lines[0].strip("|").split("|")]
-    return {row["system"]: row for row in
-            (dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
-             for line in lines[2:])}
-
-
 def test_short_run_table_and_unk_replacement(first_run):
     root, out = first_run
-    rows = table_rows((out / "TABLE.md").read_text())
+    rows = helpers.table_rows((out / "TABLE.md").read_text())
     assert list(rows) == SYSTEMS
     paper = json.loads((CONFIGS / "paper.json").read_text())
     for name, row in rows.items():

@@ -4,7 +4,6 @@ parameter and FLOP columns, the Fig. 6 PNG, and ran_fairseq.analysis.alignments;
 commands; and the agreement of configs/pervasive/*.json with each other."""
 import json
 import math
-import shutil
 import subprocess
 import sys
 
@@ -29,14 +28,6 @@ def reproduce(*args):
                           timeout=300)
 
 
-def table_rows(table):
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    heads = [c.strip() for c in lines[0].strip("|").split("|")]
-    return {row["system"]: row for row in
-            (dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
-             for line in lines[2:])}
-
-
 def number(cell):
     return float(cell.replace(",", ""))
 
@@ -45,10 +36,7 @@ def number(cell):
 def first_run(tmp_path_factory):
     """The CPU config on a tiny word-level de-en corpus (no BPE)."""
     root = tmp_path_factory.mktemp("reproduce-pervasive")
-    raw = helpers.make_synthetic_corpus(root / "raw")
-    data = helpers.binarize(raw, root / "bin.de-en", joined=True)
-    for lang in ("de", "en"):  # the references the engine scores against
-        shutil.copy(raw / f"test.{lang}", data / f"test.raw.{lang}")
+    helpers.scored_corpus(root)
     cfg = json.loads((DIR / "cpu.json").read_text())
     cfg.update(checkpoints=str(root / "ckpt"), bpe=None)
     (root / "cpu.json").write_text(json.dumps(cfg))
@@ -62,7 +50,7 @@ def first_run(tmp_path_factory):
 
 def test_table_columns_and_alignment_figure(first_run):
     root, out = first_run
-    rows = table_rows((out / "TABLE.md").read_text())
+    rows = helpers.table_rows((out / "TABLE.md").read_text())
     assert list(rows) == SYSTEMS
     for name, row in rows.items():
         for heading in ("tok BLEU", "sacreBLEU", "chrF", "TER", "decode sent/s"):
