@@ -197,3 +197,10 @@ def scored_corpus(root):
         shutil.copy(raw / f"test.{lang}", data / f"test.raw.{lang}")
     return data
 
+
+def run_reproduction(script, *args, timeout=300):
+    """Run a ``scripts/reproduce-*.py`` script with one thread per fairseq process; the
+    CompletedProcess (output captured)."""
+    cmd = [sys.executable, str(script), "--threads", "1", *map(str, args)]
+    return subprocess.run(cmd, env=fairseq_env(), capture_output=True, text=True, timeout=timeout)
+

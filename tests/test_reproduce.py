@@ -2,6 +2,7 @@
 short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
 3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors,
 and the RAN configs' agreement with each other (configs/ran/*.json, configs/bench/ran.json)."""
+import functools
 import json
 import math
 import re
@@ -18,10 +19,7 @@ SYSTEMS = ["TransF", "RAN-ALL", "RAN-ALL greedy"]  # the last decodes RAN-ALL's 
 PAPER_TRANSF = 12.34  # a paper number planted in a copy of the config
 
 
-def reproduce(*args):
-    cmd = [sys.executable, str(SCRIPT), "--threads", "1", *map(str, args)]
-    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
-                          timeout=300)
+reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 prepared by the project's pipeline on a tiny corpus, window 11 trained for 3 updates and decoded,
 and '+ UNK replace' decoding its checkpoint through ran_fairseq.scoring.replace_unk; then the
 --full commands and the agreement of configs/dynmem/* with each other and with paper-train.args."""
+import functools
 import json
 import math
 import subprocess
@@ -16,10 +17,7 @@ CONFIGS = helpers.REPO / "configs" / "dynmem"
 SYSTEMS = ["RNNSearch + window 11", "RNNSearch + window 11 + UNK replace"]
 
 
-def reproduce(*args):
-    cmd = [sys.executable, str(SCRIPT), "--threads", "1", *map(str, args)]
-    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
-                          timeout=300)
+reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,9 @@
 model, a Table 2 model and ConvS2S from Table 3, one pair, 2 updates) on a tiny corpus: its
 parameter and FLOP columns, the Fig. 6 PNG, and ran_fairseq.analysis.alignments; the --full
 commands; and the agreement of configs/pervasive/*.json with each other."""
+import functools
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -22,10 +21,7 @@ SIZE_FLAGS = {"--kernel-size", "--num-layers", "--encoder-embed-dim", "--encoder
               "--memory-efficient-densenet"}
 
 
-def reproduce(*args):
-    cmd = [sys.executable, str(SCRIPT), "--threads", "1", *map(str, args)]
-    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
-                          timeout=300)
+reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
 
 
 def number(cell):

@@ -2,12 +2,11 @@
 of Tables 1 and 2 and a Table 2 system, 1 pair, 2 updates) on a tiny word-level corpus; the commands
 of its named full-size settings (--full NAME); and the agreement of configs/recurrent_cross/*.json
 with each other and with configs/bench/recurrent_cross.json."""
+import functools
 import json
 import math
 import re
 import runpy
-import subprocess
-import sys
 
 import pytest
 
@@ -25,10 +24,7 @@ FULL = {"wmt16-ro-en": ("data-bin/wmt16.ro-en", "ro", "en", "0.1"),
         "iwslt17-en-it": ("data-bin/iwslt17.en-it", "en", "it", "0.3")}
 
 
-def reproduce(*args):
-    cmd = [sys.executable, str(SCRIPT), "--threads", "1", *map(str, args)]
-    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
-                          timeout=300)
+reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
 
 
 @pytest.fixture(scope="module")
