@@ -204,3 +204,18 @@ def run_reproduction(script, *args, timeout=300):
     cmd = [sys.executable, str(script), "--threads", "1", *map(str, args)]
     return subprocess.run(cmd, env=fairseq_env(), capture_output=True, text=True, timeout=timeout)
 
+
+def short_reproduction(script, cpu_config, root, systems, **overrides):
+    """Run ``script`` on the corpus of :func:`scored_corpus` under ``root`` (de-en, 2 updates)
+    with a copy of ``cpu_config`` (word level, checkpoints under ``root``, ``overrides`` applied);
+    return the output directory."""
+    cfg = json.loads(Path(cpu_config).read_text())
+    cfg.update(checkpoints=str(root / "ckpt"), bpe=None, **overrides)
+    (root / "cpu.json").write_text(json.dumps(cfg))
+    out = root / "out"
+    proc = run_reproduction(script, "--config", root / "cpu.json",
+                            "--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en",
+                            "--systems", ",".join(systems), "--max-update", "2", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return out
+

@@ -33,15 +33,7 @@ def first_run(tmp_path_factory):
     """The CPU config on a tiny word-level de-en corpus (no BPE)."""
     root = tmp_path_factory.mktemp("reproduce-pervasive")
     helpers.scored_corpus(root)
-    cfg = json.loads((DIR / "cpu.json").read_text())
-    cfg.update(checkpoints=str(root / "ckpt"), bpe=None)
-    (root / "cpu.json").write_text(json.dumps(cfg))
-    out = root / "out"
-    proc = reproduce("--config", root / "cpu.json", "--data", str(root / "bin.{src}-{tgt}"),
-                     "--pairs", "de-en", "--systems", ",".join(SYSTEMS), "--max-update", "2",
-                     "--out", out)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return root, out
+    return root, helpers.short_reproduction(SCRIPT, DIR / "cpu.json", root, SYSTEMS)
 
 
 def test_table_columns_and_alignment_figure(first_run):

@@ -2,7 +2,6 @@
 of Tables 1 and 2 and a Table 2 system, 1 pair, 2 updates) on a tiny word-level corpus; the commands
 of its named full-size settings (--full NAME); and the agreement of configs/recurrent_cross/*.json
 with each other and with configs/bench/recurrent_cross.json."""
-import functools
 import json
 import math
 import re
@@ -24,9 +23,6 @@ FULL = {"wmt16-ro-en": ("data-bin/wmt16.ro-en", "ro", "en", "0.1"),
         "iwslt17-en-it": ("data-bin/iwslt17.en-it", "en", "it", "0.3")}
 
 
-reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
-
-
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     """The CPU config on a tiny word-level de-en corpus (no BPE), with one paper number planted."""
@@ -35,14 +31,8 @@ def first_run(tmp_path_factory):
     paper = json.loads((DIR / "paper.json").read_text())
     paper["columns"][0]["values"]["baseline"] = PAPER_BASELINE
     (root / "paper.json").write_text(json.dumps(paper))
-    cfg = json.loads((DIR / "cpu.json").read_text())
-    cfg.update(paper=str(root / "paper.json"), checkpoints=str(root / "ckpt"), bpe=None)
-    (root / "cpu.json").write_text(json.dumps(cfg))
-    out = root / "out"
-    proc = reproduce("--config", root / "cpu.json", "--data", str(root / "bin.{src}-{tgt}"),
-                     "--pairs", "de-en", "--systems", ",".join(SYSTEMS), "--max-update", "2",
-                     "--out", out)
-    assert proc.returncode == 0, proc.stderr[-5000:]
+    out = helpers.short_reproduction(SCRIPT, DIR / "cpu.json", root, SYSTEMS,
+                                     paper=str(root / "paper.json"))
     return out, paper
 
 
