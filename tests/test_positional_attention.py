@@ -247,7 +247,7 @@ def test_incremental_steps_equal_full_forward(kind, left):
     torch.testing.assert_close(torch.cat(steps), full, rtol=1e-5, atol=1e-6)
 
 
-def test_reorder_incremental_state_touches_the_value_cache_only():
+def test_reorder_incremental_state_moves_the_paths_not_the_values():
     module = attention(sources(causal=True)["ran"])
     torch.manual_seed(3)
     x = torch.randn(5, 3, DIM)
@@ -256,11 +256,51 @@ def test_reorder_incremental_state_touches_the_value_cache_only():
         state = {}
         for t in range(3):
             module(x[t:t + 1], incremental_state=state)
+        rows = module._get_input_buffer(state)["value_rows"]
         module.reorder_incremental_state(state, order)
+        buffer = module._get_input_buffer(state)
+        assert buffer["value_rows"] is rows  # no cached value was copied
+        assert buffer["value_path"].tolist() == [[2, 5, 8], [2, 5, 8], [0, 3, 6]]
         steps = [module(x[t:t + 1, order], incremental_state=state)[0] for t in (3, 4)]
         expected, _ = module(x[:, order])
-    assert set(module._get_input_buffer(state)) == {"prev_value"}
+    assert set(buffer) == {"value_rows", "value_count", "value_path"}
     torch.testing.assert_close(torch.cat(steps), expected[3:], rtol=1e-5, atol=1e-6)
+
+
+def test_value_rows_grow_across_steps_while_the_beam_shrinks():
+    """Many steps (the row buffer is reallocated several times) with beam search's reorders,
+    shrinking from 6 hypotheses to 2; every step equals the full forward of the chosen histories."""
+    module = attention(sources(causal=True)["ran"])
+    torch.manual_seed(4)
+    steps, generator = N, torch.Generator().manual_seed(5)
+    history = torch.empty(0, 6, DIM)  # the inputs of each live hypothesis so far
+    state, buffers = {}, set()
+    with torch.no_grad():
+        for t in range(steps):
+            batch = history.size(1)
+            x = torch.randn(1, batch, DIM)
+            out, _ = module(x, incremental_state=state)
+            history = torch.cat([history, x])
+            buffers.add(module._get_input_buffer(state)["value_rows"].data_ptr())
+            expected, _ = module(history)
+            torch.testing.assert_close(out[0], expected[-1], rtol=1e-5, atol=1e-6)
+            order = torch.randint(0, batch, (max(2, batch - 1),), generator=generator)
+            module.reorder_incremental_state(state, order)
+            history = history[:, order]
+    assert 1 < len(buffers) <= 3  # reallocated, by doubling rather than at every step
+
+
+def test_gradients_flow_through_incremental_steps():
+    module = attention(sources(causal=True)["ran"])
+    torch.manual_seed(6)
+    x = torch.randn(4, 2, DIM, requires_grad=True)
+    state = {}
+    steps = [module(x[t:t + 1], incremental_state=state)[0] for t in range(4)]
+    torch.cat(steps).pow(2).sum().backward()
+    incremental_grad = x.grad.clone()
+    x.grad = None
+    module(x)[0].pow(2).sum().backward()
+    torch.testing.assert_close(incremental_grad, x.grad, rtol=1e-5, atol=1e-6)
 
 
 # ---- too-long inputs -----------------------------------------------------------------------------

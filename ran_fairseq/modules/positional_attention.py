@@ -243,9 +243,9 @@ class PositionalSelfAttention(nn.Module):
     (B, T), True at padding; returns ``(out (T, B, E), weights)`` with weights (B, T, S) averaged
     over heads, (h, B, T, S) with ``need_head_weights``, or None. ``key`` is not used. In a causal
     (decoder) source, the causal mask is built in and ``attn_mask`` (the decoder's future mask) is
-    ignored. With ``incremental_state`` it decodes one step: the query is the newest token, the
-    module caches the values of earlier tokens and reorders them in
-    :meth:`reorder_incremental_state`.
+    ignored. With ``incremental_state`` it decodes one step: the query is the newest token; the
+    values of earlier tokens are cached append-only and :meth:`reorder_incremental_state` moves
+    only each hypothesis's row numbers (see ``_step``).
 
     ``matrices`` is shared by all layers of a side; the owner (encoder or decoder) registers it,
     this module only refers to it.
@@ -356,9 +356,14 @@ class PositionalSelfAttention(nn.Module):
         return self._mix(probs, v), (probs if need_weights else None)
 
     # ---- incremental decoding --------------------------------------------------------------------
+    # Beam search reorders the hypotheses after every step. Rather than copying every hypothesis's
+    # cached values each time, the buffer keeps them append-only: ``value_rows`` (R, E) holds one
+    # row per (step, hypothesis) in the order written, its first ``value_count`` rows used, and
+    # ``value_path`` (B, t) each hypothesis's history as row numbers. Reordering moves only the
+    # path (and the padding mask, (B, t)); a step gathers and weights its rows in one
+    # ``F.embedding_bag`` call, reading each cached value once.
     def _step(self, v: Tensor, padding: Optional[Tensor], incremental_state):
-        """One decoding step: v (1, B, E) is the newest token's value; the buffer holds the earlier
-        values as (h, t, B, d) and, once padding has been seen, the padding mask (B, t)."""
+        """One decoding step: v (1, B, E) is the newest token's value."""
         if not self.causal:
             raise ValueError("incremental decoding needs a causal (decoder) self-attention")
         if v.size(0) != 1:
@@ -366,57 +371,70 @@ class PositionalSelfAttention(nn.Module):
         _, batch, _ = v.shape
         heads, head_dim = self.num_heads, self.head_dim
         buffer = self._get_input_buffer(incremental_state)
-        new = v.view(batch, heads, head_dim).transpose(0, 1).unsqueeze(1)
-        previous = buffer.get("prev_value")
-        values = new.contiguous() if previous is None else torch.cat([previous, new], dim=1)
-        length = values.size(1)
+        path = buffer.get("value_path")
+        length = 1 if path is None else path.size(1) + 1
         self.matrices.check_length(length, "the decoded prefix")
+
+        rows, used = self._append_rows(buffer, v[0])
+        new = torch.arange(used - batch, used, device=v.device).unsqueeze(1)
+        path = new if path is None else torch.cat([path, new], dim=1)
+        buffer["value_path"] = path
         previous_padding = buffer.get("prev_key_padding_mask")
         if padding is not None or previous_padding is not None:
             if padding is None:
-                padding = values.new_zeros(batch, 1, dtype=torch.bool)
+                padding = path.new_zeros(batch, 1, dtype=torch.bool)
             if previous_padding is None:
-                previous_padding = values.new_zeros(batch, length - 1, dtype=torch.bool)
+                previous_padding = path.new_zeros(batch, length - 1, dtype=torch.bool)
             padding = torch.cat([previous_padding, padding.to(torch.bool)], dim=1)
             buffer["prev_key_padding_mask"] = padding
-        buffer["prev_value"] = values
         self._set_input_buffer(incremental_state, buffer)
 
         probs = self.matrices.causal_probs(self.layer, length, v.dtype)  # (h, t, t)
         if padding is None:
-            weights = probs[:, length - 1]  # the newest position's row: (h, t)
-            if not (self.training and self.dropout > 0):
-                context = torch.bmm(weights.unsqueeze(1),
-                                    values.view(heads, length, batch * head_dim))
-                context = context.view(heads, batch, head_dim)
-                return self._step_output(context, weights.unsqueeze(1).expand(-1, batch, -1))
-            weights = weights.unsqueeze(1).expand(-1, batch, -1)
+            # The newest position's row, shared by all hypotheses: (B, h, t).
+            weights = probs[:, length - 1].unsqueeze(0).expand(batch, -1, -1)
         else:
             # Real tokens are numbered 0, 1, ... in order; the query is the newest one, and a
             # padding query gets a zero context.
             real = ~padding
             position = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, t)
             keep = (real & real[:, -1:]).to(probs.dtype)
-            weights = probs[:, position[:, -1:], position] * keep  # (h, B, t)
+            weights = (probs[:, position[:, -1:], position] * keep).transpose(0, 1)  # (B, h, t)
         dropped = F.dropout(weights, p=self.dropout, training=self.training)
-        context = torch.einsum("hbs,hsbd->hbd", dropped, values)
-        return self._step_output(context, weights)
+        # Row r of ``rows`` viewed as (R·h, d) rows: r·h + k is head k of cached row r.
+        index = path.unsqueeze(1) * heads + torch.arange(heads, device=path.device)[:, None]
+        context = F.embedding_bag(index.view(batch * heads, length), rows.view(-1, head_dim),
+                                  per_sample_weights=dropped.reshape(batch * heads, length),
+                                  mode="sum")  # Eq. 2 for the newest row: (B·h, d)
+        return context.view(1, batch, self.embed_dim), weights.unsqueeze(2)
 
-    def _step_output(self, context: Tensor, weights: Tensor):
-        """context (h, B, d) -> (1, B, E); weights (h, B, t) -> (B, h, 1, t)."""
-        batch = context.size(1)
-        context = context.transpose(0, 1).reshape(1, batch, self.embed_dim)
-        return context, weights.transpose(0, 1).unsqueeze(2)
+    @staticmethod
+    def _append_rows(buffer: Dict[str, Optional[Tensor]], new: Tensor) -> Tuple[Tensor, int]:
+        """Append ``new`` (B, E) to the buffer's value rows; returns the rows and the count used.
+        Capacity doubles when full. While autograd records, rows are concatenated instead of
+        written in place, so earlier steps' graphs stay valid."""
+        rows, count = buffer.get("value_rows"), buffer.get("value_count")
+        used = 0 if rows is None else int(count)
+        total = used + new.size(0)
+        if torch.is_grad_enabled() and new.requires_grad:
+            rows = new if rows is None else torch.cat([rows[:used], new])
+        else:
+            if rows is None or total > rows.size(0):
+                grown = new.new_empty(2 * total, new.size(1))
+                if rows is not None:
+                    grown[:used] = rows[:used]
+                rows = grown
+            rows[used:total] = new
+        buffer["value_rows"], buffer["value_count"] = rows, torch.tensor(total)
+        return rows, total
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        """Reorder the cached values (and padding) of each hypothesis for beam search."""
+        """Reorder each hypothesis's history (and padding) for beam search; the value rows stay."""
         buffer = self._get_input_buffer(incremental_state)
         if buffer:
-            if buffer.get("prev_value") is not None:
-                buffer["prev_value"] = buffer["prev_value"].index_select(2, new_order)
-            if buffer.get("prev_key_padding_mask") is not None:
-                buffer["prev_key_padding_mask"] = buffer["prev_key_padding_mask"].index_select(
-                    0, new_order)
+            for name in ("value_path", "prev_key_padding_mask"):
+                if buffer.get(name) is not None:
+                    buffer[name] = buffer[name].index_select(0, new_order)
             incremental_state = self._set_input_buffer(incremental_state, buffer)
         return incremental_state
 
