@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,9 @@ def parse_cli(argv):
     p.add_argument("--decode-batch-size", type=int, default=64, help="sentences per decoding batch")
     p.add_argument("--decode-sentences", type=int, default=200,
                    help="decode the first N sentences of --gen-subset")
+    p.add_argument("--decode-repeats", type=int, default=1, metavar="K",
+                   help="time K passes over the decoded sentences and report the median pass, "
+                        "to damp other load on the machine (bench.json keeps every pass)")
     p.add_argument("--gen-subset", default="test")
     p.add_argument("--max-len-a", type=float, default=1.2,
                    help="hypotheses stop at max-len-a * source length + max-len-b tokens")
@@ -119,7 +123,7 @@ def parse_cli(argv):
                         "holding freed heap (allocation gets slower)" % LIVE_MEMORY_MMAP_THRESHOLD)
     args = p.parse_args(argv)
     for flag in ("train_updates", "max_tokens", "beam", "decode_batch_size", "decode_sentences",
-                 "threads"):
+                 "decode_repeats", "threads"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.warmup_updates < 0:
@@ -289,8 +293,16 @@ def markdown(report):
               f"batch, " + (f"every hypothesis forced to {s['decode_length']} tokens + EOS"
                             if s.get("decode_length") else
                             f"max length {s['max_len_a']}·src+{s['max_len_b']}")
+              + (f", median of {s['decode_repeats']} timed passes"
+                 if s.get("decode_repeats", 1) > 1 else "")
               + f". Memory: {s['memory']}."]
     return "\n".join(lines) + "\n"
+
+
+# The settings each worker reads from its spec.
+WORKER_SETTINGS = ("train_updates", "warmup_updates", "beam", "decode_batch_size",
+                   "decode_sentences", "decode_repeats", "gen_subset", "max_len_a", "max_len_b",
+                   "decode_length", "seed")
 
 
 def run_parent(args):
@@ -305,7 +317,8 @@ def run_parent(args):
         "train_updates": args.train_updates, "warmup_updates": args.warmup_updates,
         "max_tokens": args.max_tokens, "beam": args.beam,
         "decode_batch_size": args.decode_batch_size, "decode_sentences": args.decode_sentences,
-        "gen_subset": args.gen_subset, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
+        "decode_repeats": args.decode_repeats, "gen_subset": args.gen_subset,
+        "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
         "decode_length": args.decode_length, "seed": args.seed,
         "memory": ("torch.cuda.max_memory_allocated; increment over memory_allocated at the "
                    "phase start" if device == "cuda" else
@@ -324,10 +337,7 @@ def run_parent(args):
             print(f"bench: {system['name']} ({system['arch']}) ...", file=sys.stderr, flush=True)
             spec = dict(system, argv=fairseq_argv(data, system, common, args, device),
                         device=device, threads=args.threads, live_memory=args.live_memory,
-                        **{k: settings[k] for k in ("train_updates", "warmup_updates", "beam",
-                                                    "decode_batch_size", "decode_sentences",
-                                                    "gen_subset", "max_len_a", "max_len_b", "decode_length",
-                                                    "seed")})
+                        **{k: settings[k] for k in WORKER_SETTINGS})
             results.append(run_worker_process(spec, workdir))
     if not all(r["train"]["mem_peak_since_phase_start"] for r in results):
         settings["memory"] = ("process-lifetime peak resident set size (ru_maxrss; this kernel "
@@ -545,15 +555,18 @@ def run_worker(spec):
     memory.start()
     with torch.no_grad():
         task.inference_step(generator, [model], samples[0])  # untimed warm-up batch
-        start = clock()
-        sentences = generated = 0
-        for sample in samples:
-            hypos = task.inference_step(generator, [model], sample)
-            sentences += len(hypos)
-            generated += sum(len(h[0]["tokens"]) for h in hypos)
-        seconds = clock() - start
+        passes = []
+        for _ in range(spec["decode_repeats"]):
+            start = clock()
+            sentences = generated = 0
+            for sample in samples:
+                hypos = task.inference_step(generator, [model], sample)
+                sentences += len(hypos)
+                generated += sum(len(h[0]["tokens"]) for h in hypos)
+            passes.append(clock() - start)
+        seconds = statistics.median(passes)
     decode = {"sentences": sentences, "generated_tokens": generated, "batches": len(samples),
-              "seconds": seconds, "sentences_per_s": sentences / seconds,
+              "seconds": seconds, "pass_seconds": passes, "sentences_per_s": sentences / seconds,
               "tokens_per_s": generated / seconds, **memory.stop()}
 
     metrics = {"params": params, "train_tokens_per_s": train["tokens_per_s"],

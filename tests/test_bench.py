@@ -137,6 +137,17 @@ def test_decode_length_gives_every_system_the_same_decoding_work(data_bin, syste
     assert "forced to 7 tokens + EOS" in (tmp_path / "bench.md").read_text()
 
 
+def test_decode_repeats_reports_the_median_pass(data_bin, systems_file, tmp_path):
+    proc = run_bench(data_bin, systems_file, tmp_path, "--decode-repeats", "3",
+                     "--systems-only", "transformer")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    decode = json.loads((tmp_path / "bench.json").read_text())["systems"][0]["decode"]
+    passes = sorted(decode["pass_seconds"])
+    assert len(passes) == 3 and decode["seconds"] == passes[1]
+    assert decode["sentences_per_s"] == pytest.approx(decode["sentences"] / passes[1])
+    assert "median of 3 timed passes" in (tmp_path / "bench.md").read_text()
+
+
 def test_live_memory_runs_the_workers_with_freed_memory_returned(data_bin, systems_file, tmp_path):
     proc = run_bench(data_bin, systems_file, tmp_path, "--live-memory",
                      "--systems-only", "transformer")
