@@ -41,6 +41,7 @@ from fairseq.modules import PositionalEmbedding
 
 from ..modules.aggregators import AGGREGATORS, SourceAggregator
 from ..modules.densenet2d import DenseNet2d
+from ._common import check_dropout, check_positive
 
 POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
 
@@ -242,15 +243,9 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
     @classmethod
     def build_model(cls, args, task):
         base_architecture(args)
-        for name in ("num_layers", "growth_rate", "kernel_size", "encoder_embed_dim",
-                     "decoder_embed_dim"):
-            if getattr(args, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got "
-                                 f"{getattr(args, name)}")
-        for name in ("dropout", "embedding_dropout", "output_dropout"):
-            if not 0 <= getattr(args, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got "
-                                 f"{getattr(args, name)}")
+        check_positive(args, ("num_layers", "growth_rate", "kernel_size", "encoder_embed_dim",
+                              "decoder_embed_dim"))
+        check_dropout(args, ("dropout", "embedding_dropout", "output_dropout"))
         args.max_source_positions = getattr(args, "max_source_positions", 1024)
         args.max_target_positions = getattr(args, "max_target_positions", 1024)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary

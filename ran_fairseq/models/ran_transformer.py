@@ -49,6 +49,7 @@ from ..modules.positional_attention import (
     PositionalSelfAttention,
     build_positional_matrices,
 )
+from ._common import small_transformer_sizes
 
 SELF_ATTENTION_TYPES = ("dot", "ran", "gaussian", "synthesizer")
 
@@ -262,12 +263,5 @@ def ran_transformer_iwslt_de_en(args):
 
 @register_model_architecture("ran_transformer", "ran_transformer_small")
 def ran_transformer_small(args):
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.encoder_layers = getattr(args, "encoder_layers", 3)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    small_transformer_sizes(args)
     ran_base_architecture(args)

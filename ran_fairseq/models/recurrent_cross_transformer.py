@@ -39,6 +39,7 @@ from ..modules.recurrent_cross_attention import (
     RecurrentCrossAttention,
     check_options,
 )
+from ._common import small_transformer_sizes
 
 LAYERS_FLAG = "--recurrent-cross-layers"
 
@@ -172,12 +173,5 @@ def recurrent_cross_transformer_iwslt_de_en(args):
 
 @register_model_architecture("recurrent_cross_transformer", "recurrent_cross_transformer_small")
 def recurrent_cross_transformer_small(args):
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.encoder_layers = getattr(args, "encoder_layers", 3)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    small_transformer_sizes(args)
     recurrent_cross_base_architecture(args)

@@ -38,6 +38,7 @@ from ..modules.dynamic_memory_attention import (
     AttentionRows,
     DynamicMemoryAttention,
 )
+from ._common import check_positive
 
 UNLIMITED_POSITIONS = 100000  # an RNN has no position limit (fairseq's lstm default bound)
 
@@ -231,12 +232,9 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
     def build_model(cls, args, task):
         rnnsearch_dynmem(args)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-        for flag in ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers",
-                     "decoder_embed_dim", "decoder_hidden_size", "decoder_layers",
-                     "decoder_out_embed_dim", "attention_dim"):
-            if getattr(args, flag) < 1:
-                raise ValueError(f"--{flag.replace('_', '-')} must be positive, got "
-                                 f"{getattr(args, flag)}")
+        check_positive(args, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers",
+                              "decoder_embed_dim", "decoder_hidden_size", "decoder_layers",
+                              "decoder_out_embed_dim", "attention_dim"))
         if not args.no_dynamic_memory and args.dynamic_memory_dim < 1:
             raise ValueError(f"{MEMORY_DIM_FLAG} must be positive, got {args.dynamic_memory_dim} "
                              f"(--no-dynamic-memory turns the memory off)")
