@@ -123,15 +123,17 @@ def binarize(raw_dir, dest_dir, src=SRC, tgt=TGT, joined=False):
 
 
 def train_args(data_bin, save_dir, arch, extra=(), max_update=4):
-    """Flags for a few CPU updates of ``arch`` on ``data_bin`` with this plugin loaded."""
+    """Flags for a few CPU updates of ``arch`` on ``data_bin`` with this plugin loaded.
+    ``--data-buffer-size 0`` keeps batch loading in the main thread (README, fairseq pitfalls:
+    abort at exit)."""
     return [data_bin, "--user-dir", USER_DIR, "--arch", arch, "--task", "translation",
             "--source-lang", SRC, "--target-lang", TGT, "--cpu", "--seed", "1",
             "--optimizer", "adam", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
             "--warmup-updates", "2", "--criterion", "label_smoothed_cross_entropy",
             "--label-smoothing", "0.1", "--max-tokens", "400", "--max-update", max_update,
-            "--save-dir", save_dir, "--num-workers", "0", "--log-format", "simple",
-            "--log-interval", "1", "--no-epoch-checkpoints", "--disable-validation",
-            *extra]
+            "--save-dir", save_dir, "--num-workers", "0", "--data-buffer-size", "0",
+            "--log-format", "simple", "--log-interval", "1", "--no-epoch-checkpoints",
+            "--disable-validation", *extra]
 
 
 def train(data_bin, save_dir, arch, extra=(), max_update=4, check=True):
