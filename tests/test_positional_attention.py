@@ -381,6 +381,36 @@ def test_recording_passes_share_one_computation_per_forward_scope():
     assert calls == [5, 5]  # nothing kept from the previous pass
 
 
+
+def test_a_forward_scope_checks_the_parameters_once():
+    matrices = sources(causal=True)["ran"].eval()
+    modules = [attention(matrices, layer) for layer in range(LAYERS)]
+    checks = []
+    version_key = matrices._version_key
+    matrices._version_key = lambda: checks.append(1) or version_key()
+    xs = torch.randn(3, 2, DIM)
+
+    def decode():
+        """Each layer decodes the 3 tokens step by step, all layers of a step in one
+        forward_scope; returns the last step's outputs."""
+        state = {}
+        for t in range(len(xs)):
+            with matrices.forward_scope():
+                outs = [module(xs[t:t + 1], incremental_state=state)[0] for module in modules]
+        return outs
+
+    with torch.no_grad():
+        before = decode()
+        assert len(checks) == 3  # once per step, not once per layer
+        modules[0](xs)
+        assert len(checks) == 4  # outside a scope, every call checks
+        matrices.initial.add_(torch.randn_like(matrices.initial))  # between two steps
+        after = decode()
+        full = [module(xs)[0][-1:] for module in modules]
+    for old, new, reference in zip(before, after, full):
+        assert not torch.allclose(old, new)  # the change was seen
+        torch.testing.assert_close(new, reference)
+
 # ---- half precision ----------------------------------------------------------------------------
 
 

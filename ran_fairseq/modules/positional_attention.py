@@ -25,9 +25,10 @@ sentence longer than n is an error naming n and its flag.
 
 The matrices depend on parameters only, so a source computes them once and serves every layer,
 every sentence and every decoding step from a cache keyed on its parameters' version counters,
-storage, dtype and device, and cleared by ``train()``/``eval()``. While autograd records, nothing is
-cached across calls; a forward pass wrapped in :meth:`PositionalAttentionMatrices.forward_scope`
-computes all L matrices once and shares them between its layers.
+storage, dtype and device, and cleared by ``train()``/``eval()``. A forward pass wrapped in
+:meth:`PositionalAttentionMatrices.forward_scope` checks that key once for all its layers (once per
+decoding step). While autograd records, nothing is cached across calls; such a scoped pass computes
+all L matrices once and shares them between its layers.
 """
 import contextlib
 import itertools
@@ -73,6 +74,7 @@ class PositionalAttentionMatrices(nn.Module):
         self._cache: Dict = {}
         self._cache_key: Optional[Tuple] = None
         self._scope: Optional[Dict] = None
+        self._scope_checked = False  # the cache key was checked in the current forward_scope
 
     def _compute_logits(self, rows: int) -> Tensor:
         """float32 logits of the first ``rows`` query positions, shape (L', h, rows, n), where L' is
@@ -87,19 +89,21 @@ class PositionalAttentionMatrices(nn.Module):
     def train(self, mode: bool = True):
         # fairseq's optimizers update parameters through ``.data``, which leaves ``_version`` alone;
         # the trainer switches modes around every update and validation, which drops stale entries.
-        self._cache, self._cache_key = {}, None
+        self._cache, self._cache_key, self._scope_checked = {}, None, False
         return super().train(mode)
 
     @contextlib.contextmanager
     def forward_scope(self):
-        """Share the matrices between the layers of one forward pass while autograd records."""
-        outer = self._scope
-        if outer is None:
-            self._scope = {}
+        """One forward pass: while autograd records, its layers share one computation of the
+        matrices; otherwise the persistent cache's key is checked once, not once per layer (the
+        parameters cannot change within a pass)."""
+        outer = self._scope, self._scope_checked
+        if self._scope is None:
+            self._scope, self._scope_checked = {}, False
         try:
             yield
         finally:
-            self._scope = outer
+            self._scope, self._scope_checked = outer
 
     def _version_key(self) -> Tuple:
         return tuple((t._version, t.data_ptr(), t.dtype, t.device)
@@ -109,9 +113,11 @@ class PositionalAttentionMatrices(nn.Module):
         """The dict for this call's matrices and whether it is the persistent cache."""
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
             return (self._scope if self._scope is not None else {}), False
-        key = self._version_key()
-        if key != self._cache_key:
-            self._cache, self._cache_key = {}, key
+        if not self._scope_checked:
+            key = self._version_key()
+            if key != self._cache_key:
+                self._cache, self._cache_key = {}, key
+            self._scope_checked = self._scope is not None
         return self._cache, True
 
     def _get(self, name, rows: int, build):
