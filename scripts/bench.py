@@ -15,7 +15,9 @@ sentences/s and generated tokens/s (top hypothesis lengths, EOS included, as fai
 counts them); peak memory of training and of decoding (CUDA: ``max_memory_allocated``; CPU: the
 resident set high-water mark) and its increment over the memory in use when the phase began.
 The parent writes ``OUT/bench.json`` and ``OUT/bench.md`` (every figure also as a ratio to the
-baseline system) and prints the table.
+baseline system) and prints the table. ``--decode-breakdown`` adds one more decoding pass with
+timers around the encoder, the decoder layers' parts, the output projection and the cache reorder,
+and a second table of each part's share of that pass.
 
     python scripts/bench.py --data data-bin/multi30k.de-en \
         --systems configs/bench/foundation.json --out bench-out/foundation
@@ -67,6 +69,20 @@ METRICS = [
     ("decode_mem_increment_mib", "decode Δ{mem} (MiB)", "{:,.1f}"),
 ]
 MEMORY_KINDS = {"cuda": "CUDA alloc", "cpu": "RSS"}
+# --decode-breakdown: the decoding parts timed, matched on module names of fairseq's transformer
+# decoder layers (and of the plugin's models built on them). The first parts do not overlap; the
+# value/output projections are a share of the self-attention. "rest" is all else: beam search,
+# embeddings, layer norms.
+BREAKDOWN_PARTS = [
+    ("encoder", None),  # timed around encoder.forward_torchscript, which bypasses module hooks
+    ("self-attention", r"decoder\.layers\.\d+\.self_attn"),
+    ("cross-attention", r"decoder\.layers\.\d+\.encoder_attn"),
+    ("feed-forward", r"decoder\.layers\.\d+\.fc[12]"),
+    ("output projection", r"decoder\.output_projection"),
+    ("cache reorder", None),  # timed around decoder.reorder_incremental_state_scripting
+]
+BREAKDOWN_SHARE = ("self-attention value/output projections",
+                   r"decoder\.layers\.\d+\.self_attn\.(v_proj|out_proj)")
 # --live-memory: every allocation of 64 KiB or more is mapped and unmapped on its own, so the
 # resident set follows the live tensors (glibc's default threshold grows up to 32 MiB and keeps
 # freed tensors in the heap).
@@ -116,6 +132,10 @@ def parse_cli(argv):
     p.add_argument("--threads", type=int, default=available_cores(),
                    help="torch CPU threads per worker")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--decode-breakdown", action="store_true",
+                   help="time one more decoding pass by part (encoder, self-attention and its "
+                        "value/output projections, cross-attention, feed-forward, output "
+                        "projection, cache reorder, rest) and add a table of the shares")
     p.add_argument("--live-memory", action="store_true",
                    help="CPU: run the workers with glibc's MALLOC_MMAP_THRESHOLD_=%d, so that "
                         "freed tensors go back to the system and the resident set follows the "
@@ -296,13 +316,34 @@ def markdown(report):
               + (f", median of {s['decode_repeats']} timed passes"
                  if s.get("decode_repeats", 1) > 1 else "")
               + f". Memory: {s['memory']}."]
+    if s.get("decode_breakdown"):
+        lines += [""] + breakdown_markdown(report)
     return "\n".join(lines) + "\n"
+
+
+def breakdown_markdown(report):
+    """--decode-breakdown: each system's decoding time by part, as shares of that pass."""
+    parts = [p for p, _ in BREAKDOWN_PARTS] + ["rest"]
+    heads = ["system", "pass (s)"] + parts[:2] + ["(of which W_v, W_o)"] + parts[2:]
+    lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
+    for r in report["systems"]:
+        b = r["decode"]["breakdown"]
+        seconds = b["parts_seconds"]
+        share = [f"{100 * seconds[p] / b['pass_seconds']:.1f} %" if p in seconds else "–"
+                 for p in parts[:2] + [BREAKDOWN_SHARE[0]] + parts[2:]]
+        lines.append("| " + " | ".join([r["name"], f"{b['pass_seconds']:.2f}"] + share) + " |")
+    lines += ["", "Decoding time by part: one more pass over the same batches, with a timer "
+                  "around each part (the timers add a little time; on CUDA each one "
+                  "synchronizes). W_v, W_o: the self-attention's value and output projections, "
+                  "a share of its time; rest: beam search, embeddings, layer norms and all "
+                  "else."]
+    return lines
 
 
 # The settings each worker reads from its spec.
 WORKER_SETTINGS = ("train_updates", "warmup_updates", "beam", "decode_batch_size",
                    "decode_sentences", "decode_repeats", "gen_subset", "max_len_a", "max_len_b",
-                   "decode_length", "seed")
+                   "decode_length", "seed", "decode_breakdown")
 
 
 def run_parent(args):
@@ -320,6 +361,7 @@ def run_parent(args):
         "decode_repeats": args.decode_repeats, "gen_subset": args.gen_subset,
         "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
         "decode_length": args.decode_length, "seed": args.seed,
+        "decode_breakdown": args.decode_breakdown,
         "memory": ("torch.cuda.max_memory_allocated; increment over memory_allocated at the "
                    "phase start" if device == "cuda" else
                    "peak resident set size (VmHWM, reset at each phase start); increment over "
@@ -490,6 +532,57 @@ def decode_batches(task, model, subset, n, batch_size, seed):
             for batch in dataset.batch_by_size(order, max_sentences=batch_size)]
 
 
+def decode_breakdown(task, generator, model, samples, clock):
+    """Seconds of one more decoding pass over ``samples`` spent in each of BREAKDOWN_PARTS and
+    BREAKDOWN_SHARE (parts a model does not have are absent), and in the whole pass."""
+    import torch
+
+    parts = {}
+    started = {}
+
+    def timed(part, key):
+        def pre(*_):
+            started[key] = clock()
+
+        def post(*_):
+            parts[part] = parts.get(part, 0.0) + clock() - started.pop(key)
+        return pre, post
+
+    def timed_call(method, pre, post):
+        def call(*args, **kwargs):
+            pre()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                post()
+        return call
+
+    patterns = [(part, re.compile(p)) for part, p in BREAKDOWN_PARTS + [BREAKDOWN_SHARE] if p]
+    handles = []
+    for name, module in model.named_modules():
+        part = next((part for part, p in patterns if p.fullmatch(name)), None)
+        if part is not None:
+            pre, post = timed(part, name)
+            handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    wrapped = [(model.encoder, "forward_torchscript", "encoder"),
+               (model.decoder, "reorder_incremental_state_scripting", "cache reorder")]
+    for owner, method, part in wrapped:
+        setattr(owner, method, timed_call(getattr(owner, method), *timed(part, method)))
+    try:
+        start = clock()
+        with torch.no_grad():
+            for sample in samples:
+                task.inference_step(generator, [model], sample)
+        total = clock() - start
+    finally:
+        for handle in handles:
+            handle.remove()
+        for owner, method, _ in wrapped:
+            delattr(owner, method)  # the instance attribute; the class's method shows again
+    timed_parts = sum(v for k, v in parts.items() if k != BREAKDOWN_SHARE[0])
+    return {"pass_seconds": total, "parts_seconds": dict(parts, rest=total - timed_parts)}
+
+
 def run_worker(spec):
     import fairseq
     import numpy as np
@@ -568,6 +661,8 @@ def run_worker(spec):
     decode = {"sentences": sentences, "generated_tokens": generated, "batches": len(samples),
               "seconds": seconds, "pass_seconds": passes, "sentences_per_s": sentences / seconds,
               "tokens_per_s": generated / seconds, **memory.stop()}
+    if spec.get("decode_breakdown"):
+        decode["breakdown"] = decode_breakdown(task, generator, model, samples, clock)
 
     metrics = {"params": params, "train_tokens_per_s": train["tokens_per_s"],
                "decode_sentences_per_s": decode["sentences_per_s"],

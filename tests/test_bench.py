@@ -148,6 +148,31 @@ def test_decode_repeats_reports_the_median_pass(data_bin, systems_file, tmp_path
     assert "median of 3 timed passes" in (tmp_path / "bench.md").read_text()
 
 
+def test_decode_breakdown_times_the_parts_of_one_more_pass(data_bin, systems_file, tmp_path):
+    proc = run_bench(data_bin, systems_file, tmp_path, "--decode-breakdown")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    systems = {r["name"]: r for r in json.loads((tmp_path / "bench.json").read_text())["systems"]}
+    for name, r in systems.items():
+        b = r["decode"]["breakdown"]
+        seconds = b["parts_seconds"]
+        assert 0 < seconds["encoder"] and 0 < seconds["cache reorder"]
+        separate = sum(v for k, v in seconds.items()
+                       if k not in ("rest", "self-attention value/output projections"))
+        assert separate + seconds["rest"] == pytest.approx(b["pass_seconds"])
+        assert 0 <= seconds["rest"] < b["pass_seconds"]
+    transformer = systems["transformer"]["decode"]["breakdown"]["parts_seconds"]
+    for part in ("self-attention", "cross-attention", "feed-forward", "output projection"):
+        assert transformer[part] > 0, part
+    assert 0 < transformer["self-attention value/output projections"] < \
+        transformer["self-attention"]
+    assert "self-attention" not in systems["lstm"]["decode"]["breakdown"]["parts_seconds"]
+    table = (tmp_path / "bench.md").read_text()
+    assert "| system | pass (s) | encoder | self-attention | (of which W_v, W_o) |" in table
+    rows = {line.split(" | ")[0][2:]: line for line in table.splitlines()
+            if line.startswith("| transformer |") or line.startswith("| lstm |")}
+    assert rows["transformer"].count(" %") == 8 and "–" not in rows["transformer"]
+    assert rows["lstm"].split(" | ")[3:5] == ["–", "–"]  # no self-attention, no projections
+
 def test_live_memory_runs_the_workers_with_freed_memory_returned(data_bin, systems_file, tmp_path):
     proc = run_bench(data_bin, systems_file, tmp_path, "--live-memory",
                      "--systems-only", "transformer")
