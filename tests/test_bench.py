@@ -173,6 +173,7 @@ def test_decode_breakdown_times_the_parts_of_one_more_pass(data_bin, systems_fil
     assert rows["transformer"].count(" %") == 8 and "–" not in rows["transformer"]
     assert rows["lstm"].split(" | ")[3:5] == ["–", "–"]  # no self-attention, no projections
 
+
 def test_live_memory_runs_the_workers_with_freed_memory_returned(data_bin, systems_file, tmp_path):
     proc = run_bench(data_bin, systems_file, tmp_path, "--live-memory",
                      "--systems-only", "transformer")

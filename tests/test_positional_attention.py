@@ -381,7 +381,6 @@ def test_recording_passes_share_one_computation_per_forward_scope():
     assert calls == [5, 5]  # nothing kept from the previous pass
 
 
-
 def test_a_forward_scope_checks_the_parameters_once():
     matrices = sources(causal=True)["ran"].eval()
     modules = [attention(matrices, layer) for layer in range(LAYERS)]
