@@ -88,7 +88,9 @@ def naive(module, s, h):
             if variant == "prev-context" and prev_context is not None:
                 q = q + module.context_query.weight[n] @ prev_context[n]  # Eq. 2
             if variant == "expand-kv" and prev_context is not None:  # Eqs. 5-8
-                full = torch.cat(prev_context)
+                # §3.1: the full context is every head's context concatenated, followed by the
+                # output projection W_o (with its bias): the attention's output of step i-1
+                full = module.out_proj(torch.cat(prev_context))
                 if kv == 1:
                     extra = head(module.k_proj(full), n), head(module.v_proj(full), n)
                 elif kv == 2:
@@ -130,6 +132,15 @@ def naive(module, s, h):
     return torch.stack(outputs), weights
 
 
+def output_atol(variant, kv_variant, expected):
+    """Absolute tolerance on outputs. A full pass of Eqs. 5, 6 multiplies W_g W_o once (one product
+    per step) where the reference and incremental decoding apply W_o, then W_g: float32 rounding
+    then grows with the largest output (up to ~300 with these random weights)."""
+    if variant == "expand-kv" and kv_variant in (1, 2):
+        return max(1e-5, 2e-6 * expected.abs().max().item())
+    return 1e-5
+
+
 @pytest.mark.parametrize("left_pad", [True, False], ids=["left-pad", "right-pad"])
 @pytest.mark.parametrize("variant,kv_variant", VARIANTS, ids=VARIANT_IDS)
 def test_padded_batch_matches_naive_reference(variant, kv_variant, left_pad):
@@ -139,7 +150,8 @@ def test_padded_batch_matches_naive_reference(variant, kv_variant, left_pad):
         out, weights = module(states, encoder, encoder, padding, need_head_weights=True)
         for b, (sentence, span) in enumerate(sentences):
             expected_out, expected_weights = naive(module, states[:, b], sentence)
-            torch.testing.assert_close(out[:, b], expected_out, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out[:, b], expected_out, rtol=1e-5,
+                                       atol=output_atol(variant, kv_variant, expected_out))
             torch.testing.assert_close(weights[:, b, :, span], expected_weights, atol=1e-6,
                                        rtol=1e-5)
     assert (weights.masked_select(padding[None, :, None, :]) == 0).all(), "pads got weight"
@@ -222,7 +234,8 @@ def test_incremental_steps_equal_full_forward(variant, kv_variant, left_pad):
     with torch.no_grad():
         full, _ = module(states, encoder, encoder, padding)
         steps = torch.cat(decode(module, states, encoder, padding))
-    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(steps, full, rtol=1e-5,
+                               atol=output_atol(variant, kv_variant, full))
 
 
 @pytest.mark.parametrize("variant,kv_variant", [("prev-context", 1), ("expand-kv", 1),

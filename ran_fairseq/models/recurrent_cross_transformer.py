@@ -9,6 +9,8 @@ layers' encoder-decoder attention is replaced by
   the default), ``prev-accum-weight`` (Eq. 4), ``expand-kv`` (Eqs. 5-8), ``continuous`` (Eq. 9),
   ``coverage`` (Eq. 10);
 - ``--kv-variant 1..4``: which extra key/value pair ``expand-kv`` builds (Eqs. 5-8; default 1);
+  1 and 2 build it from the layer's full previous context, the attention output of step i-1
+  (heads concatenated, then the output projection, §3.1);
 - ``--rescale-lambda`` (λ of Eqs. 9, 10; default 0.5) and ``--rescale-window`` (k of Eq. 9;
   default 5), the paper's values;
 - ``--recurrent-cross-layers``: the decoder layers that use the variant, as 0-based indices
@@ -118,8 +120,10 @@ class RecurrentCrossTransformerModel(TransformerModel):
                                  "(Eqs. 5-8), continuous (Eq. 9) or coverage (Eq. 10); "
                                  "default prev-weight")
         parser.add_argument("--kv-variant", type=int, choices=list(KV_VARIANTS),
-                            help="expand-kv: extra key/value from the full previous context with "
-                                 "the shared W_k/W_v (1), with separate matrices (2), from the "
+                            help="expand-kv: extra key/value from the layer's full previous "
+                                 "context (all heads concatenated, then the output projection, "
+                                 "§3.1) with the shared W_k/W_v (1), with separate matrices (2), "
+                                 "from the "
                                  "head's own context with separate matrices (3), key "
                                  "transformed and value not (4); default 1")
         parser.add_argument("--rescale-lambda", type=float, metavar="L",

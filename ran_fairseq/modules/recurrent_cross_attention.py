@@ -14,9 +14,12 @@ c_i = Σ_j α_{i,j} v_j. :class:`RecurrentCrossAttention` implements it and six 
   (W_q s_i + u α_{i-1,j})·k_j / √d_k, with a vector u per head.
 - ``prev-accum-weight`` (Eq. 4): as Eq. 3 with Σ_{i'<i} α_{i',j}.
 - ``expand-kv`` (Eqs. 5-8): one extra key/value pair made from the previous context; ``kv_variant``
-  1: the layer's full context C_{i-1} = [c^1_{i-1}; ...; c^H_{i-1}] through the shared W_k, W_v;
-  2: C_{i-1} through separate matrices; 3: the head's own c_{i-1} through separate per-head
-  matrices; 4: as 3, but the value is c_{i-1} itself (key transformed, value not).
+  1: the layer's full context c^ℓ_{i-1} through the shared W_k, W_v; 2: c^ℓ_{i-1} through
+  separate matrices; 3: the head's own c_{i-1} through separate per-head matrices; 4: as 3, but
+  the value is c_{i-1} itself (key transformed, value not). The full context is the one §3.1
+  defines: all heads' contexts concatenated *and* passed through the attention's output
+  projection, c^ℓ_{i-1} = W_o [c^1_{i-1}; ...; c^H_{i-1}] + b_o, i.e. the attention output of
+  step i-1 (before the decoder layer's residual dropout and connection).
 - ``continuous`` (Eq. 9): rescaled energies α̊_{i,j} = λ α̂_{i,j} + (1-λ)/(2k+1) Σ_{|j'-j|≤k}
   α̊_{i-1,j'}, then softmax over α̊_i (λ = ``rescale_lambda``, k = ``rescale_window``).
 - ``coverage`` (Eq. 10): α̊_{i,j} = α̂_{i,j} - λ/√d_k Σ_{i'<i} α_{i',j}, then softmax.
@@ -41,7 +44,9 @@ weights only, and contexts are formed after the loop. Eq. 2 becomes a recurrence
 (U c_{i-1})·k_j = Σ_j' a_{i-1,j'} (U v_j')·k_j, so the extra energies are a_{i-1} R with
 R = (V Uᵀ) Kᵀ / √d_k computed once. Eq. 9 is linear in the energies: with the windowed
 averaging written as a banded matrix M, α̊_i = (1-λ) M α̊_{i-1} + b_i, solved for all steps by a
-log-depth (Hillis-Steele) scan, :func:`continuous_scan`. Only Eqs. 5-8 loop on contexts.
+log-depth (Hillis-Steele) scan, :func:`continuous_scan`. Only Eqs. 5-8 loop on contexts; for
+Eqs. 5, 6 the output projection and the extra key/value projections are multiplied into one
+(2E, E) matrix once per call, so a step costs one product, as without the projection.
 Incremental decoding runs one step of the same recurrences from the state kept under the
 module's own incremental-state key, reordered with the beam.
 """
@@ -206,7 +211,8 @@ class RecurrentCrossAttention(nn.Module):
     ``incremental_state`` it runs one step (T = 1) and keeps, per hypothesis, the projected keys
     and values (and the gains u·k_j of Eqs. 3, 4) and the variant's recurrent quantity (previous
     context (B, H, d_k), previous or accumulated weights (B, H, S), or previous rescaled energies
-    (B, H, S)), all reordered in :meth:`reorder_incremental_state`. Parameters q_proj, k_proj,
+    (B, H, S); for ``expand-kv`` 1 and 2 the previous full context (B, E), the layer's previous
+    output), all reordered in :meth:`reorder_incremental_state`. Parameters q_proj, k_proj,
     v_proj, out_proj are named as in fairseq's ``MultiheadAttention``; each variant adds its own.
     """
 
@@ -228,6 +234,8 @@ class RecurrentCrossAttention(nn.Module):
         self.scaling = self.head_dim ** -0.5
         self.variant = variant
         self.kv_variant = kv_variant
+        # Eqs. 5, 6 read the layer's full context (§3.1: heads concatenated, then W_o)
+        self._full_context = variant == "expand-kv" and kv_variant in (1, 2)
         self.rescale_lambda = rescale_lambda
         self.rescale_window = rescale_window
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
@@ -311,6 +319,8 @@ class RecurrentCrossAttention(nn.Module):
             state["key"], state["value"] = k, v
             self._set_input_buffer(incremental_state, state)
         out = self.out_proj(context.permute(2, 0, 1, 3).reshape(tgt_len, batch, self.embed_dim))
+        if state is not None and self._full_context:
+            state["prev_context"] = out[0]  # c^ℓ_i of §3.1, the next step's input (Eqs. 5, 6)
         if not need_weights:
             return out, None
         probs = probs.to(query.dtype)
@@ -354,7 +364,8 @@ class RecurrentCrossAttention(nn.Module):
         elif variant == "prev-context":
             return self._prev_context_full(k, v, energies, padding)
         else:
-            return self._expand_kv_steps(q, v, self._masked(energies, padding), None)[:2]
+            extra = self._fused_full_context_kv() if self._full_context else self._head_context_kv
+            return self._expand_kv_steps(q, v, self._masked(energies, padding), None, extra)[:2]
         return probs, self._mix(probs, v)
 
     def _prev_context_full(self, k, v, energies, padding):
@@ -378,22 +389,54 @@ class RecurrentCrossAttention(nn.Module):
         used = torch.cat(used, dim=1).view(batch, heads, steps, src_len)
         return probs, torch.matmul(used.to(v.dtype), v)
 
-    def _extra_key_value(self, context: Tensor) -> Tuple[Tensor, Tensor]:
-        """The extra key and value (B, H, d) of Eqs. 5-8 from the previous contexts (B, H, d)."""
-        if self.kv_variant in (1, 2):
-            full = context.reshape(context.size(0), self.embed_dim)  # [c^1; ...; c^H]
-            k_proj, v_proj = ((self.k_proj, self.v_proj) if self.kv_variant == 1  # Eq. 5
-                              else (self.extra_k_proj, self.extra_v_proj))  # Eq. 6
-            shape = context.shape
-            return k_proj(full).view(shape), v_proj(full).view(shape)
+    def _full_context_projections(self) -> Tuple[nn.Linear, nn.Linear]:
+        """The maps of the full context to the extra key and value: W_k, W_v shared with the
+        source (Eq. 5) or W_gk, W_gv of their own (Eq. 6)."""
+        if self.kv_variant == 1:
+            return self.k_proj, self.v_proj
+        return self.extra_k_proj, self.extra_v_proj
+
+    def _full_context_kv(self, full: Tensor) -> Tuple[Tensor, Tensor]:
+        """Eqs. 5, 6 from the full context c^ℓ_{i-1} (B, E) (incremental decoding, where the
+        state keeps the layer's previous output): extra key and value (B, H, d)."""
+        k_proj, v_proj = self._full_context_projections()
+        shape = (full.size(0), self.num_heads, self.head_dim)
+        return k_proj(full).view(shape), v_proj(full).view(shape)
+
+    def _fused_full_context_kv(self):
+        """Eqs. 5, 6 from the heads' previous contexts C (B, H, d), for a full pass: with
+        c^ℓ = W_o C + b_o, [g_k; g_v] = W_g c^ℓ + b_g = (W_g W_o) C + (W_g b_o + b_g). The product
+        W_g W_o is formed once here; each step is then one (B, E) x (E, 2E) product."""
+        k_proj, v_proj = self._full_context_projections()
+        w_g = torch.cat([k_proj.weight, v_proj.weight])  # (2E, E)
+        weight = torch.matmul(w_g, self.out_proj.weight)
+        bias = None
+        if self.out_proj.bias is not None:
+            bias = torch.matmul(w_g, self.out_proj.bias)
+        if k_proj.bias is not None:
+            b_g = torch.cat([k_proj.bias, v_proj.bias])
+            bias = b_g if bias is None else bias + b_g
+        heads, d = self.num_heads, self.head_dim
+
+        def extra(context: Tensor) -> Tuple[Tensor, Tensor]:
+            both = F.linear(context.reshape(context.size(0), self.embed_dim), weight, bias)
+            both = both.view(context.size(0), 2, heads, d)
+            return both[:, 0], both[:, 1]
+
+        return extra
+
+    def _head_context_kv(self, context: Tensor) -> Tuple[Tensor, Tensor]:
+        """Eqs. 7, 8 from each head's own previous context c^{ℓ,n}_{i-1} (B, H, d)."""
         if self.kv_variant == 3:
             return self.extra_key(context), self.extra_value(context)  # Eq. 7
         return self.extra_key(context), context  # Eq. 8
 
-    def _expand_kv_steps(self, q, v, masked, previous):
-        """Eqs. 5-8 for the steps of ``masked`` energies (B, H, T, S), starting from the previous
-        context (B, H, d) or None. Returns source weights (B, H, T, S), contexts (B, H, T, d) and
-        the last context."""
+    def _expand_kv_steps(self, q, v, masked, previous, extra):
+        """Eqs. 5-8 for the steps of ``masked`` energies (B, H, T, S), starting from ``previous``
+        (None at the first step), the input of ``extra``, which maps it to the extra key and value
+        (B, H, d). From the second of these steps on, ``previous`` is the heads' context of the
+        step before (B, H, d). Returns source weights (B, H, T, S), contexts (B, H, T, d) and the
+        last context."""
         src_len = masked.size(3)
         probs, contexts = [], []
         for i, e in enumerate(masked.unbind(2)):
@@ -402,7 +445,7 @@ class RecurrentCrossAttention(nn.Module):
                 context = torch.matmul(self.dropout_module(p).to(v.dtype).unsqueeze(2), v)
                 source = p
             else:
-                extra_k, extra_v = self._extra_key_value(previous)
+                extra_k, extra_v = extra(previous)
                 extra_e = (q[:, :, i] * extra_k).sum(dim=-1, keepdim=True).float()
                 p = torch.softmax(torch.cat([e, extra_e], dim=-1), dim=-1)  # S + 1 pairs
                 a = self.dropout_module(p).to(v.dtype)
@@ -445,8 +488,11 @@ class RecurrentCrossAttention(nn.Module):
             state[name] = context[:, :, 0]
             return probs, context
         else:
-            probs, context, state[name] = self._expand_kv_steps(
-                q, v, self._masked(energies, padding), previous)
+            extra = self._full_context_kv if self._full_context else self._head_context_kv
+            probs, context, last = self._expand_kv_steps(
+                q, v, self._masked(energies, padding), previous, extra)
+            if not self._full_context:  # Eqs. 7, 8; for Eqs. 5, 6 forward keeps the output
+                state[name] = last
             return probs, context
         return probs, self._mix(probs, v)
 
