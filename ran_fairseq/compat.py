@@ -9,7 +9,10 @@ safe-globals list instead of turning safe loading off: everything else in a chec
 unpickled by torch's restricted loader.
 """
 import argparse
+import os
+import shutil
 
+import numpy as np
 import torch
 
 # Every non-tensor, non-builtin class found in checkpoints written by fairseq-train 0.12 (checked by
@@ -23,3 +26,115 @@ def allow_fairseq_checkpoints():
     add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
     if add_safe_globals is not None:
         add_safe_globals(list(FAIRSEQ_CHECKPOINT_GLOBALS))
+
+
+# ---- fairseq 0.12 behaviours the plugin corrects at import time -------------------------------
+# Each function below changes one named fairseq function, only in the case described, and is
+# idempotent; ran_fairseq/__init__.py applies them all. tests/test_reliability.py checks each.
+
+
+def keep_last_batch():
+    """fairseq 0.12's ``data_utils.batch_by_size`` drops the last batch when its size is not a
+    multiple of ``required_batch_size_multiple`` (default 8; fairseq issue #5036): fairseq-generate
+    then silently skips up to the last batch's sentences (Multi30k valid: 1,008 of 1,014), and
+    training and validation never see the longest sentences of the set. The batcher partitions the
+    sorted indices in order, so the dropped sentences are the tail of ``indices``; we hand them back
+    as a multiple-of-N batch plus a batch of fewer than N, which keeps fairseq's documented
+    contract (every batch is a multiple of N or smaller than N) and loses no sentence."""
+    from fairseq.data import data_utils
+
+    original = data_utils.batch_by_size
+    if getattr(original, "_ran_fairseq_keeps_last_batch", False):
+        return
+
+    def batch_by_size(indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None,
+                      max_sentences=None, required_batch_size_multiple=1, fixed_shapes=None):
+        batches = original(indices, num_tokens_fn, num_tokens_vec=num_tokens_vec,
+                           max_tokens=max_tokens, max_sentences=max_sentences,
+                           required_batch_size_multiple=required_batch_size_multiple,
+                           fixed_shapes=fixed_shapes)
+        if fixed_shapes is not None:
+            return batches
+        indices = np.asarray(indices if isinstance(indices, np.ndarray) else list(indices),
+                             dtype=np.int64)
+        kept = sum(len(batch) for batch in batches)
+        tail = indices[kept:]
+        if len(tail):
+            whole = len(tail) - len(tail) % required_batch_size_multiple
+            batches = list(batches) + [part for part in (tail[:whole], tail[whole:]) if len(part)]
+        return batches
+
+    batch_by_size._ran_fairseq_keeps_last_batch = True
+    batch_by_size.__doc__ = original.__doc__
+    data_utils.batch_by_size = batch_by_size
+
+
+def atomic_checkpoint_copies():
+    """fairseq writes the first checkpoint of a save atomically (``.tmp`` then rename) but copies
+    it to the others (``checkpoint_last.pt``, ``checkpoint_best.pt``, ...) with a plain
+    ``shutil.copyfile``: a kill during the copy leaves a truncated ``checkpoint_last.pt`` that
+    the next run cannot resume from. For local paths, copy to ``<dst>.tmp``, flush it to disk and
+    rename it over ``<dst>``, so ``<dst>`` is always either the old or the new checkpoint. Paths
+    handled by ioPath (``s3://``, ``manifold://``, ...) keep fairseq's behaviour."""
+    from fairseq.file_io import PathManager
+
+    original = PathManager.copy
+    if getattr(original, "_ran_fairseq_atomic", False):
+        return
+
+    def copy(src_path, dst_path, overwrite=False):
+        if PathManager.path_requires_pathmanager(dst_path) \
+                or PathManager.path_requires_pathmanager(src_path):
+            return original(src_path, dst_path, overwrite=overwrite)
+        if not overwrite and os.path.exists(dst_path):
+            raise FileExistsError(f"{dst_path} exists and overwrite=False")
+        tmp = f"{dst_path}.tmp"
+        shutil.copyfile(src_path, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, dst_path)
+        return True
+
+    copy._ran_fairseq_atomic = True
+    PathManager.copy = staticmethod(copy)
+
+
+def cpu_data_parallel():
+    """Multi-process training on CPUs with fairseq's defaults. fairseq 0.12 hands
+    ``device_ids=[device_id]`` to torch's DistributedDataParallel whatever the device (torch
+    refuses it for a CPU module), and under ``torchrun`` sets ``device_id = rank %
+    torch.cuda.device_count()`` (a division by zero without a GPU) and keeps the ``nccl``
+    backend (CUDA only). Without CUDA we pass no device ids, use device 0 and switch ``nccl`` to
+    ``gloo``; with CUDA nothing changes. docs/distributed.md has the launch commands."""
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq.models import distributed_fairseq_model
+
+    ddp = distributed_fairseq_model.DistributedDataParallel
+    if not getattr(ddp, "_ran_fairseq_cpu", False):
+        class DistributedDataParallel(ddp):
+            """torch's DistributedDataParallel, without device ids for a module on the CPU."""
+            _ran_fairseq_cpu = True
+
+            def __init__(self, module, device_ids=None, output_device=None, **kwargs):
+                if all(p.device.type == "cpu" for p in module.parameters()):
+                    device_ids = output_device = None
+                super().__init__(module, device_ids=device_ids, output_device=output_device,
+                                 **kwargs)
+
+        distributed_fairseq_model.DistributedDataParallel = DistributedDataParallel
+
+    launch_init = distributed_utils._infer_torch_distributed_launch_init
+    if not getattr(launch_init, "_ran_fairseq_cpu", False):
+        def _infer_torch_distributed_launch_init(cfg):
+            if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+                return launch_init(cfg)
+            cfg.distributed_init_method = "env://"
+            cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
+            cfg.distributed_rank = int(os.environ["RANK"])
+            cfg.device_id = 0
+            cfg.distributed_no_spawn = True  # torchrun started the processes
+            if cfg.distributed_backend == "nccl":
+                cfg.distributed_backend = "gloo"
+
+        _infer_torch_distributed_launch_init._ran_fairseq_cpu = True
+        distributed_utils._infer_torch_distributed_launch_init = _infer_torch_distributed_launch_init
