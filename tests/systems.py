@@ -102,4 +102,6 @@ SYSTEMS += [
            (*TINY_PA, "--aggregator", "max-attn", "--positional-embeddings", "sinusoidal")),
     System("pa-max-gated", "pervasive_attention",
            (*TINY_PA, "--aggregator", "max", "--gated-convolutions")),
+    System("pa-max-gated-both", "pervasive_attention",
+           (*TINY_PA, "--gated-convolutions", "both", "--aggregator", "max")),
 ]

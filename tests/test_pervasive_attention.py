@@ -131,7 +131,7 @@ def densenet(**kw):
     return randomize_batch_norms_(DenseNet2d(**args))
 
 
-@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+@pytest.mark.parametrize("gated", ["none", "masked", "both"])
 def test_no_output_depends_on_a_future_target_row(gated):
     net = densenet(gated=gated).eval()
     x = torch.randn(2, 6, 7, 5, requires_grad=True)
@@ -189,7 +189,7 @@ def test_cached_rows_equal_the_full_grid():
 
 
 @pytest.mark.parametrize("memory_efficient", [False, True], ids=["plain", "memory-efficient"])
-@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+@pytest.mark.parametrize("gated", ["none", "masked", "both"])
 def test_training_forward_and_gradients_equal_torch_batch_norm_without_padding(gated,
                                                                               memory_efficient):
     """Without padding, the DenseNet (batch-norm statistics computed once per feature and shared
@@ -208,9 +208,9 @@ def test_training_forward_and_gradients_equal_torch_batch_norm_without_padding(g
         features = [h]
         for layer in net.layers:
             h = layer.conv1(bn(layer.norm1, torch.cat(features, dim=1)).relu())
-            h = F.glu(h, dim=1) if gated else h
+            h = F.glu(h, dim=1) if gated == "both" else h
             h = layer.conv2(bn(layer.norm2, h).relu())
-            features.append(F.glu(h, dim=1) if gated else h)
+            features.append(F.glu(h, dim=1) if gated != "none" else h)
         return bn(net.norm, torch.cat(features, dim=1)).relu()
 
     results = []
@@ -229,7 +229,7 @@ def test_training_forward_and_gradients_equal_torch_batch_norm_without_padding(g
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+@pytest.mark.parametrize("gated", ["none", "masked", "both"])
 def test_memory_efficient_mode_gives_the_plain_gradients(gated):
     plain = densenet(gated=gated, dropout=0.3).train()
     efficient = densenet(gated=gated, dropout=0.3, memory_efficient=True).train()
@@ -453,3 +453,38 @@ def test_bad_options_give_errors_that_name_the_flag():
         build(*TINY, "--growth-rate", "0")
     with pytest.raises(ValueError, match="--dropout"):
         build(*TINY, "--dropout", "1.5")
+
+
+def test_gating_the_masked_convolution_alone_matches_the_papers_table_1_count():
+    """Table 1 (L = 24, g = 32, d_s = d_t = 128, k = 5): 'Max, gated' has 9.64M parameters against
+    7.18M for 'Max', counting full k×k kernels. Gating only the masked convolution adds
+    L·4g·g·k² = 2.46M, which is that difference; gating the 1×1 convolutions too adds 1.92M more."""
+    def full_count(gated):
+        net = DenseNet2d(256, 24, 32, 5, gated=gated)
+        return sum(p.numel() for p in net.parameters()) + net.masked_weights()
+
+    plain, masked, both = (full_count(g) for g in ("none", "masked", "both"))
+    assert masked - plain == 24 * 128 * 32 * 5 * 5 == 2_457_600
+    assert round((masked - plain) / 1e6, 2) == round(9.64 - 7.18, 2)
+    assert both - masked == sum((256 + 32 * i) * 128 for i in range(24)) == 1_916_928
+
+
+def test_gated_convolutions_flag_values_and_old_checkpoints():
+    assert parse("pervasive_attention").gated_convolutions == "none"
+    assert parse("pervasive_attention", "--gated-convolutions").gated_convolutions == "masked"
+    assert parse("pervasive_attention", "--gated-convolutions", "both").gated_convolutions \
+        == "both"
+    widths = {}
+    for flags in [(), ("--gated-convolutions",), ("--gated-convolutions", "both")]:
+        layer = build(*TINY, *flags).decoder.densenet.layers[0]
+        widths[flags[-1] if flags else "none"] = (layer.conv1.out_channels,
+                                                   layer.conv2.out_channels)
+    assert widths == {"none": (16, 4), "--gated-convolutions": (16, 8), "both": (32, 8)}
+    # Before the flag took a value, True gated both convolutions: old checkpoints keep that.
+    args = parse("pervasive_attention", *TINY)
+    args.gated_convolutions = True
+    torch.manual_seed(0)
+    model = PervasiveAttentionModel.build_model(args, FakeTask())
+    assert model.decoder.densenet.layers[0].conv1.out_channels == 32
+    with pytest.raises(ValueError, match="--gated-convolutions"):
+        DenseNet2d(6, 2, 4, 3, gated="all")

@@ -40,7 +40,7 @@ from fairseq.models import (
 from fairseq.modules import PositionalEmbedding
 
 from ..modules.aggregators import AGGREGATORS, SourceAggregator
-from ..modules.densenet2d import DenseNet2d
+from ..modules.densenet2d import GATINGS, DenseNet2d, check_gating
 from ._common import check_dropout, check_positive
 
 POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
@@ -214,8 +214,13 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
                             help="odd size k of the masked convolution: k source columns x "
                                  "ceil(k/2) target rows (the current one and k//2 before it); "
                                  "default 5")
-        parser.add_argument("--gated-convolutions", action="store_true",
-                            help="gated linear units in both convolutions of each layer")
+        parser.add_argument("--gated-convolutions", nargs="?", const="masked", choices=GATINGS,
+                            metavar="WHICH",
+                            help="gated linear units in each DenseNet layer: 'masked' (the value "
+                                 "when the flag is given alone) gates the masked k x k "
+                                 "convolution, which matches the paper's Table 1 count (9.64M); "
+                                 "'both' gates the 1x1 convolution too, as the paper's text says; "
+                                 "default none")
         parser.add_argument("--memory-efficient-densenet", action="store_true",
                             help="recompute each layer's concatenation, batch norms, ReLUs and "
                                  "1x1 convolution (all before the masked convolution) in the "
@@ -243,6 +248,11 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
     @classmethod
     def build_model(cls, args, task):
         base_architecture(args)
+        if isinstance(args.gated_convolutions, bool):
+            # Checkpoints saved before --gated-convolutions took a value: True gated both
+            # convolutions of each layer.
+            args.gated_convolutions = "both" if args.gated_convolutions else "none"
+        check_gating(args.gated_convolutions)
         check_positive(args, ("num_layers", "growth_rate", "kernel_size", "encoder_embed_dim",
                               "decoder_embed_dim"))
         check_dropout(args, ("dropout", "embedding_dropout", "output_dropout"))
@@ -293,7 +303,7 @@ def base_architecture(args):
     args.num_layers = getattr(args, "num_layers", 24)
     args.growth_rate = getattr(args, "growth_rate", 32)
     args.kernel_size = getattr(args, "kernel_size", 5)
-    args.gated_convolutions = getattr(args, "gated_convolutions", False)
+    args.gated_convolutions = getattr(args, "gated_convolutions", None) or "none"
     args.memory_efficient_densenet = getattr(args, "memory_efficient_densenet", False)
     args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 128)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
