@@ -450,6 +450,33 @@ def test_iwslt14_script(tmp_path, capsys):
     assert (out / "test.de-en.de.bin").is_file() and (out / "code").is_file()
 
 
+def test_iwslt14_test_sets_of_elbayad2018(tmp_path, capsys):
+    """--test-sets elbayad2018 (Elbayad et al. 2018, 4.1): TED dev2010 and tst2010-2013 in that
+    order, no TEDX dev2012; tst2013 is the IWSLT'15 release's file, found in the orig directory
+    or --extra-test-dir, and its absence is an error that says where to get it."""
+    orig, extra = tmp_path / "de-en", tmp_path / "iwslt15"
+    for directory, release, name in [(orig, "IWSLT14", n) for n in corpora.IWSLT14_TEST_SETS] \
+            + [(extra, "IWSLT15", "TED.tst2013")]:
+        directory.mkdir(exist_ok=True)
+        for lang in ("de", "en"):
+            (directory / f"{release}.{name}.de-en.{lang}.xml").write_text(segs([name]))
+    _, fairseq_tests = corpora.iwslt14_parts(orig, "en", "de")
+    assert [p.src.name for p in fairseq_tests] == [
+        f"IWSLT14.{n}.de-en.en.xml" for n in corpora.IWSLT14_TEST_SETS]
+    _, tests = corpora.iwslt14_parts(orig, "en", "de", "elbayad2018", [extra])
+    assert [(p.src.parent, p.src.name, p.tgt.name) for p in tests] == [
+        (orig, "IWSLT14.TED.dev2010.de-en.en.xml", "IWSLT14.TED.dev2010.de-en.de.xml"),
+        (orig, "IWSLT14.TED.tst2010.de-en.en.xml", "IWSLT14.TED.tst2010.de-en.de.xml"),
+        (orig, "IWSLT14.TED.tst2011.de-en.en.xml", "IWSLT14.TED.tst2011.de-en.de.xml"),
+        (orig, "IWSLT14.TED.tst2012.de-en.en.xml", "IWSLT14.TED.tst2012.de-en.de.xml"),
+        (extra, "IWSLT15.TED.tst2013.de-en.en.xml", "IWSLT15.TED.tst2013.de-en.de.xml")]
+    with pytest.raises(corpora.CorpusError, match="no tst2013.*IWSLT'15 release"):
+        corpora.iwslt14_parts(orig, "de", "en", "elbayad2018")
+    assert main(["iwslt14", "--orig-dir", str(orig), "--test-sets", "elbayad2018",
+                 "--out", str(tmp_path / "bin")]) != 0
+    assert "--extra-test-dir" in capsys.readouterr().err
+
+
 def test_wmt17_en_tr_script(tmp_path, capsys):
     """SETimes + newstest2016 / newstest2017 .sgm from hand-made archives: punctuation
     normalized, hyphens split, the train pair over 250 BPE units dropped."""

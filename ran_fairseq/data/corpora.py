@@ -151,16 +151,51 @@ IWSLT14_PAIR = "de-en"
 # fairseq's test set: the TED dev/tst sets of the release (its `ls IWSLT14.TED*` also picks up
 # TEDX.dev2012), concatenated in this order: 6,750 sentences.
 IWSLT14_TEST_SETS = ("TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012")
+# Named test sets (--test-sets): fairseq's, and Elbayad et al. (2018, §4.1): dev2010 and
+# tst2010-2013, 6,578 pairs (the setup of the authors' own preparation script). The 2014-01
+# release has no tst2013: it comes from the IWSLT'15 release (2015-01 texts/de/en/de-en.tgz,
+# IWSLT15.TED.tst2013.de-en.{de,en}.xml), looked for in the orig directory and --extra-test-dir.
+IWSLT14_TEST_CHOICES = {
+    "fairseq": IWSLT14_TEST_SETS,
+    "elbayad2018": ("TED.dev2010", "TED.tst2010", "TED.tst2011", "TED.tst2012", "TED.tst2013"),
+}
+IWSLT14_RELEASES = ("IWSLT14", "IWSLT15")  # file name prefixes tried, in this order
 
 
-def iwslt14_parts(orig_dir, src: str, tgt: str) -> Tuple[Part, List[Part]]:
+def _iwslt_test_part(dirs: Sequence[Path], name: str, src: str, tgt: str,
+                     required: bool) -> Part:
+    tried = []
+    for directory in dirs:
+        for release in IWSLT14_RELEASES:
+            pair = [directory / f"{release}.{name}.{IWSLT14_PAIR}.{lang}.xml" for lang in (src, tgt)]
+            if not missing_files(pair):
+                return Part(*pair, fmt="seg", ascii_apostrophe=True)
+            tried.append(f"{directory}/{release}.{name}.{IWSLT14_PAIR}.{{{src},{tgt}}}.xml")
+    if required:
+        raise CorpusError(f"test set {name} not found (tried {', '.join(tried)}): the IWSLT'14 "
+                          f"release has no tst2013; take IWSLT15.TED.tst2013.de-en.de.xml and "
+                          f"...en.xml from the IWSLT'15 release (2015-01 texts/de/en/de-en.tgz) "
+                          f"and put them in one of those directories (--extra-test-dir DIR), or "
+                          f"use --test-sets fairseq")
+    first = dirs[0]  # the release's own names; a missing file is reported by the pipeline
+    return Part(first / f"IWSLT14.{name}.{IWSLT14_PAIR}.{src}.xml",
+                first / f"IWSLT14.{name}.{IWSLT14_PAIR}.{tgt}.xml", fmt="seg",
+                ascii_apostrophe=True)
+
+
+def iwslt14_parts(orig_dir, src: str, tgt: str, test_sets: str = "fairseq",
+                  extra_dirs: Sequence = ()) -> Tuple[Part, List[Part]]:
     """(train part, test parts) of an extracted IWSLT'14 ``de-en`` directory, for ``src``->``tgt``
-    (either direction). The valid set is held out from train by the pipeline."""
+    (either direction); ``test_sets`` names the test sets' list in :data:`IWSLT14_TEST_CHOICES`,
+    found as IWSLT14.* or IWSLT15.* files in ``orig_dir`` and then ``extra_dirs``. The valid set
+    is held out from train by the pipeline."""
+    if test_sets not in IWSLT14_TEST_CHOICES:
+        raise CorpusError(f"--test-sets must be one of {', '.join(IWSLT14_TEST_CHOICES)}, got "
+                          f"{test_sets!r}")
     orig = Path(orig_dir)
+    dirs = [orig, *map(Path, extra_dirs)]
     train = Part(orig / f"train.tags.{IWSLT14_PAIR}.{src}",
                  orig / f"train.tags.{IWSLT14_PAIR}.{tgt}", fmt="tags")
-    tests = [Part(orig / f"IWSLT14.{name}.{IWSLT14_PAIR}.{src}.xml",
-                  orig / f"IWSLT14.{name}.{IWSLT14_PAIR}.{tgt}.xml",
-                  fmt="seg", ascii_apostrophe=True)
-             for name in IWSLT14_TEST_SETS]
+    tests = [_iwslt_test_part(dirs, name, src, tgt, required=name not in IWSLT14_TEST_SETS)
+             for name in IWSLT14_TEST_CHOICES[test_sets]]
     return train, tests

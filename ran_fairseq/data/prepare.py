@@ -39,8 +39,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
-from .corpora import (IWSLT14_PAIR, MULTI30K_LANGS, MULTI30K_SPLITS, MULTI30K_URL, CorpusError,
-                      Part, download, iwslt14_parts, missing_files, multi30k_files)
+from .corpora import (IWSLT14_PAIR, IWSLT14_TEST_CHOICES, MULTI30K_LANGS, MULTI30K_SPLITS,
+                      MULTI30K_URL, CorpusError, Part, download, iwslt14_parts, missing_files,
+                      multi30k_files)
 
 REPO = Path(__file__).resolve().parents[2]
 SPLITS = ("train", "valid", "test")
@@ -645,7 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="IWSLT'14 De-En as fairseq's prepare-iwslt14.sh: lowercased, "
                                    "train cleaned to 175 tokens (ratio 1.5), every 23rd train "
                                    "pair held out as valid, test = TED dev2010 + TEDX dev2012 + "
-                                   "TED tst2010-2012, joint BPE 10000.")
+                                   "TED tst2010-2012 (6,750 pairs; --test-sets elbayad2018: "
+                                   "dev2010 + tst2010-2013, 6,578 pairs), joint BPE 10000.")
     p.add_argument("--orig-dir", type=Path, required=True,
                    help="the extracted de-en directory (train.tags.de-en.*, IWSLT14.*.xml)")
     p.add_argument("--src", default="de", help="de or en (default %(default)s)")
@@ -653,6 +655,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="data-bin (default data-bin/iwslt14.SRC-TGT)")
     p.add_argument("--valid-every", type=int, default=23, metavar="N",
                    help="hold out every N-th cleaned train pair as valid (default %(default)s)")
+    p.add_argument("--test-sets", choices=sorted(IWSLT14_TEST_CHOICES), default="fairseq",
+                   help="fairseq (default): TED dev2010, TEDX dev2012, TED tst2010-2012 (6,750 "
+                        "pairs); elbayad2018: TED dev2010 and tst2010-2013 (6,578 pairs, "
+                        "Elbayad et al. 2018, 4.1), tst2013 from the IWSLT'15 release "
+                        "(IWSLT15.TED.tst2013.de-en.{de,en}.xml in --orig-dir or "
+                        "--extra-test-dir)")
+    p.add_argument("--extra-test-dir", type=Path, action="append", default=[], metavar="DIR",
+                   help="another directory to look for test-set xml files in (repeatable)")
     _add_common(p, lowercase=True, clean_max_len=175)
 
     p = sub.add_parser("custom", help="any parallel corpus from files",
@@ -685,7 +695,8 @@ def run(args) -> bool:
         if {args.src, args.tgt} != set(IWSLT14_PAIR.split("-")):
             raise PrepareError(f"IWSLT'14 is {IWSLT14_PAIR}: --src/--tgt must be de and en in "
                                f"either order, got {args.src} and {args.tgt}")
-        train, tests = iwslt14_parts(args.orig_dir, args.src, args.tgt)
+        train, tests = iwslt14_parts(args.orig_dir, args.src, args.tgt, args.test_sets,
+                                     args.extra_test_dir)
         out = args.out or REPO / "data-bin" / f"iwslt14.{args.src}-{args.tgt}"
         opts = _options(args, valid_every=args.valid_every)
         return prepare({"train": [train], "test": tests}, out, opts, args.work_dir,
