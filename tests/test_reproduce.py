@@ -17,6 +17,7 @@ SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
 CONFIGS = helpers.REPO / "configs"
 SYSTEMS = ["TransF", "RAN-ALL", "RAN-ALL greedy"]  # the last decodes RAN-ALL's checkpoint
 PAPER_TRANSF = 12.34  # a paper number planted in a copy of the config
+PAPER_COLUMN = json.loads((CONFIGS / "ran" / "paper.json").read_text())["columns"][0]["title"]
 
 
 reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
@@ -81,8 +82,8 @@ def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
             assert math.isfinite(value) and value >= 0, (name, heading, row[heading])
         assert float(row["decode sent/s"]) > 0
         assert int(row["params"].replace(",", "")) > 0
-    assert float(rows["TransF"]["paper BLEU (WMT14 En-De)"]) == PAPER_TRANSF
-    assert rows["RAN-ALL"]["paper BLEU (WMT14 En-De)"] == ""
+    assert float(rows["TransF"][PAPER_COLUMN]) == PAPER_TRANSF
+    assert rows["RAN-ALL"][PAPER_COLUMN] == ""
     assert float(rows["TransF"]["sent/s ×TransF"]) == 1.0
     assert float(rows["TransF"]["train time ×TransF"]) == 1.0
     # RAN drops W_q and W_k but adds n×n matrices: the two models differ in size.
@@ -186,10 +187,21 @@ def test_paper_takes_one_full_config_or_distinct_named_ones(full):
         Paper(key="ran", title="t", cpu_config=CONFIGS / "ran" / "cpu.json", **full)
 
 
+def test_full_settings_print_base_model_commands_on_wmt17_en_tr():
+    proc = reproduce("--full", "wmt17-en-tr", "--systems", "TransF", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert len(commands) == 4  # train and generate, en-tr and tr-en
+    assert "data-bin/wmt17.en-tr" in commands[0] and "data-bin/wmt17.tr-en" in commands[2]
+    assert "--max-update 20000" in commands[0] and "--lenpen 0.6" in commands[1]
+
+
 def test_full_settings_print_base_model_commands_on_wmt14():
     proc = reproduce("--full", "--systems", "RAN-D", "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    train, generate = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+    commands = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert len(commands) == 4  # en-de and de-en, as Table 1
+    train, generate = commands[:2]
     assert "--arch ran_transformer " in train and "data-bin/wmt14.en-de" in train
     assert "--cpu" not in train and "--decoder-self-attention ran" in train
     assert "--beam 4" in generate
@@ -211,3 +223,80 @@ def test_configs_agree():
     cpu = helpers.flag_pairs(json.loads((CONFIGS / "ran" / "cpu.json").read_text())["train_flags"])
     for flag, value in helpers.flag_pairs(bench["common_flags"]).items():
         assert cpu.get(flag, "missing") == value, flag
+
+
+# ---------------------------------------------------------------------------------------------
+# The paper's settings, rows and numbers (Zeng et al. 2021, §3.1, Tables 1-3)
+# ---------------------------------------------------------------------------------------------
+
+def ran_systems():
+    return {s["name"]: s for s in
+            json.loads((CONFIGS / "ran" / "systems.json").read_text())["systems"]}
+
+
+def test_table2_rows_are_the_papers_ablations():
+    """§4.4: −Pos-E / −Pos-D are TransF without one side's positional embeddings, the +RAN rows
+    RAN-E / RAN-D without them; rows not in the paper are tagged 'ours'."""
+    systems = ran_systems()
+    table2 = [name for name, s in systems.items() if "2" in s["tables"]]
+    assert table2 == ["TransF", "−Pos-E", "−Pos-E+RAN-E", "−Pos-D", "−Pos-D+RAN-D"]
+    for row, base, flag in [("−Pos-E", "TransF", "--no-encoder-positional-embeddings"),
+                            ("−Pos-E+RAN-E", "RAN-E", "--no-encoder-positional-embeddings"),
+                            ("−Pos-D", "TransF", "--no-decoder-positional-embeddings"),
+                            ("−Pos-D+RAN-D", "RAN-D", "--no-decoder-positional-embeddings")]:
+        assert systems[row]["flags"] == systems[base]["flags"] + [flag], row
+        assert systems[row]["arch"] == systems[base]["arch"], row
+    assert [n for n, s in systems.items() if "3" in s["tables"]] == [
+        "RAN-ALL", "RAN-ALL fixed", "RAN-ALL w/o LN&RES"]
+    paper_rows = {"TransF", "HC-SA", "Syn-R", "RAN-E", "RAN-D", "RAN-ALL", "RAN-ALL fixed",
+                  "RAN-ALL w/o LN&RES", *table2}
+    for name, s in systems.items():
+        assert (s["tables"] == ["ours"]) == (name not in paper_rows), name
+
+
+def test_paper_numbers_are_complete_and_consistent():
+    """Table 1: every task and metric, the averages equal to the mean of the tasks (to rounding),
+    † marks only on Table 1 cells better than TransF; Tables 2 and 3: their rows only."""
+    paper = json.loads((CONFIGS / "ran" / "paper.json").read_text())
+    columns = {c["key"]: c for c in paper["columns"]}
+    tasks = ["en_de", "de_en", "en_fr", "en_lv", "lv_en", "en_fi", "fi_en", "en_tr", "tr_en"]
+    table1 = ["TransF", "HC-SA", "Syn-R", "RAN-E", "RAN-D", "RAN-ALL"]
+    for metric, keys in [("bleu", tasks + ["zh_en"]), ("sacrebleu", tasks)]:
+        cells = [columns[f"t1_{task}_{metric}"] for task in keys]
+        average = columns[f"t1_average_{metric}"]
+        for name in table1:
+            assert all(c["values"][name] is not None for c in cells + [average]), name
+            mean = sum(c["values"][name] for c in cells) / len(cells)
+            assert abs(mean - average["values"][name]) <= 0.005 + 1e-9, (metric, name)
+    assert "t1_zh_en_sacrebleu" not in columns  # not printed (NIST, Table 1)
+    for column in paper["columns"]:
+        filled = {n for n, v in column["values"].items() if v is not None}
+        assert set(column["significant"]) <= filled, column["key"]
+        for name in column["significant"]:
+            assert column["table"] == "1" and name != "TransF"
+            assert column["values"][name] > column["values"]["TransF"], (column["key"], name)
+        expected = {"1": set(table1),
+                    "2": {"TransF", "−Pos-E", "−Pos-E+RAN-E", "−Pos-D", "−Pos-D+RAN-D"},
+                    "3": {"RAN-ALL", "RAN-ALL fixed", "RAN-ALL w/o LN&RES"}}[column["table"]]
+        assert filled == expected, column["key"]
+    # spot checks against the text: RAN-D's Tr⇒En gain (§3.2), the −Pos-E collapse (§4.4)
+    assert columns["t1_tr_en_bleu"]["values"]["RAN-D"] == 18.62
+    assert columns["t2_en_de_bleu"]["values"]["−Pos-E"] == 13.14
+
+
+@pytest.mark.parametrize("name, steps, update_freq", [
+    ("wmt14-base.json", "250000", "8"), ("wmt17-en-tr-base.json", "20000", "2")])
+def test_full_configs_carry_the_papers_settings(name, steps, update_freq):
+    """§3.1: base size, residual dropout 0.1, RAN attention dropout 0.2, the training steps, the
+    GPUs' batch, beam 4 with length penalty 0.6, 256-word filtering, best validation checkpoint."""
+    cfg = json.loads((CONFIGS / "ran" / name).read_text())
+    train = helpers.flag_pairs(cfg["train_flags"])
+    generate = helpers.flag_pairs(cfg["generate_flags"])
+    assert cfg["arch"] == "ran_transformer" and cfg["select"] == "bleu"
+    assert train["--dropout"] == "0.1" and train["--positional-attention-dropout"] == "0.2"
+    assert train["--max-update"] == steps and train["--update-freq"] == update_freq
+    assert generate["--beam"] == "4" and generate["--lenpen"] == "0.6"
+    prepare = helpers.flag_pairs(cfg["prepare"][cfg["prepare"].index("--bpe-merges"):])
+    assert prepare["--clean-max-len"] == "256" and prepare["--clean-on"] == "tok"
+    assert prepare["--bpe-merges"] == {"wmt14-base.json": "40000",
+                                       "wmt17-en-tr-base.json": "32000"}[name]
