@@ -102,10 +102,12 @@ def atomic_checkpoint_copies():
 def cpu_data_parallel():
     """Multi-process training on CPUs with fairseq's defaults. fairseq 0.12 hands
     ``device_ids=[device_id]`` to torch's DistributedDataParallel whatever the device (torch
-    refuses it for a CPU module), and under ``torchrun`` sets ``device_id = rank %
-    torch.cuda.device_count()`` (a division by zero without a GPU) and keeps the ``nccl``
-    backend (CUDA only). Without CUDA we pass no device ids, use device 0 and switch ``nccl`` to
-    ``gloo``; with CUDA nothing changes. docs/distributed.md has the launch commands."""
+    refuses it for a CPU module). Under ``torchrun`` without GPUs, it keeps its default world size
+    of one per GPU count (each process then trains alone), or, given ``--distributed-world-size``,
+    sets ``device_id = rank % torch.cuda.device_count()`` (a division by zero) and keeps the
+    ``nccl`` backend (CUDA only). Without CUDA we pass no device ids, take the world size and rank
+    from torchrun's environment, use device 0 and switch ``nccl`` to ``gloo``; with CUDA, or
+    without torchrun, nothing changes. docs/distributed.md has the launch commands."""
     from fairseq.distributed import utils as distributed_utils
     from fairseq.models import distributed_fairseq_model
 
@@ -123,11 +125,14 @@ def cpu_data_parallel():
 
         distributed_fairseq_model.DistributedDataParallel = DistributedDataParallel
 
-    launch_init = distributed_utils._infer_torch_distributed_launch_init
-    if not getattr(launch_init, "_ran_fairseq_cpu", False):
-        def _infer_torch_distributed_launch_init(cfg):
-            if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-                return launch_init(cfg)
+    infer = distributed_utils.infer_init_method
+    if not getattr(infer, "_ran_fairseq_cpu", False):
+        def infer_init_method(cfg, force_distributed=False):
+            if cfg.distributed_init_method is not None or torch.cuda.is_available() \
+                    or not _started_by_torchrun():
+                return infer(cfg, force_distributed)
+            # fairseq's default world size is the number of GPUs (1 here): each torchrun process
+            # would train alone, all writing the same --save-dir.
             cfg.distributed_init_method = "env://"
             cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
             cfg.distributed_rank = int(os.environ["RANK"])
@@ -136,5 +141,9 @@ def cpu_data_parallel():
             if cfg.distributed_backend == "nccl":
                 cfg.distributed_backend = "gloo"
 
-        _infer_torch_distributed_launch_init._ran_fairseq_cpu = True
-        distributed_utils._infer_torch_distributed_launch_init = _infer_torch_distributed_launch_init
+        infer_init_method._ran_fairseq_cpu = True
+        distributed_utils.infer_init_method = infer_init_method
+
+
+def _started_by_torchrun():
+    return all(k in os.environ for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"))
