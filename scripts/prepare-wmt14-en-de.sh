@@ -6,6 +6,9 @@
 #           train pairs over 250 BPE units or with a length ratio above 1.5 dropped
 #   valid   newstest2013 (3,000 sentences)
 #   test    newstest2014, full version (3,003 sentences; sacrebleu -t wmt14/full)
+#   test1   newstest2015 (2,169 sentences; the -SRCTGT version of the direction, as sacrebleu
+#           -t wmt15): fairseq-generate --gen-subset test1. Yang et al. (2017, section 3.1) test
+#           on newstest2014 and newstest2015.
 #   scripts/prepare-wmt14-en-de.sh [SRC TGT] [flags]    SRC TGT: en de (default) or de en
 # Flags go to `python -m ran_fairseq.data.prepare custom` (--bpe-merges, --out, --force, ...).
 # About 1.6 GB is downloaded with curl or wget to $ORIG_DIR (default work/orig); output:
@@ -25,6 +28,7 @@ archives=(
     "wmt14/training-parallel-nc-v9.tgz https://statmt.org/wmt14/training-parallel-nc-v9.tgz"
     "wmt13/test.tgz https://statmt.org/wmt13/test.tgz"
     "wmt14/test-full.tgz https://statmt.org/wmt14/test-full.tgz"
+    "wmt15/test.tgz https://statmt.org/wmt15/test.tgz"
 )
 for entry in "${archives[@]}"; do
     read -r name url <<< "$entry"
@@ -41,11 +45,15 @@ valid_src=$(find_one "$orig/wmt13/test" "newstest2013-src.$src.sgm")
 valid_tgt=$(find_one "$orig/wmt13/test" "newstest2013-src.$tgt.sgm")
 test_src=$(find_one "$orig/wmt14/test-full" "newstest2014-deen-src.$src.sgm")
 test_tgt=$(find_one "$orig/wmt14/test-full" "newstest2014-deen-ref.$tgt.sgm")
+# newstest2015 has one version per direction: deen (source de) and ende (source en).
+test1_src=$(find_one "$orig/wmt15/test" "newstest2015-$src$tgt-src.$src.sgm")
+test1_tgt=$(find_one "$orig/wmt15/test" "newstest2015-$src$tgt-ref.$tgt.sgm")
 
 exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
     --train-prefix "${europarl%.en}" --train-prefix "${commoncrawl%.en}" \
     --train-prefix "${newscomm%.en}" \
     --valid "$valid_src" "$valid_tgt" --test "$test_src" "$test_tgt" \
+    --test1 "$test1_src" "$test1_tgt" \
     --normalize-punct --aggressive-dash-splits --bpe-merges 40000 \
     --clean-max-len 250 --clean-ratio 1.5 --clean-on bpe \
     --out "$root/data-bin/wmt14.$src-$tgt" "$@"

@@ -222,6 +222,36 @@ def test_refuses_foreign_data_bin_and_misaligned_pairs(tmp_path, capsys):
     assert "a.de has 2 lines" in err and "a.en has 1" in err
 
 
+def test_second_test_set_becomes_test1(tmp_path, capsys):
+    """--test1: a second test set binarized as fairseq's test1 (Yang et al. 2017 test on
+    newstest2014 and newstest2015), with its tokenized and raw text beside it; and an error
+    without a first test set."""
+    from fairseq.data import Dictionary, data_utils
+
+    texts = {"a": ("eins zwei drei", "one two three"), "b": ("zwei", "two"),
+             "c": ("drei eins", "three one"), "d": ("vier, zwei", "four, two")}
+    for stem, (de, en) in texts.items():
+        n = 3 if stem == "a" else 1
+        (tmp_path / f"{stem}.de").write_text(f"{de}\n" * n, encoding="utf-8")
+        (tmp_path / f"{stem}.en").write_text(f"{en}\n" * n, encoding="utf-8")
+    out = tmp_path / "bin"
+    common = ["custom", "--src", "de", "--tgt", "en", "--train-prefix", str(tmp_path / "a"),
+              "--valid-prefix", str(tmp_path / "b"), "--workers", "1", "--bpe-merges", "0",
+              "--no-joined-dictionary"]
+    assert main(common + ["--test-prefix", str(tmp_path / "c"), "--test1-prefix",
+                          str(tmp_path / "d"), "--out", str(out)]) == 0
+    assert read(out / "test.tok.de") == ["drei eins"]
+    assert read(out / "test1.tok.de") == ["vier , zwei"] and read(out / "test1.raw.en") == [
+        "four, two"]
+    dictionary = Dictionary.load(str(out / "dict.en.txt"))
+    test1 = data_utils.load_indexed_dataset(str(out / "test1.de-en.en"), dictionary)
+    assert dictionary.string(test1[0]) == "<unk> <unk> two"  # four and the comma: not in train
+    assert "test1.de-en.de.bin" in json.loads((out / "prepare-stamp.json").read_text())["outputs"]
+    assert main(common + ["--test1-prefix", str(tmp_path / "d"), "--out",
+                          str(tmp_path / "bad")]) == 1
+    assert "needs a first one (--test/--test-prefix)" in capsys.readouterr().err
+
+
 # --- Readers and cleaning -----------------------------------------------------------------------
 SGM = """<refset setid="newstest2016" srclang="any" trglang="tr">
 <doc sysid="ref" docid="abc-1" genreid="news" origlang="en">
@@ -620,7 +650,7 @@ def test_wmt14_en_de_script(tmp_path, src, tgt):
     """The corpora, valid and test files the script hands to the pipeline, per direction."""
     urls = {name: f"https://statmt.org/{name}.tgz" for name in (
         "wmt13/training-parallel-europarl-v7", "wmt13/training-parallel-commoncrawl",
-        "wmt14/training-parallel-nc-v9", "wmt13/test", "wmt14/test-full")}
+        "wmt14/training-parallel-nc-v9", "wmt13/test", "wmt14/test-full", "wmt15/test")}
     pair = {"de": "x\n", "en": "y\n"}
     files = {
         urls["wmt13/training-parallel-europarl-v7"]: tgz(
@@ -635,6 +665,11 @@ def test_wmt14_en_de_script(tmp_path, src, tgt):
         urls["wmt14/test-full"]: tgz(
             {f"test-full/newstest2014-deen-{kind}.{lang}.sgm": segs([t])
              for kind in ("src", "ref") for lang, t in pair.items()}),
+        # newstest2015: a source and a reference file per direction
+        urls["wmt15/test"]: tgz(
+            {f"test/newstest2015-{a}{b}-{kind}.{lang}.sgm": segs([pair[lang]])
+             for a, b in (("de", "en"), ("en", "de"))
+             for kind, lang in (("src", a), ("ref", b))}),
     }
     proc, fetched, args = run_script(tmp_path, "prepare-wmt14-en-de.sh", [src, tgt], files)
     assert proc.returncode == 0, proc.stderr
@@ -648,7 +683,10 @@ def test_wmt14_en_de_script(tmp_path, src, tgt):
                                              f"newstest2013-src.{tgt}.sgm"]
     assert [Path(p).name for p in test] == [f"newstest2014-deen-src.{src}.sgm",
                                             f"newstest2014-deen-ref.{tgt}.sgm"]
-    assert all(Path(p).is_file() for p in valid + test)
+    test1 = args[args.index("--test1") + 1:args.index("--test1") + 3]
+    assert [Path(p).name for p in test1] == [f"newstest2015-{src}{tgt}-src.{src}.sgm",
+                                             f"newstest2015-{src}{tgt}-ref.{tgt}.sgm"]
+    assert all(Path(p).is_file() for p in valid + test + test1)
     assert option(args, "--bpe-merges") == ["40000"] and option(args, "--clean-on") == ["bpe"]
 
 

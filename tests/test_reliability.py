@@ -113,3 +113,50 @@ def _named_parameters(arch, data):
 
     _, model = build_model(arch, data, DDP_SYSTEMS[arch])
     return list(model.named_parameters())
+
+
+# ---- item 4: every probability and size flag is checked when the model is built ---------------
+
+TINY_RCT = TINY_TRANSFORMER
+BAD_FLAGS = [
+    # (arch, base flags, bad flag, bad value)
+    *[("ran_transformer", TINY_RAN, flag, value) for flag, value in [
+        ("--positional-attention-dropout", "1.5"), ("--positional-attention-dropout", "-0.1"),
+        ("--dropout", "1.5"), ("--dropout", "-0.1"), ("--attention-dropout", "1.0"),
+        ("--activation-dropout", "-0.5"), ("--encoder-layerdrop", "1.2"),
+        ("--max-attention-positions", "0"), ("--gaussian-attention-std", "0"),
+        ("--encoder-embed-dim", "15"), ("--decoder-attention-heads", "0"),
+        ("--encoder-layers", "-1"), ("--max-source-positions", "0"),
+        ("--quant-noise-pq", "1.5")]],
+    *[("recurrent_cross_transformer", TINY_RCT, flag, value) for flag, value in [
+        ("--dropout", "1.5"), ("--attention-dropout", "-0.1"), ("--activation-dropout", "2"),
+        ("--decoder-ffn-embed-dim", "0"), ("--rescale-window", "-1"),
+        ("--max-target-positions", "-5")]],
+    *[("rnnsearch_dynmem", TINY_DYNMEM, flag, value) for flag, value in [
+        ("--dropout", "1.5"), ("--dropout", "-0.1"), ("--dynamic-memory-window", "-1"),
+        ("--dynamic-memory-dim", "0"), ("--init-range", "0"), ("--encoder-hidden-size", "0"),
+        ("--decoder-layers", "0")]],
+    *[("pervasive_attention", TINY_PA, flag, value) for flag, value in [
+        ("--dropout", "1.5"), ("--embedding-dropout", "-0.1"), ("--output-dropout", "1"),
+        ("--num-layers", "0"), ("--growth-rate", "-1"), ("--kernel-size", "0"),
+        ("--max-source-positions", "0")]],
+]
+
+
+@pytest.mark.parametrize("arch, base, flag, value", BAD_FLAGS,
+                         ids=[f"{a}{f}={v}" for a, _, f, v in BAD_FLAGS])
+def test_out_of_range_flag_is_refused_at_build_time_naming_it(data, arch, base, flag, value):
+    from helpers import build_model
+
+    with pytest.raises(ValueError, match=re.escape(flag)):
+        build_model(arch, data, (*base, flag, value))
+
+
+def test_cli_refuses_out_of_range_dropout_before_training(data, tmp_path):
+    """fairseq alone builds the model, crashes at the first update with torch's message (the
+    flag unnamed), exits 134 and writes crash.pt."""
+    proc = train(data, tmp_path / "ckpt", "rnnsearch_dynmem", (*TINY_DYNMEM, "--dropout", "1.5"),
+                 check=False)
+    assert proc.returncode != 0
+    assert "--dropout must be in [0, 1), got 1.5" in proc.stderr + proc.stdout
+    assert not list((tmp_path / "ckpt").glob("*.pt"))

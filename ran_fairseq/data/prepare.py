@@ -45,6 +45,9 @@ from .corpora import (IWSLT14_PAIR, IWSLT14_TEST_CHOICES, MULTI30K_LANGS, MULTI3
 
 REPO = Path(__file__).resolve().parents[2]
 SPLITS = ("train", "valid", "test")
+# Optional further test sets, binarized by fairseq-preprocess as test1, test2, ... (its
+# --testpref takes a comma-separated list) and decoded with fairseq-generate --gen-subset test1.
+EXTRA_TESTS = ("test1",)
 STAMP = "prepare-stamp.json"
 STAMP_VERSION = 1
 CHUNK_LINES = 2000  # sentences per job sent to a worker process
@@ -266,11 +269,14 @@ def apply_bpe_file(codes: Path, inp: Path, out: Path, pool=None) -> None:
 
 def binarize(prefixes: Dict[str, Path], src: str, tgt: str, dest: Path, workers: int,
              joined: bool = True, nwords_src: int = 0, nwords_tgt: int = 0) -> None:
-    """``fairseq-preprocess [--joined-dictionary]`` of ``{prefix}.{src,tgt}`` per split, keeping
+    """``fairseq-preprocess [--joined-dictionary]`` of ``{prefix}.{src,tgt}`` per split (the
+    ``EXTRA_TESTS`` present become fairseq's test1, ...), keeping
     the ``nwords_*`` most frequent words (specials included; 0: all)."""
+    tests = ",".join(str(prefixes[k]) for k in ("test", *EXTRA_TESTS) if k in prefixes)
     cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src,
            "--target-lang", tgt, "--trainpref", str(prefixes["train"]),
-           "--validpref", str(prefixes["valid"]), "--testpref", str(prefixes["test"]),
+           "--validpref", str(prefixes["valid"]),
+           "--testpref", tests,
            "--destdir", str(dest), "--workers", str(max(1, workers))]
     cmd += ["--joined-dictionary"] if joined else []
     cmd += ["--nwordssrc", str(nwords_src)] if nwords_src > 0 else []
@@ -301,16 +307,18 @@ def _tool_versions() -> Dict[str, str]:
     return versions
 
 
-def _output_names(opts: Options) -> List[str]:
+def _output_names(opts: Options, extra_tests: Sequence[str] = ()) -> List[str]:
     s, t = opts.src, opts.tgt
+    scored = ("valid", "test", *extra_tests)
     names = [f"dict.{s}.txt", f"dict.{t}.txt", "preprocess.log"]
     if opts.bpe_merges > 0:
         names.append("code")
     else:
-        names += [f"{split}.tok.{lang}" for split in ("valid", "test") for lang in (s, t)]
-    names += [f"{split}.{s}-{t}.{lang}.{ext}" for split in SPLITS for lang in (s, t)
+        names += [f"{split}.tok.{lang}" for split in scored for lang in (s, t)]
+    names += [f"{split}.{s}-{t}.{lang}.{ext}" for split in (*SPLITS, *extra_tests)
+              for lang in (s, t)
               for ext in ("bin", "idx")]
-    names += [f"{split}.raw.{lang}" for split in ("valid", "test") for lang in (s, t)]
+    names += [f"{split}.raw.{lang}" for split in scored for lang in (s, t)]
     return names
 
 
@@ -379,6 +387,9 @@ def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
     if opts.joined_dictionary and opts.nwords_tgt not in (0, opts.nwords_src):
         raise PrepareError("a joined dictionary has one size, --nwords-src; pass "
                            "--no-joined-dictionary for a separate --nwords-tgt")
+    if any(splits.get(k) for k in EXTRA_TESTS) and not splits.get("test"):
+        raise PrepareError("a second test set (--test1/--test1-prefix) needs a first one "
+                           "(--test/--test-prefix)")
     if not splits.get("train") or not splits.get("test"):
         raise PrepareError("need train and test data (--train/--train-prefix, "
                            "--test/--test-prefix)")
@@ -403,7 +414,7 @@ def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
 def _tokenize_splits(splits: Dict[str, List[Part]], opts: Options, work: Path, train_stem: str,
                      pool) -> None:
     """``work/{split}.{raw,tok}.{lang}`` for every split (train under ``train_stem``)."""
-    for split in SPLITS:
+    for split in (*SPLITS, *EXTRA_TESTS):
         parts = splits.get(split)
         if not parts:
             continue
@@ -431,7 +442,8 @@ def _split_train(opts: Options, work: Path, clean: Optional[Cleaning]) -> None:
         f"{c['train']} kept{held_out}")
 
 
-def _bpe_splits(opts: Options, work: Path, codes: Path, clean: Optional[Cleaning], pool) -> None:
+def _bpe_splits(opts: Options, work: Path, codes: Path, clean: Optional[Cleaning], pool,
+                extra_tests: Sequence[str] = ()) -> None:
     """Learn ``codes`` on ``train.tok``, write ``{split}.bpe.{lang}``; with ``clean`` (on BPE
     units) train is segmented to ``train-all.bpe`` and cleaned into ``train.bpe``."""
     s, t = opts.src, opts.tgt
@@ -443,7 +455,7 @@ def _bpe_splits(opts: Options, work: Path, codes: Path, clean: Optional[Cleaning
         say(f"learned only {learned} merges: no symbol pair occurs twice any more")
     say(f"learned BPE ({time.time() - step:.1f} s)")
     step = time.time()
-    for split in SPLITS:
+    for split in (*SPLITS, *extra_tests):
         stem = "train-all" if split == "train" and clean is not None else split
         for lang in (s, t):
             apply_bpe_file(codes, work / f"{split}.tok.{lang}", work / f"{stem}.bpe.{lang}", pool)
@@ -467,7 +479,8 @@ def prepare(splits: Dict[str, List[Part]], out_dir, opts: Options, work_dir=None
     workers = workers or default_workers()
     s, t = opts.src, opts.tgt
     stamp = _make_stamp(splits, opts, corpus)
-    outputs = _output_names(opts)
+    extra = tuple(k for k in EXTRA_TESTS if splits.get(k))
+    outputs = _output_names(opts, extra)
     old = _read_stamp(out_dir)
     if not force and old is not None and {k: v for k, v in old.items() if k != "outputs"} == stamp \
             and all((out_dir / n).exists() for n in outputs):
@@ -489,16 +502,16 @@ def prepare(splits: Dict[str, List[Part]], out_dir, opts: Options, work_dir=None
         if filter_train:
             _split_train(opts, work, clean_tok)
         if opts.bpe_merges > 0:
-            _bpe_splits(opts, work, out_dir / "code", clean_bpe, pool)
+            _bpe_splits(opts, work, out_dir / "code", clean_bpe, pool, extra)
     units = "bpe" if opts.bpe_merges > 0 else "tok"
-    for split in ("valid", "test"):
+    for split in ("valid", "test", *extra):
         for lang in (s, t):
             shutil.copyfile(work / f"{split}.raw.{lang}", out_dir / f"{split}.raw.{lang}")
             if units == "tok":
                 shutil.copyfile(work / f"{split}.tok.{lang}", out_dir / f"{split}.tok.{lang}")
     step = time.time()
-    binarize({split: work / f"{split}.{units}" for split in SPLITS}, s, t, out_dir, workers,
-             opts.joined_dictionary, opts.nwords_src, opts.nwords_tgt)
+    binarize({split: work / f"{split}.{units}" for split in (*SPLITS, *extra)}, s, t, out_dir,
+             workers, opts.joined_dictionary, opts.nwords_src, opts.nwords_tgt)
     say(f"binarized ({time.time() - step:.1f} s)")
     stamp["outputs"] = outputs
     (out_dir / STAMP).write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
@@ -674,11 +687,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)
     p.add_argument("--out", type=Path, required=True, help="data-bin directory")
-    for split in SPLITS:
+    for split in (*SPLITS, *EXTRA_TESTS):
+        what = "second test set (fairseq's test1)" if split == "test1" else split
         p.add_argument(f"--{split}", nargs=2, action="append", default=[],
-                       metavar=("SRC_FILE", "TGT_FILE"), help=f"a {split} pair (repeatable)")
+                       metavar=("SRC_FILE", "TGT_FILE"), help=f"a {what} pair (repeatable)")
         p.add_argument(f"--{split}-prefix", action="append", default=[], metavar="PREFIX",
-                       help=f"a {split} pair PREFIX.SRC / PREFIX.TGT (repeatable)")
+                       help=f"a {what} pair PREFIX.SRC / PREFIX.TGT (repeatable)")
     p.add_argument("--valid-every", type=int, default=0, metavar="N",
                    help="instead of a valid set: hold out every N-th (cleaned) train pair")
     _add_common(p)
@@ -702,11 +716,12 @@ def run(args) -> bool:
         return prepare({"train": [train], "test": tests}, out, opts, args.work_dir,
                        args.workers, args.force, corpus="iwslt14")
     splits = {}
-    for split in SPLITS:
+    for split in (*SPLITS, *EXTRA_TESTS):
         parts = [Part(Path(a), Path(b)) for a, b in getattr(args, split)]
         parts += [Part(Path(f"{pre}.{args.src}"), Path(f"{pre}.{args.tgt}"))
                   for pre in getattr(args, f"{split}_prefix")]
-        splits[split] = parts
+        if parts or split in SPLITS:  # no empty test1: the stamps of older data-bins stay valid
+            splits[split] = parts
     opts = _options(args, valid_every=args.valid_every)
     return prepare(splits, args.out, opts, args.work_dir, args.workers, args.force)
 

@@ -258,6 +258,7 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
         check_dropout(args, ("dropout", "embedding_dropout", "output_dropout"))
         args.max_source_positions = getattr(args, "max_source_positions", 1024)
         args.max_target_positions = getattr(args, "max_target_positions", 1024)
+        check_positive(args, ("max_source_positions", "max_target_positions"))
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         encoder = SourceEmbedder(
             args, src_dict, Embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad()))

@@ -49,7 +49,12 @@ from ..modules.positional_attention import (
     PositionalSelfAttention,
     build_positional_matrices,
 )
-from ._common import small_transformer_sizes
+from ._common import (
+    check_dropout,
+    check_positive,
+    check_transformer_flags,
+    small_transformer_sizes,
+)
 
 SELF_ATTENTION_TYPES = ("dot", "ran", "gaussian", "synthesizer")
 
@@ -226,6 +231,12 @@ class RanTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         ran_base_architecture(args)
+        check_transformer_flags(args)
+        check_dropout(args, ("positional_attention_dropout",))
+        check_positive(args, ("max_attention_positions",))
+        if not args.gaussian_attention_std > 0:
+            raise ValueError(f"--gaussian-attention-std must be positive, got "
+                             f"{args.gaussian_attention_std}")
         if args.cross_self_attention and args.decoder_self_attention != "dot":
             raise ValueError("--cross-self-attention needs --decoder-self-attention dot")
         return super().build_model(args, task)

@@ -41,7 +41,7 @@ from ..modules.recurrent_cross_attention import (
     RecurrentCrossAttention,
     check_options,
 )
-from ._common import small_transformer_sizes
+from ._common import check_transformer_flags, small_transformer_sizes
 
 LAYERS_FLAG = "--recurrent-cross-layers"
 
@@ -139,6 +139,7 @@ class RecurrentCrossTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         recurrent_cross_base_architecture(args)
+        check_transformer_flags(args)
         if getattr(args, "left_pad_target", False):
             raise ValueError("recurrent_cross_transformer: the cross-attention recurrence runs "
                              "from the first target position, so targets must be right-padded; "

@@ -38,7 +38,7 @@ from ..modules.dynamic_memory_attention import (
     AttentionRows,
     DynamicMemoryAttention,
 )
-from ._common import check_positive
+from ._common import check_dropout, check_non_negative, check_positive
 
 UNLIMITED_POSITIONS = 100000  # an RNN has no position limit (fairseq's lstm default bound)
 
@@ -235,6 +235,10 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
         check_positive(args, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers",
                               "decoder_embed_dim", "decoder_hidden_size", "decoder_layers",
                               "decoder_out_embed_dim", "attention_dim"))
+        check_dropout(args, ("dropout",))
+        check_non_negative(args, ("dynamic_memory_window",))
+        if not args.init_range > 0:
+            raise ValueError(f"--init-range must be positive, got {args.init_range}")
         if not args.no_dynamic_memory and args.dynamic_memory_dim < 1:
             raise ValueError(f"{MEMORY_DIM_FLAG} must be positive, got {args.dynamic_memory_dim} "
                              f"(--no-dynamic-memory turns the memory off)")
