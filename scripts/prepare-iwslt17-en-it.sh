@@ -4,7 +4,7 @@
 #           not lowercased; pairs over 175 tokens or with a length ratio above 1.5 dropped
 #   valid   TED dev2010 (929 sentences);   test   TED tst2010 (1,566 sentences): the only
 #           dev/test sets of the multilingual release (the 2017 evaluation set is not in it)
-#   joint BPE with 10,000 merges
+#   joint BPE with 8,000 merges (Rosendahl et al. 2021, §4)
 #   scripts/prepare-iwslt17-en-it.sh [SRC TGT] [flags]    SRC TGT: en it (default) or it en
 # Flags go to `python -m ran_fairseq.data.prepare custom` (--bpe-merges, --out, --force, ...).
 # The archive (wit3's 2017-01-trnmted DeEnItNlRo-DeEnItNlRo, 0.3 GB, as mirrored by Hugging Face)
@@ -47,5 +47,5 @@ test_tgt=$(find_one "$dir" "IWSLT17.TED.tst2010.en-it.$tgt.xml")
 exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
     --train "$train/train.tags.en-it.$src" "$train/train.tags.en-it.$tgt" \
     --valid "$valid_src" "$valid_tgt" --test "$test_src" "$test_tgt" \
-    --bpe-merges 10000 --clean-max-len 175 --clean-ratio 1.5 --clean-on tok \
+    --bpe-merges 8000 --clean-max-len 175 --clean-ratio 1.5 --clean-on tok \
     --out "$root/data-bin/iwslt17.$src-$tgt" "$@"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # WMT'16 Romanian-English:
 #   train   Europarl v8 + SETimes2 (about 600k pairs); Moses punctuation normalization and
-#           tokenization with -a (split hyphens); joint BPE with 40,000 merges; train pairs over
-#           250 BPE units or with a length ratio above 1.5 dropped
+#           tokenization with -a (split hyphens); joint BPE with 20,000 merges (Rosendahl et al.
+#           2021, §4); train pairs over 250 BPE units or with a length ratio above 1.5 dropped
 #   valid   newsdev2016 (1,999 sentences);   test   newstest2016 (1,999 sentences)
 #   scripts/prepare-wmt16-ro-en.sh [SRC TGT] [flags]    SRC TGT: ro en (default) or en ro
 # Flags go to `python -m ran_fairseq.data.prepare custom` (--bpe-merges, --out, --force, ...).
@@ -39,6 +39,6 @@ test_tgt=$(find_one "$orig/wmt16/test" "newstest2016-$src$tgt-ref.$tgt.sgm")
 exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
     --train-prefix "${europarl%.en}" --train-prefix "${setimes%.en}" \
     --valid "$valid_src" "$valid_tgt" --test "$test_src" "$test_tgt" \
-    --normalize-punct --aggressive-dash-splits --bpe-merges 40000 \
+    --normalize-punct --aggressive-dash-splits --bpe-merges 20000 \
     --clean-max-len 250 --clean-ratio 1.5 --clean-on bpe \
     --out "$root/data-bin/wmt16.$src-$tgt" "$@"

@@ -641,6 +641,7 @@ def test_iwslt17_en_it_script(tmp_path, capsys):
         "train.tags.en-it.it", "train.tags.en-it.en"]
     assert [Path(p).name for p in args[args.index("--test") + 1:args.index("--test") + 3]] == [
         "IWSLT17.TED.tst2010.en-it.it.xml", "IWSLT17.TED.tst2010.en-it.en.xml"]
+    assert option(args, "--bpe-merges") == ["8000"]  # Rosendahl et al. 2021, §4
     proc, _, _ = run_script(tmp_path, "prepare-iwslt17-en-it.sh", ["it", "de"])
     assert proc.returncode == 2 and "'en it' or 'it en'" in proc.stderr
 
@@ -717,6 +718,7 @@ def test_wmt16_ro_en_script(tmp_path):
     assert [Path(p).name for p in valid + test] == [
         "newsdev2016-roen-src.ro.sgm", "newsdev2016-roen-ref.en.sgm",
         "newstest2016-roen-src.ro.sgm", "newstest2016-roen-ref.en.sgm"]
+    assert option(args, "--bpe-merges") == ["20000"]  # Rosendahl et al. 2021, §4
     proc, _, _ = run_script(tmp_path, "prepare-wmt16-ro-en.sh", ["ro", "de"], files)
     assert proc.returncode == 2 and "'ro en' or 'en ro'" in proc.stderr
 

@@ -17,10 +17,15 @@ CONFIGS = helpers.REPO / "configs"
 DIR = CONFIGS / "recurrent_cross"
 SYSTEMS = ["baseline", "coverage"]
 PAPER_BASELINE = 23.45  # a paper number planted in a copy of paper.json
-# --full NAME -> (data-bin, source, target, dropout); configs/recurrent_cross/full-NAME.json
-FULL = {"wmt16-ro-en": ("data-bin/wmt16.ro-en", "ro", "en", "0.1"),
-        "wmt18-tr-en": ("data-bin/wmt18.tr-en", "tr", "en", "0.3"),
-        "iwslt17-en-it": ("data-bin/iwslt17.en-it", "en", "it", "0.3")}
+# --full NAME -> (data-bin, source, target, dropout, BPE merges, decoded subsets), as Rosendahl
+# et al. (2021) §4 states them (Table 1 on the Ro-En development set, Table 2 on the test sets);
+# configs/recurrent_cross/full-NAME.json
+FULL = {"wmt16-ro-en": ("data-bin/wmt16.ro-en", "ro", "en", "0.2", "20000", ["test", "valid"]),
+        "wmt18-tr-en": ("data-bin/wmt18.tr-en", "tr", "en", "0.3", "20000", ["test"]),
+        "iwslt17-en-it": ("data-bin/iwslt17.en-it", "en", "it", "0.3", "8000", ["test"])}
+TABLE1 = {"baseline", "expand-kv 1", "expand-kv 2", "expand-kv 3", "expand-kv 4"}
+TABLE2 = {"baseline", "prev-context", "prev-weight", "prev-accum-weight", "expand-kv 1",
+          "continuous", "coverage"}
 
 
 @pytest.fixture(scope="module")
@@ -71,19 +76,25 @@ def paper():
 @pytest.mark.parametrize("name", [None, *FULL], ids=["bare", *FULL])
 def test_full_settings_print_base_model_commands(paper, name, capsys):
     """--full NAME (a bare --full: the first, WMT'16 Ro-En) trains the base model on the GPU on
-    that setting's data-bin and pair, with its dropout."""
+    that setting's data-bin and pair, with its dropout and the paper's batch, keeps the best
+    checkpoint by validation BLEU, and decodes each subset the paper's tables use."""
     main(paper, ["--full", *([name] if name else []), "--systems", "prev-weight", "--dry-run"])
-    data, src, tgt, dropout = FULL[name or "wmt16-ro-en"]
+    data, src, tgt, dropout, _, subsets = FULL[name or "wmt16-ro-en"]
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"# {src}-{tgt} prev-weight"
-    train, generate = lines[1:]
+    assert lines[0].startswith(f"# {src}-{tgt} prev-weight")
+    train, *generates = lines[1:]
     assert train.startswith(f"fairseq-train {helpers.REPO / data} ")
-    assert generate.startswith(f"fairseq-generate {helpers.REPO / data} ")
     assert "--arch recurrent_cross_transformer " in train
     assert f"--source-lang {src} --target-lang {tgt}" in train
     assert f"--dropout {dropout} " in train and "--cpu" not in train
-    assert train.endswith("--cross-attention prev-weight")
-    assert "--beam 4" in generate and "--cpu" not in generate
+    assert "--max-tokens 9600 --update-freq 1 " in train
+    assert "--eval-bleu " in train and "--best-checkpoint-metric bleu" in train
+    assert " --cross-attention prev-weight" in train
+    assert len(generates) == len(subsets)
+    for generate, subset in zip(generates, subsets):
+        assert generate.startswith(f"fairseq-generate {helpers.REPO / data} ")
+        assert f"--gen-subset {subset} " in generate
+        assert "--beam 4" in generate and "--cpu" not in generate
 
 
 def test_full_setting_names_are_listed_and_checked(paper, capsys):
@@ -92,6 +103,17 @@ def test_full_setting_names_are_listed_and_checked(paper, capsys):
     out = capsys.readouterr().out
     for name in FULL:
         assert re.search(rf"^  {name} +configs/recurrent_cross/full-{name}\.json: ", out, re.M)
+    # each setting's help states the paper's settings that its config holds
+    for setting in paper.full_settings:
+        _, _, _, dropout, merges, _ = FULL[setting.name]
+        full = json.loads(setting.config.read_text())
+        flags = helpers.flag_pairs(full["train_flags"])
+        assert f"dropout {dropout}," in setting.help and flags["--dropout"] == dropout
+        assert f"{int(merges) // 1000}k BPE" in setting.help
+        assert "9,600-token batches" in setting.help and flags["--max-tokens"] == "9600"
+        assert "best dev BLEU" in setting.help and full["select"] == "bleu"
+        assert f"{int(flags['--max-update']) // 1000}k updates (ours)" in setting.help
+        assert "assumed" not in setting.help
     with pytest.raises(SystemExit) as exit_:
         main(paper, ["--full", "wmt19-xx-en", "--dry-run"])
     assert exit_.value.code == 2
@@ -104,12 +126,26 @@ def test_configs_agree():
     systems = json.loads((DIR / "systems.json").read_text())["systems"]
     names = {s["name"] for s in systems}
     paper = json.loads((DIR / "paper.json").read_text())
+    assert all(s["tables"] for s in systems)
+    assert {s["name"] for s in systems if "1" in s["tables"]} == TABLE1
+    # Table 2's expand-kv row is variant 1 (§5.1)
+    assert {s["name"] for s in systems if "2" in s["tables"]} == TABLE2
+    # paper.json: every column keyed by the systems' names, with a number exactly for the systems
+    # of its table (Table 1: dev BLEU/TER; Table 2: BLEU/TER per task and the training time)
     for column in paper["columns"]:
         assert set(column["values"]) == names, column["title"]
-    assert all(s["tables"] for s in systems)
-    assert {s["name"] for s in systems if "1" in s["tables"]} == \
-        {"baseline"} | {f"expand-kv {v}" for v in range(1, 5)}
-    assert sum("2" in s["tables"] for s in systems) == 6  # Table 2 less its unknown expand-kv row
+        table = TABLE1 if column["title"].startswith("paper T1 ") else TABLE2
+        assert column["title"].startswith(("paper T1 ", "paper T2 ")), column["title"]
+        given = {n for n, v in column["values"].items() if v is not None}
+        assert given == table, column["title"]
+        assert all(isinstance(column["values"][n], float) for n in given), column["title"]
+    assert [c["key"] for c in paper["columns"] if c["title"].startswith("paper T1 ")] == \
+        ["ro_en_dev_bleu", "ro_en_dev_ter"]
+    assert paper["columns"][-1]["values"]["baseline"] == 1.0  # relative training time
+    keys = {c["key"] for c in paper["columns"]}
+    reference = paper["reference_rows"]
+    assert set(reference["columns"]) <= keys
+    assert all(len(row["values"]) == len(reference["columns"]) for row in reference["rows"])
     # the benchmark file holds the same recurrent_cross_transformer_small systems
     bench = json.loads((CONFIGS / "bench" / "recurrent_cross.json").read_text())
     bench_flags = sorted(s["flags"] for s in bench["systems"]
@@ -125,7 +161,7 @@ def test_configs_agree():
     # the full configs differ in scale only: same systems and paper file, base model, GPU
     fulls = {name: json.loads((DIR / f"full-{name}.json").read_text()) for name in FULL}
     for name, full in fulls.items():
-        _, src, tgt, _ = FULL[name]
+        _, src, tgt, *_ = FULL[name]
         assert (full["systems"], full["paper"]) == (cpu["systems"], cpu["paper"])
         assert (full["arch"], full["device"], full["pairs"]) == \
             ("recurrent_cross_transformer", "cuda", [f"{src}-{tgt}"])
@@ -141,5 +177,16 @@ def test_configs_agree():
         for flag, value in flags.items():
             if value != recipe[flag]:
                 assert f"{flag} {value} " in full["notes"], (name, flag, value)
-        for key in ("generate_flags", "checkpoint", "gen_subset"):
+        for key in ("generate_flags", "select"):
             assert full[key] == ro_en[key], (name, key)
+    # the paper's stated settings (§4)
+    for name, full in fulls.items():
+        _, _, _, dropout, merges, subsets = FULL[name]
+        flags = helpers.flag_pairs(full["train_flags"])
+        assert (flags["--dropout"], flags["--max-tokens"], flags["--update-freq"]) == \
+            (dropout, "9600", "1"), name
+        assert full["select"] == "bleu", name
+        prepare = full["prepare"]
+        assert prepare[prepare.index("--bpe-merges") + 1] == merges, name
+        decoded = full["gen_subset"]
+        assert ([decoded] if isinstance(decoded, str) else decoded) == subsets, name
