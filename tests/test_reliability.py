@@ -160,3 +160,26 @@ def test_cli_refuses_out_of_range_dropout_before_training(data, tmp_path):
     assert proc.returncode != 0
     assert "--dropout must be in [0, 1), got 1.5" in proc.stderr + proc.stdout
     assert not list((tmp_path / "ckpt").glob("*.pt"))
+
+
+# ---- item 5: a kill during a checkpoint save leaves a checkpoint to resume from ---------------
+
+
+def test_kill_during_checkpoint_copy_leaves_checkpoint_last_intact(data, tmp_path):
+    """Interval checkpoints make fairseq write checkpoint_1_N.pt and copy it to
+    checkpoint_last.pt; fairseq alone leaves half a checkpoint_last.pt after this kill and the
+    next run fails ("failed reading zip archive")."""
+    save = tmp_path / "ckpt"
+    extra = (*TINY_RAN, "--save-interval-updates", "2")
+    train(data, save, "ran_transformer", extra, max_update=2)
+    args = train_args(data, save, "ran_transformer", extra, max_update=4)
+    killed = subprocess.run([sys.executable, str(REPO / "tests" / "kill_during_copy.py"),
+                             *map(str, args)], env=fairseq_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert (save / "checkpoint_1_4.pt").exists()  # the save was under way
+    resumed = train(data, save, "ran_transformer", extra, max_update=6)
+    log = resumed.stdout + resumed.stderr
+    assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log), \
+        log[-3000:]
+    assert "num_updates=6" in log

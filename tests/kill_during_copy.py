@@ -1,0 +1,30 @@
+"""fairseq-train, killed (SIGKILL) halfway through writing a copy of a checkpoint to
+``checkpoint_last.pt``: ``python tests/kill_during_copy.py <fairseq-train flags>``. fairseq copies
+its first checkpoint of a save to the others with ``shutil.copyfile``; this stand-in writes half
+the bytes to the destination it is given and kills the process, as a kill -9 during the copy
+would leave it."""
+import os
+import shutil
+import signal
+import sys
+
+_copyfile = shutil.copyfile
+
+
+def _copy_half_then_die(src, dst, *args, **kwargs):
+    if os.path.basename(str(dst)).startswith("checkpoint_last"):
+        with open(src, "rb") as f:
+            data = f.read()
+        with open(dst, "wb") as f:
+            f.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _copyfile(src, dst, *args, **kwargs)
+
+
+shutil.copyfile = _copy_half_then_die
+
+if __name__ == "__main__":
+    sys.argv = ["fairseq-train", *sys.argv[1:]]
+    from fairseq_cli.train import cli_main
+
+    cli_main()
