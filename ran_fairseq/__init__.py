@@ -2,8 +2,8 @@
 
 Importing the package registers its models, criterions and scorers with fairseq and makes
 fairseq checkpoints loadable under torch's safe (weights-only) unpickling; it also corrects, in
-``compat``, three fairseq 0.12 behaviours: the dropped last batch, non-atomic checkpoint copies and
-multi-process training on CPUs. Nothing else.
+``compat``, four fairseq 0.12 behaviours: the dropped last batch, non-atomic checkpoint copies,
+multi-process training on CPUs and the unnamed too-long-sentence error. Nothing else.
 """
 from . import compat
 
@@ -11,5 +11,6 @@ compat.allow_fairseq_checkpoints()
 compat.keep_last_batch()
 compat.atomic_checkpoint_copies()
 compat.cpu_data_parallel()
+compat.named_length_errors()
 
 from . import criterions, models, optim, scoring  # noqa: E402,F401  (register with fairseq)

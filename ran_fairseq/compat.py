@@ -147,3 +147,69 @@ def cpu_data_parallel():
 
 def _started_by_torchrun():
     return all(k in os.environ for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"))
+
+
+class PositionLimit(int):
+    """A model's maximum sentence length that remembers the flag that sets it (a model's
+    ``max_positions()`` may return one); it prints as ``256 (--max-attention-positions)`` in
+    fairseq's messages and pickles as a plain int."""
+
+    def __new__(cls, value, flag):
+        limit = super().__new__(cls, value)
+        limit.flag = flag
+        return limit
+
+    def __repr__(self):
+        return f"{int(self)} ({self.flag})"
+
+    def __reduce__(self):
+        return int, (int(self),)
+
+
+def named_length_errors():
+    """A sentence longer than the model takes stops fairseq-generate, fairseq-interactive and the
+    hub's ``translate`` with fairseq's "Size of sample #0 is invalid ... max_positions=(256, 256)".
+    We raise a ValueError instead that names the sentence, its length, the limit and the flag that
+    sets it, and how to go on. Only that exception is replaced."""
+    from fairseq.tasks.fairseq_task import FairseqTask
+
+    original = FairseqTask.filter_indices_by_size
+    if getattr(original, "_ran_fairseq_named", False):
+        return
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None,
+                               ignore_invalid_inputs=False):
+        try:
+            return original(self, indices, dataset, max_positions, ignore_invalid_inputs)
+        except Exception as error:
+            if ignore_invalid_inputs or max_positions is None \
+                    or not str(error).startswith("Size of sample #"):
+                raise
+            _, too_long = dataset.filter_indices_by_size(indices, max_positions)
+            raise ValueError(_too_long_message(dataset, too_long, max_positions)) from error
+
+    filter_indices_by_size._ran_fairseq_named = True
+    FairseqTask.filter_indices_by_size = filter_indices_by_size
+
+
+def _too_long_message(dataset, too_long, max_positions):
+    first = too_long[0]
+    size = dataset.size(first)
+    sizes = tuple(size) if isinstance(size, (tuple, list, np.ndarray)) else (size,)
+    limits = max_positions if isinstance(max_positions, tuple) else (max_positions,)
+    sides = ("source", "target")
+    over = [(side, int(n), limit) for side, n, limit in zip(sides, sizes, limits)
+            if limit is not None and n > limit]
+    if not over:  # a dict of limits (multilingual tasks): keep fairseq's wording
+        return (f"sentence {first} is longer than the model takes (size {size}, "
+                f"max_positions={max_positions})")
+    parts = []
+    for side, n, limit in over:
+        flag = getattr(limit, "flag", f"--max-{side}-positions")
+        parts.append(f"{n} {side} tokens (end of sentence included), more than the {int(limit)} "
+                     f"this model takes ({flag})")
+    others = f" ({len(too_long)} sentences of this set are too long)" if len(too_long) > 1 else ""
+    return (f"sentence {first} is too long: {'; '.join(parts)}{others}. The limit was set when the "
+            f"model was trained; split the sentence, or pass "
+            f"--skip-invalid-size-inputs-valid-test to leave such sentences untranslated "
+            f"(fairseq-generate, fairseq-interactive).")

@@ -183,3 +183,64 @@ def test_kill_during_checkpoint_copy_leaves_checkpoint_last_intact(data, tmp_pat
     assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log), \
         log[-3000:]
     assert "num_updates=6" in log
+
+
+# ---- item 6: a sentence longer than the model takes gets an error naming the flag -------------
+
+LONG = " ".join(f"w{i % 24}" for i in range(40))  # TINY_RAN: --max-attention-positions 32
+
+
+@pytest.fixture(scope="module")
+def ran_checkpoint(data, tmp_path_factory):
+    save = tmp_path_factory.mktemp("ran-ckpt")
+    train(data, save, "ran_transformer", TINY_RAN, max_update=2)
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def long_test_set(tmp_path_factory):
+    """The tiny corpus with one 40-word sentence in the middle of its 5-sentence test set."""
+    root = tmp_path_factory.mktemp("long")
+    raw = make_synthetic_corpus(root / "raw", n_test=4)
+    for lang, prefix in ((SRC, "w"), (TGT, "v")):
+        lines = (raw / f"test.{lang}").read_text().splitlines()
+        lines.insert(2, LONG.replace("w", prefix))
+        (raw / f"test.{lang}").write_text("\n".join(lines) + "\n")
+    binarize(raw, root / "bin")
+    return root
+
+
+def test_generate_names_max_attention_positions(ran_checkpoint, long_test_set):
+    proc = generate(long_test_set / "bin", ran_checkpoint, check=False)
+    assert proc.returncode != 0
+    assert re.search(r"sentence 2 is too long: 41 source tokens .* more than the 32 this model "
+                     r"takes \(--max-attention-positions\)", proc.stderr), proc.stderr[-2000:]
+    assert "--skip-invalid-size-inputs-valid-test" in proc.stderr
+    assert "Size of sample" not in proc.stderr.splitlines()[-1]
+
+
+def test_interactive_goes_on_after_a_too_long_line(ran_checkpoint, data, tmp_path):
+    """With --skip-invalid-size-inputs-valid-test (docs/pitfalls.md) the long line is reported,
+    naming the flag, and every other line is translated."""
+    lines = ["w1 w2 w3", LONG, "w4 w5"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    args = [data, "--user-dir", USER_DIR, "--path", ran_checkpoint, "-s", SRC, "-t", TGT,
+            "--cpu", "--beam", "2", "--input", tmp_path / "in.txt", "--buffer-size", "1",
+            "--skip-invalid-size-inputs-valid-test"]
+    proc = run_cli("interactive", args)
+    assert sorted(int(i) for i in re.findall(r"^H-(\d+)\t", proc.stdout, re.M)) == [0, 2]
+    assert "(--max-attention-positions)" in proc.stderr
+
+
+def test_hub_translate_names_max_attention_positions(ran_checkpoint, data):
+    from fairseq.models.transformer import TransformerModel
+
+    import ran_fairseq  # noqa: F401
+
+    hub = TransformerModel.from_pretrained(str(ran_checkpoint.parent),
+                                           checkpoint_file=ran_checkpoint.name,
+                                           data_name_or_path=str(data), source_lang=SRC,
+                                           target_lang=TGT, user_dir=USER_DIR)
+    assert hub.translate("w1 w2 w3", beam=2)  # a short sentence translates
+    with pytest.raises(ValueError, match=r"41 source tokens.*\(--max-attention-positions\)"):
+        hub.translate(LONG, beam=2)

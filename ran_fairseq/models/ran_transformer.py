@@ -44,6 +44,7 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
+from ..compat import PositionLimit
 from ..modules.positional_attention import (
     MAX_POSITIONS_FLAG,
     PositionalSelfAttention,
@@ -124,6 +125,14 @@ class PositionalDecoderLayer(TransformerDecoderLayerBase):
                                        dropout=cfg.positional_attention_dropout)
 
 
+def _attention_limit(limit, matrices):
+    """The smaller of fairseq's ``limit`` and the n of the attention matrices (None: dot-product),
+    carrying its flag into fairseq's messages."""
+    if matrices is None or limit < matrices.max_positions:
+        return limit
+    return PositionLimit(matrices.max_positions, MAX_POSITIONS_FLAG)
+
+
 def _scope(matrices):
     return matrices.forward_scope() if matrices is not None else contextlib.nullcontext()
 
@@ -150,10 +159,7 @@ class RanTransformerEncoder(TransformerEncoderBase):
             return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
 
     def max_positions(self):
-        limit = super().max_positions()
-        if self.self_attn_matrices is None:
-            return limit
-        return min(limit, self.self_attn_matrices.max_positions)
+        return _attention_limit(super().max_positions(), self.self_attn_matrices)
 
 
 class RanTransformerDecoder(TransformerDecoderBase):
@@ -184,10 +190,7 @@ class RanTransformerDecoder(TransformerDecoderBase):
                                             alignment_heads)
 
     def max_positions(self):
-        limit = super().max_positions()
-        if self.self_attn_matrices is None:
-            return limit
-        return min(limit, self.self_attn_matrices.max_positions)
+        return _attention_limit(super().max_positions(), self.self_attn_matrices)
 
 
 @register_model("ran_transformer")
