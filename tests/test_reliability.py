@@ -244,3 +244,20 @@ def test_hub_translate_names_max_attention_positions(ran_checkpoint, data):
     assert hub.translate("w1 w2 w3", beam=2)  # a short sentence translates
     with pytest.raises(ValueError, match=r"41 source tokens.*\(--max-attention-positions\)"):
         hub.translate(LONG, beam=2)
+
+
+# ---- item 8: Pervasive Attention warns when nothing caps the training grid --------------------
+
+
+@pytest.mark.parametrize("cap, warns", [((), True), (("--max-source-positions", "100",
+                                                      "--max-target-positions", "100"), False)])
+def test_pervasive_attention_warns_about_uncapped_training_lengths(data, caplog, cap, warns):
+    from helpers import build_model
+
+    _, model = build_model("pervasive_attention", data, (*TINY_PA, *cap))
+    with caplog.at_level("WARNING"):
+        model.eval()
+        model.train()
+        model.train()
+    found = [r for r in caplog.records if "--max-source-positions" in r.getMessage()]
+    assert len(found) == (1 if warns else 0)

@@ -23,6 +23,7 @@ g = 32, d_s = d_t = 128, k = 5, dropout 0.2, max pooling); ``pervasive_attention
 size (L = 8, g = 16, d = 64, k = 3). :meth:`PervasiveAttentionModel.complexity` counts parameters
 and multiply-adds for given sentence lengths (paper Table 2).
 """
+import logging
 from typing import Dict, Optional
 
 import torch
@@ -44,6 +45,11 @@ from ..modules.densenet2d import GATINGS, DenseNet2d, check_gating
 from ._common import check_dropout, check_positive
 
 POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
+# Training memory grows with |s| × |t| (the grid); above this many cells per pair we warn at the
+# start of training (issue 19: 200-token pairs took 4.1 GB, 2.1 GB with --memory-efficient-densenet).
+GRID_CELLS_WARNING = 100 * 100
+
+logger = logging.getLogger(__name__)
 
 
 def Embedding(num_embeddings: int, dim: int, padding_idx: int) -> nn.Embedding:
@@ -265,7 +271,24 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
         decoder = PervasiveAttentionDecoder(
             args, tgt_dict, Embedding(len(tgt_dict), args.decoder_embed_dim, tgt_dict.pad()),
             source_dim=args.encoder_embed_dim)
-        return cls(encoder, decoder)
+        model = cls(encoder, decoder)
+        model.training_length_cap = (args.max_source_positions, args.max_target_positions)
+        return model
+
+    def train(self, mode: bool = True):
+        """As nn.Module.train; the first switch to training mode warns when the longest
+        sentence pair allowed makes a large grid (memory grows with |s| × |t|)."""
+        cap = getattr(self, "training_length_cap", None)
+        if mode and cap is not None and cap[0] * cap[1] > GRID_CELLS_WARNING:
+            logger.warning(
+                f"pervasive_attention: training memory grows with source length × target length "
+                f"(the DenseNet's activations cover the whole {cap[0]}×{cap[1]} grid of the "
+                f"longest pair allowed); training pairs are capped only by "
+                f"--max-source-positions {cap[0]} and --max-target-positions {cap[1]}. Lower them "
+                f"(e.g. to 100; longer pairs are then left out of training) or add "
+                f"--memory-efficient-densenet if memory runs out (docs/pitfalls.md).")
+            self.training_length_cap = None  # once
+        return super().train(mode)
 
     def complexity(self, source_length: int, target_length: int,
                    include_masked_weights: bool = False) -> Dict[str, int]:
