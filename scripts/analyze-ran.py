@@ -4,11 +4,19 @@ OUT/NAME.png (NAME: --name, default the analysis name).
 
   entropy      attention entropy per layer and side (Fig. 4, Eq. 5), one or more checkpoints
   js           Jensen-Shannon divergence between every pair of layers per side (Fig. 7)
+  histogram    histograms of self-attention weights per layer (Fig. 5), one or more checkpoints
   heatmap      self-attention weights per layer and head for one sentence length (Fig. 6)
-  length-bleu  sacreBLEU per source-length bin from fairseq-generate outputs (Fig. 8)
+  length-bleu  sacreBLEU per source-length and per target-length bin (Fig. 8), from a
+               reproduction's results folder or from fairseq-generate outputs
 
     python scripts/analyze-ran.py entropy --checkpoint ran=checkpoints/ran/checkpoint_best.pt \\
         --checkpoint transf=checkpoints/transf/checkpoint_best.pt --subset test --out analysis
+    python scripts/analyze-ran.py histogram --subset test --out results/ran/analysis \\
+        --checkpoint TransF=checkpoints/ran/de-en/TransF/seed1/checkpoint_best.pt \\
+        --checkpoint Syn-R=checkpoints/ran/de-en/Syn-R/seed1/checkpoint_best.pt \\
+        --checkpoint RAN-ALL=checkpoints/ran/de-en/RAN-ALL/seed1/checkpoint_best.pt
+    python scripts/analyze-ran.py length-bleu --results results/ran --pair de-en \\
+        --systems TransF,RAN-E,RAN-D,RAN-ALL --out results/ran/analysis
     python scripts/analyze-ran.py length-bleu --system ran=gen-ran.txt --system transf=gen-tf.txt \\
         --ref data-bin/multi30k.de-en/test.raw.en --src data-bin/multi30k.de-en/test.raw.de \\
         --out analysis
@@ -30,8 +38,10 @@ from ran_fairseq.analysis import (  # noqa: E402
     attention_stats,
     checkpoints,
     heatmaps,
+    histograms,
     length_bins,
     plots,
+    results,
 )
 from ran_fairseq.analysis.tables import write_csv  # noqa: E402
 from ran_fairseq.scoring.evaluate import read_generate_output, read_lines  # noqa: E402
@@ -102,14 +112,42 @@ def heatmap(args):
                                 f"{label}: self-attention weights, length {args.length}"))
 
 
-def length_bleu(args):
-    systems = dict(checkpoints.labelled(spec) for spec in args.system)
-    if len(systems) != len(args.system):
-        sys.exit("analyze-ran: two --system entries have the same label; name them LABEL=PATH")
-    hyps = {label: read_generate_output(path) for label, path in systems.items()}
-    rows = length_bins.bleu_by_length(hyps, read_lines(args.ref), read_lines(args.src), args.bins)
+def histogram(args):
+    rows = []
+    for spec in args.checkpoint:
+        label, model, samples, pad = load(spec, args)
+        rows += [{"system": label, **row}
+                 for row in histograms.weight_histograms(model, samples, pad, args.bins,
+                                                         args.sides, args.layers)]
     return (write_csv(args.out / f"{args.name}.csv", rows,
-                      ["system", "bin", "lo", "hi", "sentences", "bleu"]),
+                      ["system", "side", "layer", "bin", "lo", "hi", "count", "fraction"]),
+            plots.plot_weight_histograms(rows, args.out / f"{args.name}.png"))
+
+
+def length_bleu(args):
+    if args.results is not None:
+        if args.system:
+            sys.exit("analyze-ran length-bleu: give --results or --system, not both")
+        if args.pair is None:
+            sys.exit("analyze-ran length-bleu: --results needs --pair (e.g. de-en)")
+        wanted = [n.strip() for n in args.systems.split(",") if n.strip()] if args.systems else None
+        outputs = results.reproduction_outputs(args.results, args.pair, args.seed, wanted)
+        hyps = outputs.hypotheses
+        refs = read_lines(args.ref) if args.ref else outputs.refs
+        sources = read_lines(args.src) if args.src else outputs.sources
+    else:
+        if not (args.system and args.ref and args.src):
+            sys.exit("analyze-ran length-bleu: give --results DIR --pair PAIR, or --system "
+                     "(repeated) with --ref and --src")
+        systems = dict(checkpoints.labelled(spec) for spec in args.system)
+        if len(systems) != len(args.system):
+            sys.exit("analyze-ran: two --system entries have the same label; name them LABEL=PATH")
+        hyps = {label: read_generate_output(path) for label, path in systems.items()}
+        refs, sources = read_lines(args.ref), read_lines(args.src)
+    rows = [row for by in args.by
+            for row in length_bins.bleu_by_length(hyps, refs, sources, args.bins, by)]
+    return (write_csv(args.out / f"{args.name}.csv", rows,
+                      ["by", "system", "bin", "lo", "hi", "sentences", "bleu"]),
             plots.plot_length_bleu(rows, args.out / f"{args.name}.png"))
 
 
@@ -138,6 +176,19 @@ def parser():
                    help="mean: compare head-averaged rows (default); matched: head k with head k")
     data_options(c)
 
+    c = command("histogram", histogram, "histograms of self-attention weights (Fig. 5)")
+    c.add_argument("--checkpoint", action="append", required=True, metavar="[LABEL=]PATH",
+                   help="a checkpoint; repeat to compare systems in one plot")
+    c.add_argument("--layers", type=int, nargs="+", metavar="L",
+                   help="1-based layers to show (default: first, middle and last: 1 3 6 of six "
+                        "layers as in the paper, 1 2 3 of three)")
+    c.add_argument("--sides", nargs="+", choices=list(histograms.SELF_SIDES),
+                   default=list(histograms.SELF_SIDES))
+    c.add_argument("--bins", type=int, default=50, help="equal bins over [0, 1] (default 50)")
+    data_options(c)
+    c.epilog = ("Counts every head's weights on real keys (decoder: keys up to the query) of the "
+                "subset's first --max-sentences sentences, teacher-forced.")
+
     c = command("heatmap", heatmap, "self-attention weights per layer and head (Fig. 6)")
     c.add_argument("--checkpoint", required=True, metavar="[LABEL=]PATH")
     c.add_argument("--length", type=int, default=20,
@@ -147,14 +198,28 @@ def parser():
     c.epilog = ("Dot-product sides have no input-independent matrices: their weights are averaged "
                 "over the subset's sentences of exactly --length tokens.")
 
-    c = command("length-bleu", length_bleu, "BLEU by source-length bins (Fig. 8)")
-    c.add_argument("--system", action="append", required=True, metavar="[LABEL=]GENERATE_OUTPUT",
-                   help="fairseq-generate output with detokenized D- lines; repeat per system")
-    c.add_argument("--ref", required=True, help="raw references, one per line")
-    c.add_argument("--src", required=True, help="raw sources, one per line (lengths in words)")
+    c = command("length-bleu", length_bleu, "BLEU by source and target length bins (Fig. 8)")
+    c.add_argument("--results", type=Path, metavar="DIR",
+                   help="a reproduction's --out folder (results.json and each system's "
+                        "hypotheses; references and sources from the data-bin it was scored "
+                        "with)")
+    c.add_argument("--pair", help="with --results: the language pair, e.g. de-en")
+    c.add_argument("--seed", type=int, default=1, help="with --results: the seed (default 1)")
+    c.add_argument("--systems", help="with --results: comma-separated system names (default: "
+                                     "every system of the pair)")
+    c.add_argument("--system", action="append", metavar="[LABEL=]GENERATE_OUTPUT",
+                   help="instead of --results: fairseq-generate output with detokenized D- "
+                        "lines; repeat per system (needs --ref and --src)")
+    c.add_argument("--ref", help="raw references, one per line (default with --results: the "
+                                 "data-bin's)")
+    c.add_argument("--src", help="raw sources, one per line (default with --results: the "
+                                 "data-bin's)")
+    c.add_argument("--by", nargs="+", choices=list(length_bins.LENGTH_OF),
+                   default=list(length_bins.LENGTH_OF),
+                   help="bin by source length, target (reference) length or both (default)")
     c.add_argument("--bins", type=int, nargs="+", default=list(length_bins.DEFAULT_EDGES),
-                   metavar="EDGE", help="bin edges in source words (default 10 20 30: "
-                                        "0-9, 10-19, 20-29, 30+)")
+                   metavar="EDGE", help="bin edges in words (default 10 20 30 40 50 60: the "
+                                        "paper's seven bins, 0-9, ..., 50-59, 60+)")
     return p
 
 

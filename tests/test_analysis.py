@@ -2,6 +2,7 @@
 checkpoints of ran_transformer (RAN-ALL) and fairseq's transformer trained for 2 updates."""
 import csv
 import importlib.util
+import json
 import math
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import sacrebleu
 import torch
 
 import helpers
-from ran_fairseq.analysis import attention_stats, checkpoints, heatmaps, length_bins
+from ran_fairseq.analysis import (attention_stats, checkpoints, heatmaps, histograms,
+                                  length_bins, results)
 from systems import TINY_LSTM, TINY_RAN, TINY_TRANSFORMER
 
 SCRIPT = helpers.REPO / "scripts" / "analyze-ran.py"
@@ -174,7 +176,67 @@ def test_dot_product_heatmaps_average_the_sentences_of_that_length(loaded):
         heatmaps.self_attention_weights(model, 99, samples=samples, pad=pad)
 
 
-# ---- BLEU by source length (Fig. 8) --------------------------------------------------------------
+# ---- histograms of attention weights (Fig. 5) ----------------------------------------------------
+def sentence_lengths(samples, pad):
+    """Per sentence: (source tokens, target tokens), EOS included."""
+    out = []
+    for sample in samples:
+        src = sample["net_input"]["src_lengths"].tolist()
+        tgt = sample["target"].ne(pad).sum(1).tolist()
+        out += list(zip(src, tgt))
+    return out
+
+
+def test_default_layers_are_first_middle_and_last():
+    assert histograms.default_layers(6) == [1, 3, 6]  # the paper's Fig. 5
+    assert histograms.default_layers(3) == [1, 2, 3]
+    assert histograms.default_layers(1) == [1]
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_histograms_count_every_distributed_weight(loaded, name):
+    """Each side and layer counts heads × (Σ n² encoder, Σ n(n+1)/2 decoder) weights: real keys
+    only, and no future keys in the decoder; the fractions sum to 1."""
+    model, samples, pad = loaded(name)
+    rows = histograms.weight_histograms(model, samples, pad, bins=10)
+    lengths = sentence_lengths(samples, pad)
+    heads = 2
+    expected = {"enc": heads * sum(s * s for s, _ in lengths),
+                "dec": heads * sum(t * (t + 1) // 2 for _, t in lengths)}
+    for side in ("enc", "dec"):
+        for layer in (1, 2):
+            chosen = [r for r in rows if (r["side"], r["layer"]) == (side, layer)]
+            assert [r["bin"] for r in chosen] == list(range(10))
+            assert sum(r["count"] for r in chosen) == expected[side], (side, layer)
+            assert sum(r["fraction"] for r in chosen) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="--layers"):
+        histograms.weight_histograms(model, samples, pad, layers=[3])
+    with pytest.raises(ValueError, match="--sides"):
+        histograms.weight_histograms(model, samples, pad, sides=["crs"])
+
+
+def test_ran_histograms_are_those_of_its_matrices(loaded):
+    """RAN's weights are its matrices cut to each sentence's length: the histogram of the
+    recorded weights equals the histogram of softmax(A_l) per sentence (Eq. 2)."""
+    model, samples, pad = loaded("ran")
+    rows = histograms.weight_histograms(model, samples, pad, bins=20, layers=[2])
+    lengths = sentence_lengths(samples, pad)
+    for side, index in (("enc", 0), ("dec", 1)):
+        matrices = heatmaps.input_independent(model, side)
+        expected = torch.zeros(20, dtype=torch.float64)
+        for pair in lengths:
+            n = pair[index]
+            probs = matrices.probs(1, n).detach().double()  # layer 2, (heads, n, n)
+            keep = torch.ones(n, n, dtype=torch.bool)
+            if side == "dec":
+                keep = keep.tril()
+            expected += torch.histc(probs[:, keep], bins=20, min=0.0, max=1.0)
+        counts = torch.tensor([float(r["count"]) for r in rows if r["side"] == side],
+                              dtype=torch.float64)
+        assert torch.allclose(counts, expected, atol=2), side  # bin-edge rounding only
+
+
+# ---- BLEU by source and target length (Fig. 8) ---------------------------------------------------
 def test_length_bleu_equals_sacrebleu_on_each_bins_sentences():
     sources = ["a b", "a b c d e", "one two three four five six seven", "x",
                "p q r s t u v w x y z"]
@@ -203,6 +265,55 @@ def test_length_bleu_equals_sacrebleu_on_each_bins_sentences():
         length_bins.bleu_by_length(systems, refs, sources[:4])
     with pytest.raises(ValueError, match="--bins"):
         length_bins.length_bins([10, 5])
+
+
+def test_length_bleu_by_target_bins_by_reference_words_in_seven_default_bins():
+    refs = [" ".join(["w"] * n) for n in (3, 12, 25, 37, 44, 55, 70, 8)]
+    sources = ["x"] * len(refs)
+    hyps = {"A": [r.replace("w", "v", 1) for r in refs]}
+    rows = length_bins.bleu_by_length(hyps, refs, sources, by="target")
+    assert [r["bin"] for r in rows] == ["0-9", "10-19", "20-29", "30-39", "40-49", "50-59", "60+"]
+    assert [r["sentences"] for r in rows] == [2, 1, 1, 1, 1, 1, 1]
+    assert {r["by"] for r in rows} == {"target"}
+    by_source = length_bins.bleu_by_length(hyps, refs, sources, by="source")
+    assert [r["sentences"] for r in by_source] == [8, 0, 0, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="--by"):
+        length_bins.bleu_by_length(hyps, refs, sources, by="hypothesis")
+
+
+def fake_reproduction(root, systems, lines):
+    """A results folder as the engine writes it: results.json, PAIR/SYSTEM/seed1/hyp.detok.txt,
+    and raw references and sources in a data-bin folder."""
+    data = root / "bin"
+    data.mkdir(parents=True)
+    (data / "test.raw.en").write_text("".join(r + "\n" for r in lines["ref"]))
+    (data / "test.raw.de").write_text("".join(s + "\n" for s in lines["src"]))
+    entries = []
+    for name, slug in systems.items():
+        folder = root / "out" / "de-en" / slug / "seed1"
+        folder.mkdir(parents=True)
+        (folder / "hyp.detok.txt").write_text("".join(h + "\n" for h in lines[name]))
+        entries.append({"pair": "de-en", "system": name, "seed": 1, "subsets": {"test": {
+            "hyp_file": "hyp.detok.txt", "raw_ref": str(data / "test.raw.en")}}})
+    (root / "out" / "results.json").write_text(json.dumps({"results": entries}))
+    return root / "out"
+
+
+def test_reproduction_outputs_read_a_results_folder(tmp_path):
+    lines = {"ref": ["a b c", "d e"], "src": ["x y z", "u v"], "TransF": ["a b", "d e"],
+             "−Pos-E": ["a", "e"]}
+    out = fake_reproduction(tmp_path, {"TransF": "TransF", "−Pos-E": "Pos-E"}, lines)
+    outputs = results.reproduction_outputs(out, "de-en")
+    assert outputs.hypotheses == {"TransF": lines["TransF"], "−Pos-E": lines["−Pos-E"]}
+    assert outputs.refs == lines["ref"] and outputs.sources == lines["src"]
+    assert list(results.reproduction_outputs(out, "de-en", systems=["−Pos-E"]).hypotheses) == [
+        "−Pos-E"]
+    with pytest.raises(ValueError, match="--systems"):
+        results.reproduction_outputs(out, "de-en", systems=["RAN-X"])
+    with pytest.raises(ValueError, match="--pair"):
+        results.reproduction_outputs(out, "en-de")
+    with pytest.raises(FileNotFoundError, match="--results"):
+        results.reproduction_outputs(tmp_path / "nowhere", "de-en")
 
 
 # ---- loading and the command line ----------------------------------------------------------------
@@ -266,10 +377,28 @@ def test_cli_writes_csv_and_png_for_every_analysis(tiny_checkpoints, loaded, tmp
         gens += ["--system", f"{name}={gen}"]
     main(["length-bleu", *gens, "--ref", str(ref), "--src", str(src), "--bins", "5",
           "--out", str(out)])
-    assert [(r["system"], r["bin"], r["sentences"]) for r in read_csv(out / "length-bleu.csv")] == [
-        ("one", "0-4", "1"), ("one", "5+", "1"), ("two", "0-4", "1"), ("two", "5+", "1")]
+    assert [(r["by"], r["system"], r["bin"], r["sentences"])
+            for r in read_csv(out / "length-bleu.csv")] == [
+        ("source", "one", "0-4", "1"), ("source", "one", "5+", "1"),
+        ("source", "two", "0-4", "1"), ("source", "two", "5+", "1"),
+        ("target", "one", "0-4", "0"), ("target", "one", "5+", "2"),
+        ("target", "two", "0-4", "0"), ("target", "two", "5+", "2")]
+    main(["histogram", "--checkpoint", f"ran={ran}", "--checkpoint", f"transf={transformer}",
+          "--bins", "8", "--max-sentences", "16", "--out", str(out)])
+    hist = read_csv(out / "histogram.csv")
+    assert len(hist) == 2 * 2 * 2 * 8  # systems × sides × layers (1 and 2 of 2) × bins
+    results_dir = fake_reproduction(tmp_path / "repro", {"TransF": "TransF", "RAN-D": "RAN-D"}, {
+        "ref": ["the cat sat on the mat", "a man is riding a bike"], "src": ["a b c", "d e f"],
+        "TransF": ["the cat sat on a mat", "a man rides a bike"],
+        "RAN-D": ["a cat on the mat", "a man is riding a bike"]})
+    main(["length-bleu", "--results", str(results_dir), "--pair", "de-en", "--systems",
+          "RAN-D,TransF", "--by", "target", "--name", "length-bleu-results", "--out", str(out)])
+    assert [(r["system"], r["bin"], r["sentences"])
+            for r in read_csv(out / "length-bleu-results.csv") if r["sentences"] != "0"] == [
+        ("RAN-D", "0-9", "2"), ("TransF", "0-9", "2")]
 
-    for name in ("entropy", "js", "heatmap", "heatmap-dot", "length-bleu"):
+    for name in ("entropy", "js", "heatmap", "heatmap-dot", "length-bleu", "histogram",
+                 "length-bleu-results"):
         assert is_png(out / f"{name}.png"), name
 
     src.write_text("a b\nc d\ne f\n")

@@ -129,37 +129,136 @@ def plot_heatmaps(weights, path, title):
 
 
 def plot_length_bleu(rows, path):
-    """Fig. 8: BLEU per source-length bin, a line per system. rows: dicts with system, bin,
-    sentences, bleu (None for an empty bin)."""
+    """Fig. 8: BLEU per length bin, a panel per length kind (source, target: the rows' "by", source
+    where absent) and a line per system. rows: dicts with system, bin, sentences, bleu (None for an
+    empty bin)."""
     plt = pyplot()
+    kinds = list(dict.fromkeys(r.get("by", "source") for r in rows))
     bins = list(dict.fromkeys(r["bin"] for r in rows))
-    sizes = {r["bin"]: r["sentences"] for r in rows}
-    fig, ax = plt.subplots(figsize=(1.2 * len(bins) + 2.5, 3.4), layout="constrained")
-    for system in dict.fromkeys(r["system"] for r in rows):
-        by_bin = {r["bin"]: r["bleu"] for r in rows if r["system"] == system}
-        ax.plot(range(len(bins)), [math.nan if by_bin[b] is None else by_bin[b] for b in bins],
-                marker="o", label=system)
-    ax.set_xticks(range(len(bins)), [f"{b}\n({sizes[b]})" for b in bins])
-    ax.set_xlabel("source length in words (sentences)")
-    ax.set_ylabel("sacreBLEU")
-    ax.set_ylim(bottom=0)
-    ax.set_title("BLEU by source length")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    fig, axes = plt.subplots(1, len(kinds), figsize=((1.2 * len(bins) + 2.5) * len(kinds), 3.4),
+                             squeeze=False, layout="constrained")
+    for ax, kind in zip(axes[0], kinds):
+        chosen = [r for r in rows if r.get("by", "source") == kind]
+        sizes = {r["bin"]: r["sentences"] for r in chosen}
+        for system in dict.fromkeys(r["system"] for r in chosen):
+            by_bin = {r["bin"]: r["bleu"] for r in chosen if r["system"] == system}
+            ax.plot(range(len(bins)),
+                    [math.nan if by_bin.get(b) is None else by_bin[b] for b in bins],
+                    marker="o", label=system)
+        ax.set_xticks(range(len(bins)), [f"{b}\n({sizes.get(b, 0)})" for b in bins])
+        ax.set_xlabel(f"{kind} length in words (sentences)")
+        ax.set_ylabel("sacreBLEU")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"BLEU by {kind} length")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_weight_histograms(rows, path):
+    """Fig. 5: histograms of self-attention weights, a panel per side (rows) and layer (columns),
+    a step line per system (fraction of the weights per bin, log scale). rows: dicts with system,
+    side, layer, lo, hi, fraction."""
+    plt = pyplot()
+    sides = [s for s in ("enc", "dec") if any(r["side"] == s for r in rows)]
+    layers = {s: sorted({r["layer"] for r in rows if r["side"] == s}) for s in sides}
+    columns = max(len(v) for v in layers.values())
+    fig, axes = plt.subplots(len(sides), columns, figsize=(3.3 * columns, 2.8 * len(sides)),
+                             squeeze=False, layout="constrained")
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    for i, side in enumerate(sides):
+        for j in range(columns):
+            ax = axes[i][j]
+            if j >= len(layers[side]):
+                ax.axis("off")
+                continue
+            layer = layers[side][j]
+            for system in systems:
+                chosen = sorted((r["lo"], r["hi"], r["fraction"]) for r in rows
+                                if (r["system"], r["side"], r["layer"]) == (system, side, layer))
+                if chosen:
+                    edges = [lo for lo, _, _ in chosen] + [chosen[-1][1]]
+                    values = [f if f else math.nan for _, _, f in chosen]
+                    ax.stairs(values, edges, label=system)
+            ax.set_yscale("log")
+            ax.set_title(f"{side.capitalize()}-L{layer}", fontsize=9)
+            ax.set_xlabel("attention weight")
+            if j == 0:
+                ax.set_ylabel("fraction of weights")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle("Histogram of self-attention weights (Fig. 5)")
+    return _save(fig, path)
+
+
+def plot_speed_sweep(rows, path):
+    """Fig. 3: decoding speed (generated tokens/s) against the batch size at a fixed beam and
+    against the beam size at a fixed batch size, a line per system. rows: dicts with sweep
+    ("batch" or "beam"), system, batch_size, beam, tokens_per_s."""
+    plt = pyplot()
+    sweeps = [s for s in ("batch", "beam") if any(r["sweep"] == s for r in rows)]
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.4 * len(sweeps), 3.4), squeeze=False,
+                             layout="constrained")
+    for ax, sweep in zip(axes[0], sweeps):
+        chosen = [r for r in rows if r["sweep"] == sweep]
+        x_key, fixed_key = ("batch_size", "beam") if sweep == "batch" else ("beam", "batch_size")
+        for system in dict.fromkeys(r["system"] for r in chosen):
+            points = sorted((r[x_key], r["tokens_per_s"]) for r in chosen
+                            if r["system"] == system)
+            ax.plot(*zip(*points), marker="o", label=system)
+        fixed = sorted({r[fixed_key] for r in chosen})
+        ax.set_xlabel("batch size (sentences)" if sweep == "batch" else "beam size")
+        ax.set_ylabel("decoding speed (tokens/s)")
+        ax.set_title(f"{fixed_key.replace('_', ' ')} {', '.join(map(str, fixed))}")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle("Decoding speed (Fig. 3)")
     return _save(fig, path)
 
 
 def plot_alignments(alignments, path, title):
     """Fig. 6 of Elbayad et al. (2018): a panel per sentence, generated tokens down and source
-    tokens across, shaded by the weight. alignments: :class:`.alignments.Alignment` list."""
+    tokens across, shaded by the weight. alignments: :class:`.alignments.Alignment` list. Weights
+    (reading "share") are shaded on [0, 1]; Eq. 7's logit contributions α (reading "eq7", which
+    can be negative) on a diverging scale centred at 0, symmetric over all panels."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(alignments), squeeze=False, layout="constrained",
                              figsize=(sum(0.32 * len(a.source) + 1.2 for a in alignments),
                                       0.32 * max(len(a.target) for a in alignments) + 1.6))
+    eq7 = any(getattr(a, "reading", "share") == "eq7" for a in alignments)
+    if eq7:
+        bound = max(float(a.weights.abs().max()) for a in alignments) or 1.0
+        scale, label = dict(vmin=-bound, vmax=bound, cmap="RdBu_r"), "α (Eq. 7, logit units)"
+    else:
+        scale, label = dict(vmin=0, vmax=1, cmap="Greys"), "weight"
     for ax, alignment in zip(axes[0], alignments):
-        image = ax.imshow(alignment.weights.numpy(), vmin=0, vmax=1, cmap="Greys")
+        image = ax.imshow(alignment.weights.numpy(), **scale)
         ax.set_xticks(range(len(alignment.source)), alignment.source, rotation=90, fontsize=7)
         ax.set_yticks(range(len(alignment.target)), alignment.target, fontsize=7)
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="weight")
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label=label)
     fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_sweeps(rows, path):
+    """Fig. 4 of Elbayad et al. (2018): BLEU (mean ± std over seeds) against the embedding size,
+    the growth rate and the depth, a panel per parameter and a line per language pair. rows:
+    :func:`ran_fairseq.analysis.sweeps.sweep_rows`."""
+    plt = pyplot()
+    panels = list(dict.fromkeys(r["panel"] for r in rows))
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, layout="constrained",
+                             figsize=(3.4 * len(panels), 3.0), sharey=True)
+    for ax, panel in zip(axes[0], panels):
+        mine = [r for r in rows if r["panel"] == panel]
+        for pair in dict.fromkeys(r["pair"] for r in mine):
+            points = sorted((r["value"], r["bleu"], r["bleu_std"]) for r in mine
+                            if r["pair"] == pair)
+            xs, ys, errs = zip(*points)
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=pair)
+        ax.set_xlabel(mine[0]["parameter"])
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("tok BLEU")
+    axes[0][-1].legend(fontsize="small")
+    fig.suptitle("BLEU against embedding size, growth rate and depth (Fig. 4)")
     return _save(fig, path)
