@@ -56,7 +56,7 @@ def test_short_run_table_and_unk_replacement(first_run):
     # UNK replace decodes window 11's checkpoint
     assert rows["RNNSearch + window 11 + UNK replace"]["params"] == \
         rows["RNNSearch + window 11"]["params"]
-    unk_dir = out / "de-en" / "RNNSearch_-_window_11_-_UNK_replace"
+    unk_dir = out / "de-en" / "RNNSearch_-_window_11_-_UNK_replace" / "seed1"
     before = (unk_dir / "generate.txt").read_text()
     after = (unk_dir / "generate.post.txt").read_text()
     assert "\nA-" in before  # --print-alignment reached fairseq-generate
