@@ -11,6 +11,7 @@ unpickled by torch's restricted loader.
 import argparse
 import os
 import shutil
+import zipfile
 
 import numpy as np
 import torch
@@ -213,3 +214,32 @@ def _too_long_message(dataset, too_long, max_positions):
             f"model was trained; split the sentence, or pass "
             f"--skip-invalid-size-inputs-valid-test to leave such sentences untranslated "
             f"(fairseq-generate, fairseq-interactive).")
+
+
+def named_checkpoint_errors():
+    """A truncated checkpoint (a run killed while fairseq copied it) makes torch fail with
+    "PytorchStreamReader failed reading zip archive" or an OSError, naming no file. When
+    fairseq's ``load_checkpoint_to_cpu`` fails on a file that is not a whole zip archive (torch's
+    format), we re-raise naming the file and what to do; other errors pass unchanged."""
+    from fairseq import checkpoint_utils
+    from fairseq.file_io import PathManager
+
+    original = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(original, "_ran_fairseq_named", False):
+        return
+
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            return original(path, *args, **kwargs)
+        except (RuntimeError, EOFError, OSError) as error:
+            local = PathManager.get_local_path(path) if isinstance(path, str) else path
+            if not os.path.isfile(local) or zipfile.is_zipfile(local):
+                raise  # missing files and readable archives keep their own errors
+            raise RuntimeError(
+                f"cannot read the checkpoint {path}: it is truncated or not a torch file "
+                f"({error}). A run killed while writing it can leave it so; use another "
+                f"checkpoint of the run (checkpoint_best.pt, checkpoint_N.pt, checkpoint_1_N.pt) "
+                f"via --path or --restore-file.") from error
+
+    load_checkpoint_to_cpu._ran_fairseq_named = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

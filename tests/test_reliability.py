@@ -261,3 +261,58 @@ def test_pervasive_attention_warns_about_uncapped_training_lengths(data, caplog,
         model.train()
     found = [r for r in caplog.records if "--max-source-positions" in r.getMessage()]
     assert len(found) == (1 if warns else 0)
+
+
+# ---- bad input, per architecture: empty line, unknown words, too long, corrupt checkpoint ----
+
+CAPPED = ("--max-source-positions", "32", "--max-target-positions", "32")
+BAD_INPUT_SYSTEMS = {  # (model flags, the flag a too-long sentence must name)
+    "ran_transformer": (TINY_RAN, "--max-attention-positions"),
+    "recurrent_cross_transformer": ((*TINY_TRANSFORMER, *CAPPED), "--max-source-positions"),
+    # an RNN has no length limit: --max-source-positions only filters its training data
+    "rnnsearch_dynmem": ((*TINY_DYNMEM, *CAPPED), None),
+    "pervasive_attention": ((*TINY_PA, *CAPPED), "--max-source-positions"),
+}
+
+
+def _interactive(data, checkpoint, lines, tmp_path, extra=()):
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    args = [data, "--user-dir", USER_DIR, "--path", checkpoint, "-s", SRC, "-t", TGT, "--cpu",
+            "--beam", "2", "--max-len-b", "20", "--input", tmp_path / "in.txt", *extra]
+    return run_cli("interactive", args, check=False)
+
+
+@pytest.mark.parametrize("arch", sorted(BAD_INPUT_SYSTEMS))
+def test_bad_input_table(data, tmp_path, arch):
+    flags, length_flag = BAD_INPUT_SYSTEMS[arch]
+    train(data, tmp_path / "ckpt", arch, flags, max_update=2)
+    checkpoint = tmp_path / "ckpt" / "checkpoint_last.pt"
+
+    # An empty line and unknown words are translated (<unk> in the source), each line once.
+    proc = _interactive(data, checkpoint, ["w1 w2 w3", "", "zzz qqq w4", "w5"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hyps = re.findall(r"^H-(\d+)\t", proc.stdout, re.M)
+    assert sorted(map(int, hyps)) == [0, 1, 2, 3]
+    assert re.search(r"^S-2\t<unk> <unk> w4$", proc.stdout, re.M)
+
+    # A truncated checkpoint: an error naming the file; the intact one beside it still loads.
+    whole = checkpoint.read_bytes()
+    broken = tmp_path / "ckpt" / "broken.pt"
+    broken.write_bytes(whole[: len(whole) // 3])
+    proc = generate(data, broken, check=False)
+    assert proc.returncode != 0
+    assert f"cannot read the checkpoint {broken}: it is truncated" in proc.stderr
+    assert generate(data, checkpoint).returncode == 0
+
+    # Too long: an error naming the length and the flag; skipped with the documented flag.
+    proc = _interactive(data, checkpoint, ["w1 w2", LONG], tmp_path)
+    if length_flag is None:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert sorted(int(i) for i in re.findall(r"^H-(\d+)\t", proc.stdout, re.M)) == [0, 1]
+        return
+    assert proc.returncode != 0
+    assert re.search(rf"41 source tokens .*\({length_flag}\)", proc.stderr), proc.stderr[-2000:]
+    proc = _interactive(data, checkpoint, ["w1 w2", LONG, "w3"], tmp_path,
+                        ["--skip-invalid-size-inputs-valid-test", "--buffer-size", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(int(i) for i in re.findall(r"^H-(\d+)\t", proc.stdout, re.M)) == [0, 2]
