@@ -72,8 +72,10 @@ PAPER = Paper(
            "forward pass (convolutions at every grid cell, the attention aggregator, the output "
            "projection), averaged over the test sentence pairs' BPE lengths (EOS included).",
            f"**Fig. 6**: the best beam hypothesis of the first {FIGURE_SENTENCES} test sentences "
-           "with the aggregator's weights at each generated token (max: each source token's "
-           "share of the pooled features; attn: ρ; max-attn: their mean), under OUT."],
+           "and its alignment to the source, under OUT: for max pooling (max, and the max half "
+           "of max-attn) α of Eq. 7 as written, each source token's contribution to the logit "
+           "of the generated token (ran_fairseq.analysis.alignments, --alignment eq7); for attn "
+           "the weights ρ of Eq. 8."],
 )
 
 if __name__ == "__main__":

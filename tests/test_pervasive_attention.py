@@ -488,3 +488,43 @@ def test_gated_convolutions_flag_values_and_old_checkpoints():
     assert model.decoder.densenet.layers[0].conv1.out_channels == 32
     with pytest.raises(ValueError, match="--gated-convolutions"):
         DenseNet2d(6, 2, 4, 3, gated="all")
+
+
+def test_eq7_contributions_match_a_naive_loop_and_sum_to_the_pooled_logit():
+    from ran_fairseq.modules.aggregators import eq7_contributions
+
+    torch.manual_seed(0)
+    B, C, T, S = 2, 5, 3, 4
+    h = torch.randn(B, C, T, S)
+    src_pad = source_padding([3, 4], S, left=True)
+    rows = torch.randn(B, T, C)
+    alpha = eq7_contributions(h, src_pad, rows)
+    expected = torch.zeros(B, T, S)
+    for b in range(B):
+        cols = [j for j in range(S) if not src_pad[b, j]]
+        for i in range(T):
+            for d in range(C):  # B_ij: the channels whose max over real columns is at j
+                j = max(cols, key=lambda c: h[b, d, i, c].item())
+                expected[b, i, j] += rows[b, i, d] * h[b, d, i, j]
+    torch.testing.assert_close(alpha, expected)
+    assert alpha[0, :, 0].abs().max() == 0  # padding
+    pooled, _ = SourceAggregator("max", C)(h, src_pad)
+    torch.testing.assert_close(alpha.sum(-1), (rows * pooled).sum(-1))  # Eqs. 5-6
+    with pytest.raises(ValueError, match="one output row per target position"):
+        eq7_contributions(h, src_pad, rows[:, :2])
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_eq7_alignment_rows_sum_to_the_logit_of_the_scored_token(tied):
+    """Σ_j α_ij = E_w·H^pool_i = the logit of w at position i (Eqs. 4-6), w the token scored."""
+    from ran_fairseq.analysis.alignments import eq7_alignment
+
+    model = build(*TINY, *(("--share-decoder-input-output-embed",) if tied else ())).eval()
+    src, tokens = torch.tensor([5, 6, 7, 2]), torch.tensor([9, 4, 6, 2])
+    alpha = eq7_alignment(model, src, tokens)
+    assert alpha.shape == (4, 4)
+    with torch.no_grad():
+        logits, _ = model(src[None], torch.tensor([4]), torch.tensor([[2, 9, 4, 6]]))
+    torch.testing.assert_close(alpha.sum(-1), logits[0, torch.arange(4), tokens],
+                               rtol=1e-4, atol=1e-4)
+    assert not model.training

@@ -72,72 +72,131 @@ def test_decoded_alignments_and_cli(first_run, tmp_path):
     from ran_fairseq.analysis.checkpoints import load_checkpoint
 
     task, model = load_checkpoint(str(checkpoint), str(root / "bin.de-en"))
-    alignments = decoded_alignments(task, model, "test", sentences=2, beam=2)
+    shares = decoded_alignments(task, model, "test", sentences=2, beam=2, reading="share")
+    eq7 = decoded_alignments(task, model, "test", sentences=2, beam=2)  # Eq. 7, the default
     test = task.dataset("test")
-    assert len(alignments) == 2
-    for i, alignment in enumerate(alignments):
+    assert len(shares) == len(eq7) == 2
+    for i, (alignment, alpha) in enumerate(zip(shares, eq7)):
         assert len(alignment.source) == test.src_sizes[i]  # no padding columns
         assert alignment.source[-1] == alignment.target[-1] == "</s>"
         assert alignment.weights.shape == (len(alignment.target), len(alignment.source))
-        # max pooling's implicit alignment: shares of the pooled features, a distribution per row
+        # the token-independent reading: shares of the pooled features, a distribution per row
+        assert alignment.reading == "share" and alpha.reading == "eq7"
         torch.testing.assert_close(alignment.weights.sum(-1),
                                    torch.ones(len(alignment.target)), atol=1e-5, rtol=0)
+        # Eq. 7 for the same hypothesis: each row sums to the logit of its token (Eqs. 4-6)
+        assert (alpha.source, alpha.target) == (alignment.source, alignment.target)
+        src = torch.tensor([task.source_dictionary.index(w) for w in alpha.source])
+        out = torch.tensor([task.target_dictionary.index(w) for w in alpha.target])
+        prev = torch.cat([out[-1:], out[:-1]])[None]  # EOS first
+        with torch.no_grad():
+            logits, _ = model.eval()(src[None], torch.tensor([len(src)]), prev)
+        torch.testing.assert_close(alpha.weights.sum(-1), logits[0, range(len(out)), out],
+                                   rtol=1e-4, atol=1e-4)
     png = tmp_path / "fig.png"
     alignments_main(["--checkpoint", str(checkpoint), "--data", str(root / "bin.de-en"),
-                     "--sentences", "2", "--out", str(png)])
+                     "--sentences", "2", "--alignment", "share", "--out", str(png)])
     assert png.read_bytes()[:8] == PNG_MAGIC
     with pytest.raises(SystemExit, match="no checkpoint at"):
         alignments_main(["--checkpoint", str(tmp_path / "missing.pt"), "--out", str(png)])
 
 
 def test_full_settings_print_paper_size_commands_on_iwslt14():
-    proc = reproduce("--full", "--pairs", "en-de", "--systems", "max k=7 L=24,Transformer",
+    proc = reproduce("--full", "--pairs", "en-de", "--systems", "max k=7 L=12,Transformer",
                      "--dry-run")
     assert proc.returncode == 0, proc.stderr
     commands = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
-    pa_train, _, transformer_train, _ = commands
-    assert "--arch pervasive_attention " in pa_train and "data-bin/iwslt14.en-de" in pa_train
-    assert "--kernel-size 7 --num-layers 24" in pa_train
+    # five seeds per system (the paper's five runs), a training and a decoding command each
+    assert len(commands) == 2 * 2 * 5
+    pa_train, pa_generate, transformer_train = commands[0], commands[1], commands[10]
+    assert "--arch pervasive_attention " in pa_train
+    assert "data-bin/iwslt14-elbayad2018.en-de" in pa_train
+    assert "--kernel-size 7 --num-layers 12" in pa_train
     assert "--memory-efficient-densenet" in pa_train and "--cpu" not in pa_train
-    assert "--arch transformer_iwslt_de_en " in transformer_train
+    assert "--lr-scheduler reduce_lr_on_plateau" in pa_train and "--seed 1" in pa_train
+    assert "checkpoint_best.pt" in pa_generate and "--unnormalized" in pa_generate
+    assert "--arch transformer " in transformer_train
+    assert "--lr-scheduler inverse_sqrt" in transformer_train
     assert "--memory-efficient-densenet" not in transformer_train
 
 
-def test_configs_agree():
+# Section 4.1's recipe of Pervasive Attention (and of the authors' RNNsearch): Adam (0.9, 0.999,
+# 1e-8), lr 5e-4 multiplied by 0.8 after three evaluations without a relative improvement of 0.01.
+RECIPE = {"--optimizer": "adam", "--adam-betas": "(0.9, 0.999)", "--adam-eps": "1e-08",
+          "--lr": "0.0005", "--lr-scheduler": "reduce_lr_on_plateau", "--lr-shrink": "0.8",
+          "--lr-threshold": "0.01", "--lr-patience": "3"}
+TABLE2 = [(3, 16), (3, 20), (5, 8), (5, 12), (5, 16), (5, 20), (5, 24), (5, 28), (7, 12)]
+
+
+def model_flags(flags):
+    """The aggregator and gating of a Pervasive Attention system (sizes and recipe left out)."""
+    pairs = helpers.flag_pairs(flags)
+    if "--gated-convolutions" in pairs:  # alone it means 'masked'
+        pairs["--gated-convolutions"] = pairs["--gated-convolutions"] or "masked"
+    return {f: v for f, v in pairs.items() if f in ("--aggregator", "--gated-convolutions")}
+
+
+def test_configs_agree_with_the_paper():
     cpu_systems = json.loads((DIR / "systems.json").read_text())
     full_systems = json.loads((DIR / "systems-full.json").read_text())
     paper = json.loads((DIR / "paper.json").read_text())
+    full_config = json.loads((DIR / "full.json").read_text())
 
     def by_name(spec):
         return {s["name"]: s for s in spec["systems"]}
 
+    def table(spec, number):
+        return [n for n, s in spec.items() if number in s["tables"]]
+
     cpu, full = by_name(cpu_systems), by_name(full_systems)
     assert cpu_systems["baseline"] == full_systems["baseline"] == "max"
-    # Tables 1 and 3: the same systems in both files, with the same flags apart from sizes
-    for table in ("1", "3"):
-        names = [n for n, s in full.items() if table in s["tables"]]
-        assert names == [n for n, s in cpu.items() if table in s["tables"]], table
-        for name in names:
-            flags = [helpers.flag_pairs(spec[name]["flags"]) for spec in (cpu, full)]
-            for pairs in flags:
-                for flag in SIZE_FLAGS:
-                    pairs.pop(flag, None)
-            if name == "Transformer":  # explicit 3+3 dimensions on the CPU, an arch at full size
-                flags[0] = {f: v for f, v in flags[0].items() if "-layers" not in f
-                            and "-dim" not in f and "-heads" not in f and "share" not in f}
-                flags[1].pop("--share-decoder-input-output-embed")
-            assert flags[0] == flags[1], name
-    # Table 2: max pooling over a k x L grid that includes the baseline
-    for spec in (cpu, full):
-        grid = [s for s in spec.values() if "2" in s["tables"]]
-        assert len(grid) >= 4 and all(helpers.flag_pairs(s["flags"])["--aggregator"] == "max"
-                                      for s in grid)
-    # the paper's numbers are keyed by the full-size systems of their table
-    for column in paper["columns"]:
-        table = column["key"][len("table")]
-        assert set(column["values"]) == {n for n, s in full.items() if table in s["tables"]}
-    # both scales train with the same criterion and label smoothing
-    for config in ("cpu.json", "full.json"):
-        flags = helpers.flag_pairs(json.loads((DIR / config).read_text())["train_flags"])
-        assert flags["--criterion"] == "label_smoothed_cross_entropy_with_entropy"
-        assert flags["--label-smoothing"] == "0.1"
+    # Table 1: the paper's five rows at both scales, with the same aggregator and gating
+    assert table(cpu, "1") == table(full, "1") == ["avg", "max", "attn", "max gated", "max-attn"]
+    for name in table(full, "1"):
+        assert model_flags(cpu[name]["flags"]) == model_flags(full[name]["flags"]), name
+    assert model_flags(full["max gated"]["flags"])["--gated-convolutions"] == "masked"
+    # Table 3: [Max, Attn] against the three baselines, at both scales
+    assert table(cpu, "3") == table(full, "3") == ["max-attn", "RNNsearch", "Transformer",
+                                                    "ConvS2S"]
+    # Table 2: the paper's nine (k, L) rows, max pooling ('max' is k = 5, L = 24)
+    grid = []
+    for name in table(full, "2"):
+        pairs = helpers.flag_pairs(full[name]["flags"])
+        assert pairs["--aggregator"] == "max"
+        grid.append((int(pairs.get("--kernel-size", 5)), int(pairs.get("--num-layers", 24))))
+    assert sorted(grid) == TABLE2
+    assert all(helpers.flag_pairs(s["flags"])["--aggregator"] == "max"
+               for s in cpu.values() if "2" in s["tables"])
+    # Section 4.1: every Pervasive Attention system and RNNsearch train with the paper's recipe,
+    # the shared flags are MLE for 40 epochs with validation every 8K updates, the best
+    # checkpoint on validation loss, beam 5 without length normalization, and the paper's data
+    for name, system in full.items():
+        pairs = helpers.flag_pairs(system["flags"])
+        if system["arch"] == "pervasive_attention" or name == "RNNsearch":
+            assert {f: pairs.get(f) for f in RECIPE} == RECIPE, name
+    train = helpers.flag_pairs(full_config["train_flags"])
+    assert train["--criterion"] == "cross_entropy" and "--label-smoothing" not in train
+    assert train["--max-epoch"] == "40" and train["--validate-interval-updates"] == "8000"
+    assert full_config["select"] == "loss" and len(full_config["seeds"]) == 5
+    generate = helpers.flag_pairs(full_config["generate_flags"])
+    assert generate["--beam"] == "5" and "--unnormalized" in generate
+    prepare = helpers.flag_pairs(full_config["prepare"])
+    assert prepare["--test-sets"] == "elbayad2018" and prepare["--bpe-merges"] == "14000"
+    # every full-size system's training flags parse (a scheduler's flags go with that scheduler)
+    from fairseq import options
+
+    for name, system in full.items():
+        argv = ["data", "--task", "translation", "--arch", system["arch"],
+                *full_config["train_flags"], *system["flags"], "--seed", "1"]
+        options.parse_args_and_arch(options.get_training_parser(), argv)
+    # the paper's numbers: Tables 1-2 keyed by their systems, Table 3 by its four rows
+    columns = {c["key"]: c["values"] for c in paper["columns"]}
+    tables12 = set(table(full, "1")) | set(table(full, "2"))
+    for key, values in columns.items():
+        expected = tables12 if key.startswith("table12") else set(table(full, "3"))
+        assert set(values) == expected, key
+        assert all(v is None or isinstance(v, (int, float)) for v in values.values()), key
+    assert columns["table12_bleu"]["max-attn"] == columns["table3_de_en_bleu"]["max-attn"] == 33.81
+    assert columns["table12_params_m"]["max gated"] - columns["table12_params_m"]["max"] == \
+        pytest.approx(2.46)
+    assert len(paper["reference_rows"]) == 10

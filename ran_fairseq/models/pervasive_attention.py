@@ -195,6 +195,13 @@ class PervasiveAttentionDecoder(FairseqIncrementalDecoder):
             return F.linear(self.project_out(features), self.embed_tokens.weight)
         return self.output_projection(features)
 
+    def output_rows(self, tokens: Tensor) -> Tensor:
+        """E_w (B, T, C'): the row of E (Eq. 4) that gives each token's logit from the pooled
+        features, e_w = E_w · H^pool; with tied embeddings E = (target embeddings) · P."""
+        if self.project_out is not None:
+            return self.embed_tokens(tokens) @ self.project_out.weight
+        return F.embedding(tokens, self.output_projection.weight)
+
     def max_positions(self) -> int:
         if self.embed_positions is None:
             return self.max_target_positions

@@ -5,10 +5,12 @@ source padding (B, S), True at padding. Output: pooled features (B, T, C') and p
 weights (B, T, S) that sum to one over the real tokens of each row (zero at padding), returned as
 the model's attention (implicit alignment). |s| is each sentence's true source length.
 
-- ``max`` (Eq. 2): H^pool_i = max_j H_ij, padded columns at -inf. Weights (Eq. 7, as we read it):
-  the share of the pooled activation that source token j supplies,
+- ``max`` (Eq. 2): H^pool_i = max_j H_ij, padded columns at -inf. Weights returned as the model's
+  attention during decoding (a token-independent reading of Eq. 7, computed before the token is
+  chosen): the share of the pooled activation that source token j supplies,
   α_ij = Σ_d 1[j = argmax_j' H_ij'd]·max(H^pool_id, 0) / Σ_d max(H^pool_id, 0); a row whose pooled
-  features are all ≤ 0 gets uniform weights.
+  features are all ≤ 0 gets uniform weights. Eq. 7 as written, which weights each channel by the
+  output projection row E_w of the predicted token w, is :func:`eq7_contributions`.
 - ``avg`` (Eq. 3): H^pool_i = (1/√|s|) Σ_j H_ij; weights uniform, 1/|s|.
 - ``attn`` (Eqs. 8-9): ρ_ij = softmax_j(w·H_ij), H^att_i = √|s| Σ_j ρ_ij H_ij; weights ρ. (The bias
   of Eq. 8 is the same for every j and cancels in the softmax, so there is none.)
@@ -60,6 +62,26 @@ def max_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
         uniform = _uniform(source_padding, features.size(2), share.dtype)
         weights = torch.where(total > 0, share / total.clamp_min(1e-30), uniform)
     return pooled, weights.to(features.dtype)
+
+
+def eq7_contributions(features: Tensor, source_padding: Tensor, output_rows: Tensor) -> Tensor:
+    """Eq. 7 as written: α_ij = Σ_{d ∈ B_ij} E_wd H_ijd, the part of the logit of token w at
+    output position i (Eqs. 5-6) that comes from the channels whose maximum over the source
+    (Eq. 2) is at column j. ``features`` H (B, C, T, S); ``source_padding`` (B, S), True at
+    padding; ``output_rows`` (B, T, C): E_w for the token w of each row (e.g. the predicted one).
+    Returns α (B, T, S), zero at padded columns; the values are logit contributions, not a
+    distribution (they can be negative, and Σ_j α_ij = E_w·H^pool_i)."""
+    if features.dim() != 4 or output_rows.shape != (features.size(0), features.size(2),
+                                                     features.size(1)):
+        raise ValueError(f"Eq. 7 needs features (batch, C, target, source) and one output row "
+                         f"per target position (batch, target, C); got {tuple(features.shape)} "
+                         f"and {tuple(output_rows.shape)}")
+    _source_lengths(source_padding)
+    masked = features.masked_fill(source_padding[:, None, None, :], float("-inf"))
+    pooled, argmax = masked.max(dim=-1)  # (B, C, T): H^pool and the column that supplies it
+    terms = output_rows.float() * pooled.transpose(1, 2).float()  # E_wd H^pool_id, (B, T, C)
+    alpha = terms.new_zeros(features.size(0), features.size(2), features.size(3))
+    return alpha.scatter_add_(2, argmax.transpose(1, 2), terms)
 
 
 def avg_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
