@@ -21,6 +21,22 @@ and a second table of each part's share of that pass.
 
     python scripts/bench.py --data data-bin/multi30k.de-en \
         --systems configs/bench/foundation.json --out bench-out/foundation
+
+``--checkpoint PATTERN`` decodes trained weights: each system's model, built from its flags and
+timed in training as usual, takes the weights of PATTERN with ``{system}`` replaced by the
+system's result folder name (e.g. ``checkpoints/ran/de-en/{system}/seed1/checkpoint_best.pt``, a
+reproduction's layout) before decoding; a system without such a file is an error.
+``--sweep-batch-sizes`` and ``--sweep-beams`` (Zeng et al. 2021, Fig. 3) run the benchmark once per
+batch size (at ``--beam``) and once per beam size (at ``--decode-batch-size``), each into
+OUT/batch-N or OUT/beam-K, and write OUT/speed-sweep.csv and OUT/speed-sweep.png: decoding
+tokens/s per system, from the mean time of the ``--decode-repeats`` passes (the paper averages 3
+runs).
+
+    python scripts/bench.py --data data-bin/multi30k.de-en --systems configs/ran/systems.json \
+        --systems-only RAN-ALL --checkpoint 'checkpoints/ran/de-en/{system}/seed1/checkpoint_best.pt' \
+        --train-updates 1 --warmup-updates 0 --decode-sentences 1000 --decode-repeats 3 \
+        --beam 4 --decode-batch-size 100 --sweep-batch-sizes 1 10 25 50 100 200 \
+        --sweep-beams 1 2 4 8 12 --out results/ran/analysis/speed
 """
 import argparse
 import datetime
@@ -136,6 +152,16 @@ def parse_cli(argv):
                    help="time one more decoding pass by part (encoder, self-attention and its "
                         "value/output projections, cross-attention, feed-forward, output "
                         "projection, cache reorder, rest) and add a table of the shares")
+    p.add_argument("--checkpoint", metavar="PATTERN",
+                   help="decode trained weights: the checkpoint at PATTERN, '{system}' replaced "
+                        "by each system's folder name (its name with spaces as '_' and other "
+                        "signs as '-', as the reproduction engine names it)")
+    p.add_argument("--sweep-batch-sizes", type=int, nargs="+", metavar="N",
+                   help="Fig. 3: run once per decoding batch size N (at --beam) and plot "
+                        "decoding speed against it (OUT/speed-sweep.csv and .png)")
+    p.add_argument("--sweep-beams", type=int, nargs="+", metavar="K",
+                   help="Fig. 3: run once per beam size K (at --decode-batch-size) and plot "
+                        "decoding speed against it")
     p.add_argument("--live-memory", action="store_true",
                    help="CPU: run the workers with glibc's MALLOC_MMAP_THRESHOLD_=%d, so that "
                         "freed tensors go back to the system and the resident set follows the "
@@ -150,6 +176,13 @@ def parse_cli(argv):
         p.error("--warmup-updates must be at least 0")
     if args.decode_length is not None and args.decode_length < 1:
         p.error("--decode-length must be at least 1")
+    for flag in ("sweep_batch_sizes", "sweep_beams"):
+        values = getattr(args, flag) or []
+        if any(v < 1 for v in values) or len(set(values)) != len(values):
+            p.error(f"--{flag.replace('_', '-')} takes distinct values of at least 1")
+    if args.checkpoint is not None and "{system}" not in args.checkpoint:
+        p.error("--checkpoint needs '{system}' in its pattern, e.g. "
+                "checkpoints/ran/de-en/{system}/seed1/checkpoint_best.pt")
     return args
 
 
@@ -344,9 +377,60 @@ def breakdown_markdown(report):
 WORKER_SETTINGS = ("train_updates", "warmup_updates", "beam", "decode_batch_size",
                    "decode_sentences", "decode_repeats", "gen_subset", "max_len_a", "max_len_b",
                    "decode_length", "seed", "decode_breakdown")
+SWEEP_FIELDS = ["sweep", "system", "batch_size", "beam", "sentences", "generated_tokens",
+                "mean_seconds", "tokens_per_s", "sentences_per_s", "passes"]
+
+
+def system_checkpoint(pattern, name):
+    """The checkpoint of system ``name`` under ``--checkpoint PATTERN``, which must exist."""
+    from ran_fairseq.reproduce import slug
+
+    path = Path(pattern.replace("{system}", slug(name)))
+    if not path.is_file():
+        raise BenchError(f"system {name!r}: no checkpoint at {path} (--checkpoint)")
+    return str(path.resolve())
+
+
+def sweep_rows(sweep, report):
+    """Fig. 3 rows of one benchmark run: decoding tokens/s and sentences/s of each system from
+    the mean time of its timed passes."""
+    rows = []
+    for r in report["systems"]:
+        d = r["decode"]
+        mean = statistics.mean(d["pass_seconds"])
+        rows.append({"sweep": sweep, "system": r["name"],
+                     "batch_size": report["settings"]["decode_batch_size"],
+                     "beam": report["settings"]["beam"], "sentences": d["sentences"],
+                     "generated_tokens": d["generated_tokens"], "mean_seconds": mean,
+                     "tokens_per_s": d["generated_tokens"] / mean,
+                     "sentences_per_s": d["sentences"] / mean, "passes": len(d["pass_seconds"])})
+    return rows
 
 
 def run_parent(args):
+    if not (args.sweep_batch_sizes or args.sweep_beams):
+        return run_benchmark(args, Path(args.out))
+    from ran_fairseq.analysis.plots import plot_speed_sweep
+    from ran_fairseq.analysis.tables import write_csv
+
+    out = Path(args.out)
+    points = ([("batch", dict(decode_batch_size=n), f"batch-{n}")
+               for n in args.sweep_batch_sizes or []]
+              + [("beam", dict(beam=k), f"beam-{k}") for k in args.sweep_beams or []])
+    rows = []
+    for sweep, change, folder in points:
+        print(f"bench: sweep point {folder}", file=sys.stderr, flush=True)
+        report = run_benchmark(argparse.Namespace(**{**vars(args), **change}), out / folder)
+        rows += sweep_rows(sweep, report)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "speed-sweep.csv", rows, SWEEP_FIELDS)
+    plot_speed_sweep(rows, out / "speed-sweep.png")
+    print(out / "speed-sweep.csv")
+    print(out / "speed-sweep.png")
+
+
+def run_benchmark(args, out):
+    """One benchmark run of every selected system into ``out``; returns the report."""
     baseline, common, systems = load_systems(args.systems)
     selected = select_systems(systems, baseline, args.systems_only)
     data = check_data(args.data, args.source_lang, args.target_lang)
@@ -362,6 +446,7 @@ def run_parent(args):
         "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
         "decode_length": args.decode_length, "seed": args.seed,
         "decode_breakdown": args.decode_breakdown,
+        "checkpoint": args.checkpoint,
         "memory": ("torch.cuda.max_memory_allocated; increment over memory_allocated at the "
                    "phase start" if device == "cuda" else
                    "peak resident set size (VmHWM, reset at each phase start); increment over "
@@ -380,6 +465,8 @@ def run_parent(args):
             spec = dict(system, argv=fairseq_argv(data, system, common, args, device),
                         device=device, threads=args.threads, live_memory=args.live_memory,
                         **{k: settings[k] for k in WORKER_SETTINGS})
+            if args.checkpoint:
+                spec["checkpoint"] = system_checkpoint(args.checkpoint, system["name"])
             results.append(run_worker_process(spec, workdir))
     if not all(r["train"]["mem_peak_since_phase_start"] for r in results):
         settings["memory"] = ("process-lifetime peak resident set size (ru_maxrss; this kernel "
@@ -392,12 +479,12 @@ def run_parent(args):
                                "returned to the system)")
     report = {"machine": machine_info(device, args.threads, worker_env, load_before),
               "settings": settings, "systems": results}
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)
     (out / "bench.md").write_text(table)
     print(table)
+    return report
 
 
 # ----------------------------------------------------------------------------------------------
@@ -632,6 +719,17 @@ def run_worker(spec):
     # Decoding: the trained model alone, without optimizer state or gradients.
     model = trainer.model
     del trainer, criterion
+    if spec.get("checkpoint"):  # --checkpoint: the trained weights replace the benchmark's
+        from fairseq import checkpoint_utils
+
+        state = checkpoint_utils.load_checkpoint_to_cpu(spec["checkpoint"])
+        try:
+            model.load_state_dict(state["model"], strict=True)
+        except RuntimeError as e:
+            raise BenchError(f"system {spec['name']!r}: {spec['checkpoint']} does not fit the "
+                             f"model its flags build (the systems file's arch and flags, and "
+                             f"common_flags, must be those it was trained with):\n{e}") from None
+        del state
     model.zero_grad(set_to_none=True)
     model.eval()
     if spec.get("decode_length"):  # min = max length: EOS is banned before, forced at N

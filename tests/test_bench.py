@@ -1,5 +1,6 @@
 """scripts/bench.py: one run of the harness on the synthetic data-bin with a tiny transformer
 (baseline) and a tiny LSTM, checked for complete, finite, consistent figures; and its errors."""
+import csv
 import json
 import math
 import subprocess
@@ -219,3 +220,58 @@ def test_cuda_peak_survives_the_resets_of_fairseqs_trainer(monkeypatch):
     assert result["mem_before_mib"] == 100
     assert result["mem_peak_mib"] == 1500
     assert torch.cuda.reset_peak_memory_stats is reset_peak  # restored after the phase
+
+
+# ---- trained checkpoints and the Fig. 3 sweep (Zeng et al. 2021) ------------------------------
+@pytest.fixture(scope="module")
+def tiny_checkpoint_dir(data_bin, tmp_path_factory):
+    """checkpoints/{system}/checkpoint_last.pt for the baseline, trained with its flags."""
+    root = tmp_path_factory.mktemp("bench-ckpt")
+    arch, flags = SYSTEMS["transformer"]
+    helpers.train(data_bin, root / "transformer", arch, flags, max_update=2)
+    return root
+
+
+def test_sweep_decodes_the_checkpoint_per_batch_size_and_beam(data_bin, systems_file,
+                                                              tiny_checkpoint_dir, tmp_path):
+    pattern = str(tiny_checkpoint_dir / "{system}" / "checkpoint_last.pt")
+    generated = {}
+    for seed in ("1", "2"):
+        out = tmp_path / f"seed{seed}"
+        proc = run_bench(data_bin, systems_file, out, "--systems-only", "transformer",
+                         "--checkpoint", pattern, "--seed", seed, "--decode-repeats", "2",
+                         "--sweep-batch-sizes", "2", "4", "--sweep-beams", "1", "3")
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        with open(out / "speed-sweep.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert [(r["sweep"], r["batch_size"], r["beam"]) for r in rows] == [
+            ("batch", "2", "2"), ("batch", "4", "2"), ("beam", "4", "1"), ("beam", "4", "3")]
+        for r in rows:
+            report = json.loads((out / (f"batch-{r['batch_size']}" if r["sweep"] == "batch"
+                                        else f"beam-{r['beam']}") / "bench.json").read_text())
+            decode = report["systems"][0]["decode"]
+            assert report["settings"]["checkpoint"] == pattern
+            mean = sum(decode["pass_seconds"]) / 2
+            assert float(r["tokens_per_s"]) == pytest.approx(decode["generated_tokens"] / mean,
+                                                             rel=1e-5)
+            assert int(r["passes"]) == 2 and int(r["sentences"]) == 8
+        assert (out / "speed-sweep.png").read_bytes()[:4] == b"\x89PNG"
+        generated[seed] = [r["generated_tokens"] for r in rows]
+    # the benchmark's own training differs by seed; the decoded weights are the checkpoint's
+    assert generated["1"] == generated["2"]
+
+
+def test_checkpoint_errors_name_the_problem(data_bin, systems_file, tiny_checkpoint_dir, tmp_path):
+    proc = run_bench(data_bin, systems_file, tmp_path / "a", "--checkpoint",
+                     str(tmp_path / "{system}.pt"))
+    assert proc.returncode != 0 and "no checkpoint at" in proc.stderr
+    # the lstm system decoding the transformer's checkpoint: a model that does not fit
+    (tiny_checkpoint_dir / "lstm").mkdir(exist_ok=True)
+    link = tiny_checkpoint_dir / "lstm" / "checkpoint_last.pt"
+    if not link.exists():
+        link.symlink_to(tiny_checkpoint_dir / "transformer" / "checkpoint_last.pt")
+    proc = run_bench(data_bin, systems_file, tmp_path / "b", "--checkpoint",
+                     str(tiny_checkpoint_dir / "{system}" / "checkpoint_last.pt"))
+    assert proc.returncode != 0 and "does not fit the model its flags build" in proc.stderr
+    proc = run_bench(data_bin, systems_file, tmp_path / "c", "--checkpoint", "x.pt")
+    assert proc.returncode != 0 and "'{system}'" in proc.stderr
