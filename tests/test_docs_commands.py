@@ -32,8 +32,8 @@ from helpers import REPO, make_synthetic_corpus
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUN_TAGS = {"bash": "bash", "sh": "bash", "python": "python"}
-SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s*\((?P<reason>[^)]*\S[^)]*)\)\s*-->\s*$")
-MARKER = re.compile(r"<!--\s*docs-test")
+SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s*\((?P<reason>.*\S.*)\)\s*-->\s*$")
+MARKER = re.compile(r"^\s*<!--\s*docs-test")
 MULTI30K = Path(os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k")
 
 
@@ -74,7 +74,7 @@ def script(path):
     for line, tag, code, skip in blocks(path):
         if tag not in RUN_TAGS or skip:
             continue
-        where = f"{path.relative_to(REPO)}:{line}"
+        where = f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path.name}:{line}"
         parts.append(f"echo '=== docs-test: {where}' >&2")
         if RUN_TAGS[tag] == "bash":
             parts.append(substitute(code))
@@ -156,6 +156,20 @@ def test_substitutions():
     assert "fairseq-generate --max-len-b 20" in out
 
 
+def test_a_failing_block_fails_and_a_skipped_one_does_not_run(tmp_path):
+    """The runner itself: a skipped block does not run; a failing command (even mid-pipeline) fails
+    the document and names its block."""
+    doc = tmp_path / "doc.md"
+    doc.write_text("x\n\n<!-- docs-test: skip (would fail) -->\n```bash\nexit 3\n```\n\n"
+                   "```text\nexit 4\n```\n\n```bash\nA=1\n```\n\n```python\nprint('py ok')\n```\n\n"
+                   "```bash\necho $A\n```\n")
+    proc = run_document(doc, (tmp_path, dict(os.environ)))
+    assert proc.stdout.split() == ["py", "ok", "1"]
+    doc.write_text(doc.read_text() + "\n```bash\nfalse | cat\necho unreachable\n```\n")
+    with pytest.raises(AssertionError, match=r"doc.md:20"):
+        run_document(doc, (tmp_path, dict(os.environ)))
+
+
 @pytest.fixture(scope="module")
 def readme_ran(workdir):
     """The README's blocks, run once; the docs pages build on what they made."""
@@ -177,9 +191,10 @@ def test_readme_commands(readme_ran, workdir):
 
 
 @pytest.mark.parametrize("path", [p for p in DOCS if p.name != "README.md"], ids=lambda p: p.name)
-def test_docs_page_commands(path, readme_ran, workdir):
+def test_docs_page_commands(path, request):
     if not any(tag in RUN_TAGS and not skip for _, tag, _, skip in blocks(path)):
         pytest.skip(f"{path.name}: every command block is annotated as skipped")
+    readme_ran, workdir = request.getfixturevalue("readme_ran"), request.getfixturevalue("workdir")
     if readme_ran[1] is not None:
         pytest.fail("the README's commands failed (see test_readme_commands); pages use its outputs")
     run_document(path, workdir)
