@@ -9,7 +9,8 @@ PYTEST_ARGS ?=
 setup:
 	VENV=$(VENV) scripts/setup-env.sh
 
-demo: setup
+# demo sets up by itself, without the test extras (pytest, matplotlib) that `make setup` adds
+demo:
 	VENV=$(VENV) scripts/quickstart.sh
 
 # pytest exits 5 when it collected no test: that is a broken suite, not a pass.

@@ -1,0 +1,96 @@
+"""scripts/quickstart.sh (make demo) end to end on a tiny Multi30k-shaped corpus and a tiny model:
+what the terminal shows (step headers, fairseq's progress lines, scores, examples, where the logs
+are) and what it leaves to the logs (config dump, DEBUG lines, Python warnings); a failing step
+shows its log's tail."""
+import gzip
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import helpers
+
+SCRIPT = helpers.REPO / "scripts" / "quickstart.sh"
+TINY = """# a tiny ran_transformer_small for the test
+--arch ran_transformer_small
+--encoder-layers 1
+--decoder-layers 1
+--encoder-embed-dim 16
+--decoder-embed-dim 16
+--encoder-ffn-embed-dim 32
+--decoder-ffn-embed-dim 32
+--share-all-embeddings
+--optimizer adam
+--lr 1e-3
+--criterion label_smoothed_cross_entropy
+--max-tokens 400
+--max-update 6
+--save-interval-updates 2
+--log-interval 2
+--no-epoch-checkpoints
+--data-buffer-size 0
+"""
+# what belongs in the logs only
+NOISE = [re.compile(p) for p in (r"\| DEBUG \|", r"Warning:", r"'_name':", r"^\s*warnings\.warn")]
+
+
+def quickstart(workdir, raw, config, *flags, average=2):
+    venv = Path(sys.executable).parent.parent
+    env = dict(helpers.fairseq_env(), WORKDIR=str(workdir), MULTI30K_DIR=str(raw),
+               CONFIG=str(config), VENV=str(venv), SETUP="0", AVERAGE_LAST=str(average))
+    return subprocess.run(["bash", str(SCRIPT), *flags], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quickstart")
+    plain = helpers.make_synthetic_corpus(root / "plain", n_train=200, n_valid=16, n_test=16)
+    raw = root / "raw"
+    raw.mkdir()
+    for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")):
+        for lang in ("de", "en"):
+            with gzip.open(raw / f"{name}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write((plain / f"{split}.{lang}").read_text())
+    config = root / "tiny.args"
+    config.write_text(TINY)
+    work = root / "work"
+    return work, raw, config, quickstart(work, raw, config)
+
+
+def test_demo_shows_steps_progress_scores_and_examples(demo):
+    work, _, _, proc = demo
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for step in range(1, 6):
+        assert f"== {step}/5 " in out
+    progress = [line for line in out.splitlines() if line.startswith("train_inner | epoch 001:")]
+    assert len(progress) == 3, out  # --log-interval 2 over 6 updates
+    assert re.search(r"^BLEU\s+\d+\.\d\d\s+nrefs:1", out, re.M)
+    assert "Examples (source / reference / translation):" in out
+    assert "averaged 2 checkpoints (checkpoint_1_4.pt, checkpoint_last.pt)" in out
+    logs = work / "results" / "quickstart.de-en"
+    assert str(logs) in out
+    for line in (out + proc.stderr).splitlines():
+        assert not any(p.search(line) for p in NOISE), line
+    train_log = (logs / "train.log").read_text()
+    assert "'_name':" in train_log and "train_inner" in train_log  # everything is in the log
+    assert (work / "checkpoints" / "quickstart.de-en" / "checkpoint_avg.pt").exists()
+
+
+def test_failed_step_shows_its_log_tail(demo):
+    work, raw, config, first = demo
+    assert first.returncode == 0
+    proc = quickstart(work, raw, config, "--arch", "no_such_arch")
+    assert proc.returncode != 0
+    assert "FAILED" in proc.stderr and "train.log" in proc.stderr
+    assert "invalid choice: 'no_such_arch'" in proc.stderr  # fairseq's own error, from the tail
+
+
+def test_bad_average_count_is_named(demo):
+    work, raw, config, _ = demo
+    proc = quickstart(work, raw, config, average="0")
+    assert proc.returncode == 2 and "AVERAGE_LAST" in proc.stderr
