@@ -29,7 +29,10 @@ if [ -x "$venv/bin/python" ] && [ -f "$stamp" ]; then
         for extra in ${extras//,/ }; do
             [[ ",${have_extras:-}," == *",$extra,"* ]] || missing=1
         done
-        [ "$missing" = 0 ] && exit 0
+        if [ "$missing" = 0 ]; then
+            echo "setup-env: $venv is up to date"
+            exit 0
+        fi
         # keep what is installed: a later `make demo` must not drop the test extras
         [ -n "${have_extras:-}" ] && extras="$have_extras${extras:+,$extras}"
     fi
