@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The main job (make demo): set up, prepare Multi30k SRC->TGT, train a small model for a few minutes
-# on the CPU, average its last checkpoints, translate the test set with beam search, and print
-# sacreBLEU/chrF/TER and examples.
+# on the CPU (optionally averaging its last checkpoints), translate the test set with beam search,
+# and print sacreBLEU/chrF/TER and examples.
 #   SRC, TGT      language pair (default de, en)
 #   MULTI30K_DIR  raw Multi30k (default ../shared/data/multi30k)
 #   CONFIG        fairseq-train flags (default configs/quickstart.args); extra flags: "$@"
-#   AVERAGE_LAST  translate with the average of the last N checkpoints (default 3; they come from
-#                 --save-interval-updates in CONFIG); 1: with checkpoint_last.pt
+#   AVERAGE_LAST  translate with the average of the last N checkpoints (default 1: checkpoint_last;
+#                 N > 1 needs --save-interval-updates in CONFIG)
 #   WORKDIR       where data-bin/, checkpoints/ and results/ go (default: the checkout)
 #   SETUP=0       skip step 1 (the environment VENV, default .venv, is used as it is)
 # The terminal shows the step headers, fairseq's training progress, the scores and examples; each
@@ -19,7 +19,7 @@ venv=${VENV:-$root/.venv}
 src=${SRC:-de}
 tgt=${TGT:-en}
 config=${CONFIG:-configs/quickstart.args}
-average=${AVERAGE_LAST:-3}
+average=${AVERAGE_LAST:-1}
 data=$work/data-bin/multi30k.$src-$tgt
 save=$work/checkpoints/quickstart.$src-$tgt
 out=$work/results/quickstart.$src-$tgt
@@ -52,6 +52,7 @@ else
 fi
 export PATH="$venv/bin:$PATH"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+export PYTHONUNBUFFERED=1  # fairseq's progress lines as they come, not in 4 kB blocks
 
 header "2/5 prepare Multi30k $src-$tgt"
 logged "$out/prepare.log" scripts/prepare-multi30k.sh "$src" "$tgt" --out "$data"
