@@ -92,9 +92,9 @@ fairseq-generate "$data" --user-dir ran_fairseq --path "$model" --task translati
 took "$out/generate.log"
 
 header "5/5 score the detokenized translations against the raw references"
-logged "$out/score.log" python -m ran_fairseq.scoring.evaluate \
-    --generate-output "$out/generate-test.txt" --ref "$data/test.raw.$tgt"
-tee "$out/scores.txt" < "$out/score.log"
+python -m ran_fairseq.scoring.evaluate --generate-output "$out/generate-test.txt" \
+    --ref "$data/test.raw.$tgt" > "$out/scores.txt" 2> "$out/score.log" || failed "$out/score.log"
+cat "$out/scores.txt"
 echo
 echo "Examples (source / reference / translation):"
 for i in 0 1 2; do

@@ -34,7 +34,8 @@ TINY = """# a tiny ran_transformer_small for the test
 --data-buffer-size 0
 """
 # what belongs in the logs only
-NOISE = [re.compile(p) for p in (r"\| DEBUG \|", r"Warning:", r"'_name':", r"^\s*warnings\.warn")]
+NOISE = [re.compile(p) for p in (r"\| DEBUG \|", r"Warning:", r"'_name':", r"^\s*warnings\.warn",
+                                 r"^INFO:", r"tensorboardX")]
 
 
 def quickstart(workdir, raw, config, *flags, average=2):
