@@ -4,7 +4,7 @@ tokens and estimated minutes on 2 cores, for every scored checkpoint of every sw
     .venv/bin/python results/quickstart/curve.py [--tok-per-s 1750]
 
 Reads results/quickstart/runs/NAME/{train.log,score-LABEL.test.json} (sweep-run.sh and
-sweep-eval.sh write them) and writes curve.csv and curve.png beside this file. Target tokens up to
+sweep-eval.sh write them; the demo-seed* runs are make demo's own train.log and scores) and writes curve.csv and curve.png beside this file. Target tokens up to
 update U are summed from fairseq's JSON progress lines (wpb x updates per line). Minutes on 2 cores
 = tokens / --tok-per-s: the sweep ran on one thread of a shared machine, so its own wall clock is
 no measure of a quiet 2-core one; 1,750 target tokens/s is ran_transformer_small's rate with 2
@@ -21,12 +21,17 @@ LABEL = re.compile(r"^score-(?:u(\d+)|avg(\d+)-u(\d+))\.test\.json$")
 
 
 def tokens_by_update(log):
-    """{update: cumulative target tokens} at each progress line of a fairseq JSON train log."""
+    """{update: cumulative target tokens} at each progress line of a fairseq train log (JSON or
+    simple log format)."""
     out, total, last = {}, 0.0, 0
     for line in log.read_text(errors="replace").splitlines():
         if "| train_inner |" not in line:
             continue
-        rec = json.loads(line.split("| train_inner | ", 1)[1])
+        body = line.split("| train_inner | ", 1)[1]
+        if body.startswith("{"):
+            rec = json.loads(body)
+        else:  # simple format: "epoch 001:     50 / 498 loss=11.3, ..., num_updates=50, ..."
+            rec = dict(kv.split("=", 1) for kv in re.findall(r"\w+=[^,\s]+", body))
         upd = int(rec["num_updates"])
         total += float(rec["wpb"]) * (upd - last)
         last = upd
