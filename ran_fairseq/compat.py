@@ -16,9 +16,24 @@ import zipfile
 import numpy as np
 import torch
 
+def _numpy_globals():
+    """What a numpy scalar in a checkpoint unpickles through: fairseq-train --eval-bleu keeps the
+    best validation BLEU (``extra_state["best"]``, ``checkpoint_best.best``) as a numpy float."""
+    import importlib
+
+    # numpy 2 moved numpy.core to numpy._core
+    major = int(np.__version__.split(".")[0])
+    multiarray = importlib.import_module("numpy._core.multiarray" if major >= 2
+                                         else "numpy.core.multiarray")
+    classes = [multiarray._reconstruct, np.ndarray, np.dtype]
+    # numpy >= 1.25 pickles a dtype through its class (numpy.dtypes.Float64DType, ...)
+    classes += [type(np.dtype(t)) for t in (np.float64, np.float32, np.int64, np.int32, np.bool_)]
+    return tuple(dict.fromkeys(classes))
+
+
 # Every non-tensor, non-builtin class found in checkpoints written by fairseq-train 0.12 (checked by
 # tests/test_checkpoint_loading.py with torch.serialization.get_unsafe_globals_in_checkpoint).
-FAIRSEQ_CHECKPOINT_GLOBALS = (argparse.Namespace,)
+FAIRSEQ_CHECKPOINT_GLOBALS = (argparse.Namespace,) + _numpy_globals()
 
 
 def allow_fairseq_checkpoints():

@@ -4,21 +4,31 @@ paper's config with fairseq's own CLIs, and write the measured table beside the 
 A paper script only describes its paper (a ``Paper``: title, configs, extra columns or measurements)
 and calls ``main(paper)``. A scale config (JSON, e.g. ``configs/ran/cpu.json``) names the systems file
 (name, arch, flags and the paper tables of each system), the paper's numbers, the data and the fairseq
-flags; no hyper-parameter lives in a script. For each language pair and system, with the plugin loaded:
+flags; no hyper-parameter lives in a script. For each language pair, system and seed, with the plugin
+loaded:
 
 1. the config's ``prepare`` command (a no-op when the data-bin is up to date), unless ``--data``;
-2. ``fairseq-train DATA --arch ARCH [train_flags] [system flags]`` into CHECKPOINTS/PAIR/SYSTEM, or
-   nothing for a system that decodes another one's checkpoint (``"checkpoint_of"``);
-3. ``fairseq-generate`` on the test set with the config's and the system's generate flags; a system's
-   ``"postprocess"`` command may then rewrite that output (e.g. unknown-word replacement);
-4. tokenized BLEU of the hypotheses (BPE removed) against the tokenized references, as fairseq's
-   ``--scoring bleu`` computes it; the hypotheses detokenized with fairseq's Moses tokenizer and scored
-   against the raw references with sacreBLEU (BLEU, chrF, TER);
-5. parameter count, training speed (fairseq-train's words/s) and wall time, and decoding speed
-   (fairseq-generate's own timing line).
+2. ``fairseq-train DATA --arch ARCH [train_flags] [system flags] --seed N`` into
+   CHECKPOINTS/PAIR/SYSTEM/seedN, or nothing for a system that decodes another one's checkpoint
+   (``"checkpoint_of"``); the config's ``select`` picks the checkpoint to decode: ``last``, ``loss``
+   (fairseq's ``checkpoint_best.pt`` by validation loss) or ``bleu`` (the same, with validation BLEU
+   computed by fairseq's ``--eval-bleu`` machinery as the metric);
+3. ``fairseq-generate`` on every subset of ``gen_subset`` (a name or a list; the first is the main
+   one) with the config's and the system's generate flags, keeping every sentence
+   (``--required-batch-size-multiple 1``); a system's ``"postprocess"`` command may then rewrite that
+   output (e.g. unknown-word replacement);
+4. tokenized BLEU of the hypotheses (BPE removed) against the tokenized reference text the data
+   pipeline keeps in the data-bin (``SUBSET.tok.TGT``), so a hypothesis word that a postprocess put in
+   place of ``<unk>`` can match; the hypotheses detokenized with fairseq's Moses tokenizer and scored
+   against the raw references with sacreBLEU (BLEU, chrF, TER); paired bootstrap resampling
+   (sacrebleu's, ``significance.samples``) of each system's sacreBLEU against the baseline's on the
+   same pair, subset and seed;
+5. parameter count, training speed (fairseq-train's words/s) and wall time, the validation curve and
+   the selected checkpoint's epoch and update, and decoding speed (fairseq-generate's own timing line).
 
-Writes OUT/PAIR/SYSTEM/{train.log, generate.txt, hyp.detok.txt, result.json}, OUT/results.json (every
-result, with settings and machine) and OUT/TABLE.md.
+Writes OUT/PAIR/SYSTEM/seedN/{train.log, generate[.SUBSET].txt, hyp.detok[.SUBSET].txt, result.json},
+OUT/results.json (every result, with settings and machine) and OUT/TABLE.md (mean ± std over seeds
+where there are several).
 """
 import argparse
 import datetime
@@ -40,7 +50,11 @@ REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "ran_fairseq"
 
 CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
-               "out", "checkpoints", "checkpoint", "train_flags", "generate_flags"}
+               "out", "checkpoints", "select", "train_flags", "generate_flags"}
+OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns"}
+# select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).
+SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
+SIGNIFICANCE = {"samples": 1000, "level": 0.01}
 SYSTEM_KEYS = {"name", "arch", "flags", "tables", "checkpoint_of", "generate_flags", "postprocess",
                "notes"}
 # Flags the engine sets itself, refused in a config: flag -> where its value comes from.
@@ -49,15 +63,20 @@ TRAIN_OWNED = {
     "--save-dir": "--checkpoints / the config's 'checkpoints'",
     "--source-lang": "--pairs", "-s": "--pairs", "--target-lang": "--pairs", "-t": "--pairs",
     "--task": "nothing (translation)", "--user-dir": "nothing (the plugin)",
-    "--cpu": "the config's 'device'",
+    "--cpu": "the config's 'device'", "--seed": "--seeds / the config's 'seeds'",
+    "--best-checkpoint-metric": "the config's 'select'",
+    "--maximize-best-checkpoint-metric": "the config's 'select'",
+    "--eval-bleu": "the config's 'select' (\"bleu\")",
 }
 GENERATE_OWNED = dict(TRAIN_OWNED, **{
     "--path": "the config's 'checkpoint'", "--gen-subset": "the config's 'gen_subset'",
     "--post-process": "the config's 'bpe'", "--remove-bpe": "the config's 'bpe'",
     "--scoring": "nothing (the engine scores)", "--bpe": "nothing", "--tokenizer": "nothing",
-    "--results-path": "nothing (OUT/PAIR/SYSTEM/generate.txt)", "--quiet": "nothing",
+    "--results-path": "nothing (OUT/PAIR/SYSTEM/seedN/generate.txt)", "--quiet": "nothing",
+    "--required-batch-size-multiple": "nothing (1: every sentence is translated)",
 })
-POSTPROCESS_FIELDS = ("generate", "output", "data", "src", "tgt", "raw_src", "raw_ref")
+POSTPROCESS_FIELDS = ("generate", "output", "data", "src", "tgt", "raw_src", "raw_ref",
+                      "subset")
 
 PARAMS_RE = re.compile(r"num\. shared model params: ([\d,]+) \(num\. trained: ([\d,]+)\)")
 WPS_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| wps ([\d.]+) \|")
@@ -155,6 +174,9 @@ def parse_cli(paper, argv):
     p.add_argument("--systems", help="comma-separated system names (default: all of the "
                                      "config's systems file)")
     p.add_argument("--max-update", type=int, help="training updates (overrides the config's)")
+    p.add_argument("--seeds", help="comma-separated training seeds, each system trained once per "
+                                   "seed (default: the config's 'seeds', else 1); the table shows "
+                                   "mean ± std over them")
     p.add_argument("--out", type=Path, help="results directory (default: the config's 'out')")
     p.add_argument("--checkpoints", type=Path,
                    help="checkpoint directory (default: the config's 'checkpoints')")
@@ -174,7 +196,27 @@ def parse_cli(paper, argv):
         p.error("--max-update must be at least 1")
     if args.threads < 1:
         p.error("--threads must be at least 1")
+    if args.seeds is not None:
+        try:
+            args.seeds = parse_seeds(args.seeds.split(","))
+        except ValueError as e:
+            p.error(f"--seeds: {e}")
     return args
+
+
+def parse_seeds(items):
+    """Distinct non-negative integer seeds, in the given order."""
+    seeds = []
+    for item in items:
+        text = str(item).strip()
+        if not text.isdigit():
+            raise ValueError(f"{item!r} is not a non-negative integer (e.g. --seeds 1,2,3)")
+        if int(text) in seeds:
+            raise ValueError(f"seed {text} appears twice")
+        seeds.append(int(text))
+    if not seeds:
+        raise ValueError("no seed given")
+    return seeds
 
 
 # ----------------------------------------------------------------------------------------------
@@ -278,21 +320,55 @@ def check_postprocess(post, where):
 def load_config(path):
     """The scale config with its systems (in file order) and paper numbers resolved."""
     config = read_json(path, "config (--config)")
+    if "checkpoint" in config:
+        raise ReproError(f"config {path}: 'checkpoint' is replaced by 'select' (one of "
+                         f"{', '.join(SELECT)}: checkpoint_last.pt, or checkpoint_best.pt by "
+                         f"validation loss or BLEU)")
     missing = sorted(k for k in CONFIG_KEYS if k not in config)
     if missing:
         raise ReproError(f"config {path} lacks {', '.join(missing)}")
+    unknown = sorted(set(config) - CONFIG_KEYS - OPTIONAL_CONFIG_KEYS)
+    if unknown:
+        raise ReproError(f"config {path} has unknown key(s) {', '.join(unknown)} (known: "
+                         f"{', '.join(sorted(CONFIG_KEYS | OPTIONAL_CONFIG_KEYS))})")
     if config["device"] not in ("cpu", "cuda"):
         raise ReproError(f"config {path}: device must be 'cpu' or 'cuda', not "
                          f"{config['device']!r}")
     if config.get("bpe", "subword_nmt") not in ("subword_nmt", None):
         raise ReproError(f"config {path}: bpe must be 'subword_nmt' or null (word-level data)")
+    if config["select"] not in SELECT:
+        raise ReproError(f"config {path}: select must be one of {', '.join(SELECT)}, not "
+                         f"{config['select']!r}")
+    subsets = config["gen_subset"]
+    subsets = [subsets] if isinstance(subsets, str) else subsets
+    if not (isinstance(subsets, list) and subsets and all(isinstance(x, str) and x for x in subsets)
+            and len(set(subsets)) == len(subsets)):
+        raise ReproError(f"config {path}: gen_subset must be a subset name or a list of distinct "
+                         f"names (the first is the main one), not {config['gen_subset']!r}")
+    try:
+        seeds = parse_seeds(config.get("seeds", [1]))
+    except (ValueError, TypeError) as e:
+        raise ReproError(f"config {path}: seeds: {e}") from e
+    significance = dict(SIGNIFICANCE, **config.get("significance", {}))
+    if set(significance) != set(SIGNIFICANCE) or not isinstance(significance["samples"], int) \
+            or significance["samples"] < 100 or not 0 < significance["level"] < 1:
+        raise ReproError(f"config {path}: significance must be {{\"samples\": N >= 100, "
+                         f"\"level\": p in (0, 1)}}, not {config['significance']!r}")
     check_flags(config["train_flags"], TRAIN_OWNED, f"config {path}: train_flags")
     check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags")
     systems_file = repo_path(config["systems"])
     baseline, systems = load_systems(systems_file, config.get("arch"))
     paper = read_json(repo_path(config["paper"]), "paper numbers (the config's 'paper')")
+    keys = [c.get("key") for c in paper.get("columns", [])]
+    shown_keys = config.get("paper_columns", keys)
+    unknown = [k for k in shown_keys if k not in keys] if isinstance(shown_keys, list) else None
+    if unknown is None or unknown:
+        raise ReproError(f"config {path}: paper_columns must list keys of {config['paper']}'s "
+                         f"columns ({', '.join(map(str, keys))}); unknown: {unknown}")
+    paper = dict(paper, columns=[c for c in paper.get("columns", []) if c.get("key") in shown_keys])
     return dict(config, path=str(Path(path).resolve()), systems_file=str(systems_file),
-                systems=systems, baseline=baseline, paper_numbers=paper)
+                systems=systems, baseline=baseline, paper_numbers=paper, subsets=subsets,
+                seeds=seeds, significance=significance)
 
 
 def parse_pairs(text):
@@ -339,53 +415,115 @@ def slug(name):
 # ----------------------------------------------------------------------------------------------
 
 class Run:
-    """Commands and paths of one (pair, system)."""
+    """Commands and paths of one (pair, system, seed)."""
 
-    def __init__(self, args, config, pair, system, data):
+    def __init__(self, args, config, pair, system, data, seed):
         src, tgt = pair
-        self.pair, self.src, self.tgt, self.system = f"{src}-{tgt}", src, tgt, system
+        self.pair, self.src, self.tgt, self.system, self.seed = f"{src}-{tgt}", src, tgt, system, seed
         self.data = data
-        self.dir = Path(args.out) / self.pair / slug(system["name"])
+        self.dir = Path(args.out) / self.pair / slug(system["name"]) / f"seed{seed}"
         trained = system["checkpoint_of"] or system["name"]
-        self.save_dir = Path(args.checkpoints) / self.pair / slug(trained)
+        self.save_dir = Path(args.checkpoints) / self.pair / slug(trained) / f"seed{seed}"
         self.trains = system["checkpoint_of"] is None
+        self.checkpoint = self.save_dir / SELECT[config["select"]]
         common = [str(data), "--user-dir", str(USER_DIR), "--task", "translation",
                   "--source-lang", src, "--target-lang", tgt]
         device = ["--cpu"] if config["device"] == "cpu" else []
         train_flags = config["train_flags"]
         if args.max_update is not None:
             train_flags = set_flag(train_flags, "--max-update", args.max_update)
-        self.train_argv = (common + ["--arch", system["arch"], "--save-dir", str(self.save_dir)]
-                           + device + train_flags + system["flags"])
         bpe = config.get("bpe", "subword_nmt")
-        self.generate_argv = (common + ["--path", str(self.save_dir / config["checkpoint"]),
-                                        "--gen-subset", config["gen_subset"]]
-                              + (["--post-process", bpe] if bpe else [])
-                              + device + config["generate_flags"] + system["generate_flags"])
-        self.raw_src = Path(data) / f"{config['gen_subset']}.raw.{src}"
-        self.raw_ref = Path(data) / f"{config['gen_subset']}.raw.{tgt}"
-        self.postprocess = None
-        if system["postprocess"]:
-            fields = {"generate": self.dir / "generate.txt", "output": self.dir / "generate.post.txt",
-                      "data": data, "src": src, "tgt": tgt, "raw_src": self.raw_src,
-                      "raw_ref": self.raw_ref}
-            self.postprocess = [part.format(**{k: str(v) for k, v in fields.items()})
-                                for part in system["postprocess"]]
+        generate_flags = config["generate_flags"] + system["generate_flags"]
+        self.train_argv = (common + ["--arch", system["arch"], "--save-dir", str(self.save_dir)]
+                           + device + train_flags + system["flags"] + ["--seed", str(seed)]
+                           + selection_flags(config["select"], generate_flags, bpe, tgt))
+        self.subsets = config["subsets"]
+        self.generate_argv, self.raw_src, self.raw_ref, self.tok_ref = {}, {}, {}, {}
+        self.output, self.post_output, self.hyp_file, self.postprocess = {}, {}, {}, {}
+        for subset in self.subsets:
+            suffix = "" if subset == self.subsets[0] else f".{subset}"
+            self.generate_argv[subset] = (
+                common + ["--path", str(self.checkpoint), "--gen-subset", subset,
+                          "--required-batch-size-multiple", "1"]
+                + (["--post-process", bpe] if bpe else []) + device + generate_flags)
+            self.raw_src[subset] = Path(data) / f"{subset}.raw.{src}"
+            self.raw_ref[subset] = Path(data) / f"{subset}.raw.{tgt}"
+            self.tok_ref[subset] = Path(data) / f"{subset}.tok.{tgt}"
+            self.output[subset] = self.dir / f"generate{suffix}.txt"
+            self.post_output[subset] = self.dir / f"generate{suffix}.post.txt"
+            self.hyp_file[subset] = self.dir / f"hyp.detok{suffix}.txt"
+            self.postprocess[subset] = None
+            if system["postprocess"]:
+                fields = {"generate": self.output[subset],
+                          "output": self.post_output[subset], "data": data,
+                          "src": src, "tgt": tgt, "raw_src": self.raw_src[subset],
+                          "raw_ref": self.raw_ref[subset], "subset": subset}
+                self.postprocess[subset] = [part.format(**{k: str(v) for k, v in fields.items()})
+                                            for part in system["postprocess"]]
 
     def commands(self):
         cmds = [["fairseq-train"] + self.train_argv] if self.trains else []
-        cmds.append(["fairseq-generate"] + self.generate_argv)
-        if self.postprocess:
-            cmds.append(["python", "-m"] + self.postprocess)
+        for subset in self.subsets:
+            cmds.append(["fairseq-generate"] + self.generate_argv[subset])
+            if self.postprocess[subset]:
+                cmds.append(["python", "-m"] + self.postprocess[subset])
         return cmds
 
+    def recorded(self):
+        """What makes a stored result this run's: every command it runs."""
+        return {"train": self.train_argv, "generate": self.generate_argv,
+                "postprocess": self.postprocess}
 
-def run_logged(argv, log_path, env, what):
-    """``python argv`` with stdout and stderr into ``log_path``; return the log text."""
+
+def selection_flags(select, generate_flags, bpe, tgt):
+    """fairseq-train flags that make ``checkpoint_best.pt`` the best checkpoint by validation BLEU
+    (fairseq's ``--eval-bleu``: the validation set decoded with the config's beam and length
+    settings, detokenized with Moses, BPE removed); none for ``last`` and ``loss`` (fairseq keeps
+    ``checkpoint_best.pt`` by validation loss by default)."""
+    if select != "bleu":
+        return []
+    gen = flag_pairs(generate_flags)
+    args = {"beam": int(gen.get("--beam", 5))}
+    for flag, key, kind in (("--lenpen", "lenpen", float), ("--max-len-a", "max_len_a", float),
+                            ("--max-len-b", "max_len_b", int)):
+        if flag in gen:
+            args[key] = kind(gen[flag])
+    flags = ["--eval-bleu", "--eval-bleu-args", json.dumps(args, sort_keys=True),
+             "--eval-bleu-detok", "moses",
+             "--eval-bleu-detok-args", json.dumps({"target_lang": tgt}),
+             "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
+    if bpe:
+        flags += ["--eval-bleu-remove-bpe", "@@ "]
+    return flags
+
+
+def flag_pairs(flags):
+    """``{flag: value}`` of a flat flag list (a flag without a value maps to None)."""
+    out, i = {}, 0
+    while i < len(flags):
+        if flags[i].startswith("--") and i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+            out[flags[i]] = flags[i + 1]
+            i += 2
+        else:
+            out[flags[i]] = None
+            i += 1
+    return out
+
+
+def run_logged(argv, log_path, env, what, append=False):
+    """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
+    separator); return the text this run wrote."""
     cmd = [sys.executable, *argv]
-    with open(log_path, "w") as log:
+    log_path = Path(log_path)
+    offset = log_path.stat().st_size if append and log_path.is_file() else 0
+    with open(log_path, "a" if append else "w") as log:
+        if offset:
+            log.write(f"\n===== {what}: continued (--resume) =====\n")
+            log.flush()
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    text = Path(log_path).read_text()
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(offset)
+        text = log.read()
     if proc.returncode != 0:
         raise ReproError(f"{what} failed with exit code {proc.returncode}: {shlex.join(cmd)}\n"
                          f"--- {log_path} (tail) ---\n{text[-4000:]}")
@@ -402,12 +540,27 @@ def detokenize(hyps, src, tgt):
 
 
 def tokenized_bleu(hyps, refs):
-    """BLEU of tokenized hypotheses against tokenized references split on spaces, as fairseq's
-    ``--scoring bleu`` computes it from the H- and T- lines (a reference's ``<<unk>>`` matches
-    nothing)."""
+    """BLEU of tokenized hypotheses against tokenized references, both split on spaces: the
+    statistics of fairseq's ``--scoring bleu``, but against the reference text itself, so that a
+    word the model could not produce (``<unk>`` in fairseq's T- lines) counts when a postprocess
+    restores it."""
     from sacrebleu.metrics import BLEU
 
     return BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(hyps, [refs]).score
+
+
+def paired_bootstrap(baseline_hyps, system_hyps, refs, samples):
+    """sacreBLEU's paired bootstrap resampling of ``system_hyps`` against ``baseline_hyps``:
+    ``(p_value, (mean, 95% half-width) of the system, of the baseline)``."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest([("baseline", baseline_hyps), ("system", system_hyps)],
+                      {"BLEU": BLEU(references=[refs])}, references=None, test_type="bs",
+                      n_samples=samples)
+    _, scores = test()
+    base, system = scores["BLEU"]
+    return system.p_value, (system.mean, system.ci), (base.mean, base.ci)
 
 
 def training_speed(log):
@@ -416,17 +569,108 @@ def training_speed(log):
     return sum(rates) / len(rates) if rates else None
 
 
-def execute(run, env, trained):
-    """Train (unless ``trained`` holds the result of the system whose checkpoint it decodes),
-    decode and score one (pair, system); return its result dict."""
+# fairseq-train's end-of-epoch line: time in training steps, and wall time since the start
+WALL_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| train_wall ([\d.]+) \|.*?\| wall ([\d.]+)")
+VALID_RE = re.compile(r"\| valid on '\w+' subset \| (.*)$", re.M)
+
+
+def validation_curve(log):
+    """fairseq-train's end-of-validation lines as dicts (epoch, num_updates, loss, and bleu where
+    it computed it), in log order."""
+    curve = []
+    for fields in VALID_RE.findall(log):
+        entry = {}
+        for part in fields.split(" | "):
+            key, _, value = part.strip().partition(" ")
+            if key in ("epoch", "num_updates"):
+                entry[key] = int(value)
+            elif key in ("loss", "nll_loss", "ppl", "bleu", "best_loss", "best_bleu"):
+                entry[key] = float(value)
+        curve.append(entry)
+    return curve
+
+
+def selected_checkpoint(path):
+    """Epoch, update and validation score stored in a fairseq checkpoint (what ``select`` chose)."""
+    import torch
+
+    state = torch.load(path, map_location="cpu")  # safe loading: ran_fairseq.compat allow-lists
+    extra = state.get("extra_state") or {}
+    history = state.get("optimizer_history") or [{}]
+    return {"file": Path(path).name, "epoch": (extra.get("train_iterator") or {}).get("epoch"),
+            "num_updates": history[-1].get("num_updates"), "val_score": extra.get("val_loss")}
+
+
+def score_subset(run, subset, env, label):
+    """Decode ``subset`` with the selected checkpoint, postprocess, and score it."""
     from .scoring.evaluate import read_generate_output, score
 
-    for path in (run.raw_src, run.raw_ref):
+    for path in (run.raw_src[subset], run.raw_ref[subset], run.tok_ref[subset]):
         if not path.is_file():
-            raise ReproError(f"{path} is missing: the data-bin needs the raw test text that "
-                             f"scripts/prepare-*.sh write (--data)")
+            raise ReproError(f"{path} is missing: the data-bin needs the raw and tokenized text "
+                             f"that scripts/prepare-*.sh write (data-bins made before tokenized "
+                             f"references were kept need a rebuild: add --force)")
+    refs = run.raw_ref[subset].read_text(encoding="utf-8").splitlines()
+    start = time.perf_counter()
+    gen = run_logged(["-m", "fairseq_cli.generate", *run.generate_argv[subset]],
+                     run.output[subset], env, f"fairseq-generate {label} on {subset}")
+    seconds = time.perf_counter() - start
+    speed = SPEED_RE.search(gen)
+    if not speed:
+        raise ReproError(f"no timing line in {run.output[subset]}")
+
+    def number(text):
+        return float(text.replace(",", ""))
+
+    translated = int(number(speed.group(1)))
+    if translated != len(refs):
+        raise ReproError(f"{label}: fairseq-generate translated {translated} of the {len(refs)} "
+                         f"sentences of {subset} ({run.output[subset]}); a sentence longer than "
+                         f"the model's max positions is skipped or refused: see its log")
+    output = run.output[subset]
+    if run.postprocess[subset]:
+        run_logged(["-m", *run.postprocess[subset]], run.dir / f"postprocess.{subset}.log", env,
+                   f"postprocessing {label} on {subset}")
+        output = run.post_output[subset]
+        if not output.is_file():
+            raise ReproError(f"the postprocess command of {label} wrote no {output}")
+    try:
+        hyps_tok = read_generate_output(output, prefix="H")
+    except ValueError as e:
+        raise ReproError(f"{label}: {e}") from e
+    hyps = detokenize(hyps_tok, run.src, run.tgt)
+    run.hyp_file[subset].write_text("".join(h + "\n" for h in hyps))
+    # fairseq writes a reference word outside the vocabulary as <<unk>> in its T- lines
+    ref_unks = sum(line.split().count("<<unk>>")
+                   for line in read_generate_output(run.output[subset], prefix="T"))
+    tok_refs = run.tok_ref[subset].read_text(encoding="utf-8").splitlines()
+    try:
+        sacre = score(hyps, refs)
+        tok = tokenized_bleu(hyps_tok, tok_refs) if len(tok_refs) == len(hyps_tok) else None
+    except ValueError as e:
+        raise ReproError(f"{label}: {e} ({run.raw_ref[subset]})") from e
+    if tok is None:
+        raise ReproError(f"{label}: {run.tok_ref[subset]} has {len(tok_refs)} lines for "
+                         f"{len(hyps_tok)} hypotheses")
+    return {
+        "tok_bleu": tok, "sacrebleu": sacre["bleu"][0], "chrf": sacre["chrf"][0],
+        "ter": sacre["ter"][0], "signatures": {k: v[1] for k, v in sacre.items()},
+        "ref_unk_words": ref_unks, "ref_words": sum(len(line.split()) for line in tok_refs),
+        "hyp_unk_words": sum(line.split().count("<unk>") for line in hyps_tok),
+        "hyp_file": run.hyp_file[subset].name, "raw_ref": str(run.raw_ref[subset]),
+        "decode": {"sentences": translated, "tokens": int(number(speed.group(2))),
+                   "seconds": number(speed.group(3)),
+                   "sentences_per_s": number(speed.group(4)),
+                   "tokens_per_s": number(speed.group(5))},
+        "generate_seconds": seconds,
+    }
+
+
+def execute(run, env, trained):
+    """Train (unless ``trained`` holds the result of the system whose checkpoint it decodes),
+    decode and score one (pair, system, seed) on every subset; return its result dict."""
     run.dir.mkdir(parents=True, exist_ok=True)
-    label = f"({run.pair}, {run.system['name']})"
+    label = f"({run.pair}, {run.system['name']}, seed {run.seed})"
     if run.trains:
         run.save_dir.mkdir(parents=True, exist_ok=True)
         argv_file = run.save_dir / "train_argv.json"
@@ -434,63 +678,50 @@ def execute(run, env, trained):
             raise ReproError(f"{run.save_dir} holds checkpoints trained with other flags; delete "
                              f"it or rerun without --resume")
         argv_file.write_text(json.dumps(run.train_argv))
-        start = time.perf_counter()
-        log = run_logged(["-m", "fairseq_cli.train", *run.train_argv], run.dir / "train.log", env,
-                         f"fairseq-train {label}")
+        # A finished training is not restarted: fairseq-train, given a checkpoint at its
+        # --max-update, would still take one more step before it stops.
+        finished = run.save_dir / "train_finished.json"
+        if finished.is_file() and json.loads(finished.read_text()).get("argv") == run.train_argv:
+            seconds = json.loads(finished.read_text())["seconds"]
+        else:
+            start = time.perf_counter()
+            run_logged(["-m", "fairseq_cli.train", *run.train_argv], run.dir / "train.log", env,
+                       f"fairseq-train {label}", append=True)
+            seconds = time.perf_counter() - start
+            finished.write_text(json.dumps({"argv": run.train_argv, "seconds": seconds}))
+        log = (run.dir / "train.log").read_text(encoding="utf-8", errors="replace")
         params = PARAMS_RE.search(log)
         if not params:
             raise ReproError(f"no parameter count in {run.dir / 'train.log'}")
+        walls = WALL_RE.findall(log)
         training = {"params": int(params.group(1).replace(",", "")),
                     "params_trained": int(params.group(2).replace(",", "")),
-                    "train_seconds": time.perf_counter() - start,
-                    "train_words_per_s": training_speed(log)}
+                    # fairseq's own wall clock, kept in its checkpoints: the whole training even
+                    # when it was resumed; the engine's timing of the last fairseq-train otherwise
+                    "train_seconds": float(walls[-1][1]) if walls else seconds,
+                    "train_step_seconds": float(walls[-1][0]) if walls else None,
+                    "train_words_per_s": training_speed(log),
+                    "valid_curve": validation_curve(log)}
     else:
-        training = {k: trained[k] for k in ("params", "params_trained", "train_seconds",
-                                            "train_words_per_s")}
-
-    start = time.perf_counter()
-    gen = run_logged(["-m", "fairseq_cli.generate", *run.generate_argv], run.dir / "generate.txt",
-                     env, f"fairseq-generate {label}")
-    generate_seconds = time.perf_counter() - start
-    speed = SPEED_RE.search(gen)
-    if not speed:
-        raise ReproError(f"no timing line in {run.dir / 'generate.txt'}")
-    output = run.dir / "generate.txt"
-    if run.postprocess:
-        run_logged(["-m", *run.postprocess], run.dir / "postprocess.log", env,
-                   f"postprocessing {label}")
-        output = run.dir / "generate.post.txt"
-        if not output.is_file():
-            raise ReproError(f"the postprocess command of {label} wrote no {output}")
-
-    hyps_tok = read_generate_output(output, prefix="H")
-    refs_tok = read_generate_output(output, prefix="T")
-    hyps = detokenize(hyps_tok, run.src, run.tgt)
-    hyp_path = run.dir / "hyp.detok.txt"
-    hyp_path.write_text("".join(h + "\n" for h in hyps))
-    refs = run.raw_ref.read_text(encoding="utf-8").splitlines()
-    try:
-        sacre = score(hyps, refs)
-    except ValueError as e:
-        raise ReproError(f"{label}: {e} ({run.raw_ref})") from e
-
-    def number(text):
-        return float(text.replace(",", ""))
-
+        training = {k: trained.get(k) for k in ("params", "params_trained", "train_seconds",
+                                                "train_step_seconds", "train_words_per_s",
+                                                "valid_curve")}
+    if not run.checkpoint.is_file():
+        raise ReproError(f"{label}: training left no {run.checkpoint} (select: "
+                         f"{run.checkpoint.name}); see {run.dir / 'train.log'}")
+    selected = selected_checkpoint(run.checkpoint)
+    scores = {subset: score_subset(run, subset, env, label) for subset in run.subsets}
+    main_scores = scores[run.subsets[0]]
     return {
-        "pair": run.pair, "system": run.system["name"], "arch": run.system["arch"],
-        "flags": run.system["flags"], "tables": run.system["tables"],
-        "checkpoint_of": run.system["checkpoint_of"], **training,
-        "tok_bleu": tokenized_bleu(hyps_tok, refs_tok),
-        "sacrebleu": sacre["bleu"][0], "chrf": sacre["chrf"][0], "ter": sacre["ter"][0],
-        "signatures": {k: v[1] for k, v in sacre.items()},
-        "decode": {"sentences": int(number(speed.group(1))),
-                   "tokens": int(number(speed.group(2))), "seconds": number(speed.group(3)),
-                   "sentences_per_s": number(speed.group(4)),
-                   "tokens_per_s": number(speed.group(5))},
-        "generate_seconds": generate_seconds,
-        "train_argv": run.train_argv, "generate_argv": run.generate_argv,
-        "postprocess": run.postprocess,
+        "pair": run.pair, "system": run.system["name"], "seed": run.seed,
+        "arch": run.system["arch"], "flags": run.system["flags"],
+        "tables": run.system["tables"], "checkpoint_of": run.system["checkpoint_of"],
+        **training, "selected": selected,
+        **{k: main_scores[k] for k in ("tok_bleu", "sacrebleu", "chrf", "ter", "signatures",
+                                       "decode", "generate_seconds")},
+        "subsets": scores,
+        "train_argv": run.train_argv, "generate_argv": run.generate_argv[run.subsets[0]],
+        "postprocess": run.postprocess[run.subsets[0]], "commands": run.recorded(),
     }
 
 
@@ -500,11 +731,36 @@ def previous_result(run):
     if not path.is_file():
         return None
     old = json.loads(path.read_text())
-    if (old.get("train_argv"), old.get("generate_argv"), old.get("postprocess")) != \
-            (run.train_argv, run.generate_argv, run.postprocess):
+    if old.get("commands") != run.recorded():
         raise ReproError(f"{path} was made with other settings; rerun without --resume to "
                          f"redo it, or pick another --out")
     return old
+
+
+def add_significance(results, baseline, significance, out):
+    """Paired bootstrap of every result against the baseline's on the same pair, subset and seed:
+    ``p_value`` and ``better`` (sacreBLEU above the baseline's) per subset, in place."""
+    by_key = {(r["pair"], r["system"], r["seed"]): r for r in results}
+    for r in results:
+        base = by_key.get((r["pair"], baseline, r["seed"]))
+        for subset, scores in r["subsets"].items():
+            scores["p_value"] = scores["better"] = None
+            if base is None or r is base:
+                continue
+            run_dir = Path(out) / r["pair"]
+            hyps = run_dir / slug(r["system"]) / f"seed{r['seed']}" / scores["hyp_file"]
+            base_hyps = (run_dir / slug(baseline) / f"seed{r['seed']}" /
+                         base["subsets"][subset]["hyp_file"])
+            refs = Path(scores["raw_ref"])
+            if not (hyps.is_file() and base_hyps.is_file() and refs.is_file()):
+                continue
+            p, _, _ = paired_bootstrap(base_hyps.read_text(encoding="utf-8").splitlines(),
+                                       hyps.read_text(encoding="utf-8").splitlines(),
+                                       refs.read_text(encoding="utf-8").splitlines(),
+                                       significance["samples"])
+            scores["p_value"] = p
+            delta = scores["sacrebleu"] - base["subsets"][subset]["sacrebleu"]
+            scores["better"] = None if delta == 0 else delta > 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -519,60 +775,147 @@ def ratio(value, base):
     return None if value is None or not base else value / base
 
 
+def mean_std(values, spec):
+    """``mean`` or ``mean ± std`` (sample std) of the non-None values, formatted."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return ""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return format(mean, spec)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{format(mean, spec)} ± {format(std, spec)}"
+
+
+def significance_mark(scores_per_seed, level):
+    """'†' when every seed's system is significantly better than the baseline's (p < level),
+    '↓' when every seed's is significantly worse, else ''. (sacrebleu gives a system equal to the
+    baseline a small p-value, so a system with the baseline's score gets no mark.)"""
+    marks = set()
+    for scores in scores_per_seed:
+        p = scores.get("p_value")
+        if p is None or p >= level or scores.get("better") is None:
+            return ""
+        marks.add("†" if scores["better"] else "↓")
+    return marks.pop() if len(marks) == 1 else ""
+
+
 def markdown(paper, report):
     numbers, settings = report["paper"], report["settings"]
     baseline = settings["baseline"]
+    level = settings["significance"]["level"]
     columns = numbers.get("columns", [])
+    seeds = settings["seeds"]
     heads = (["paper table", "system", "params", "tok BLEU", "sacreBLEU", "chrF", "TER",
-              "decode sent/s", "decode tok/s", f"sent/s ×{baseline}", "train words/s",
-              "train min", f"train time ×{baseline}"]
+              "decode sent/s", f"sent/s ×{baseline}", "train words/s", "train min",
+              f"train time ×{baseline}", "selected (epoch/update)"]
              + [c.title for c in paper.columns] + [c["title"] for c in columns])
     m = report["machine"]
+    spread = (f"mean ± standard deviation over seeds {', '.join(map(str, seeds))}"
+              if len(seeds) > 1 else f"seed {seeds[0]}")
     lines = [
         f"# {paper.title}: measured beside the paper",
         "",
         f"Scale config `{settings['config']}`; test set: {settings['test_set']}; "
-        f"{settings['max_update']} training updates; {m['device']} ({m['device_name']}), "
-        f"{settings['threads']} thread(s) per fairseq process; {m['date']}.",
+        f"{settings['max_update']} training updates; checkpoint: {settings['select_text']}; "
+        f"{spread}; {m['device']} ({m['device_name']}), {settings['threads']} thread(s) per "
+        f"fairseq process; {m['date']}.",
         "",
-        "- **tok BLEU**: BLEU of the tokenized hypotheses against the tokenized references "
-        "(fairseq-generate's H- and T- lines, BPE removed; an unknown reference word matches "
-        "nothing), as `fairseq-generate --scoring bleu` computes it.",
+        "- **tok BLEU**: BLEU of the tokenized hypotheses (BPE removed) against the tokenized "
+        "reference text (the data-bin's `SUBSET.tok.TGT`), with fairseq's `--scoring bleu` "
+        "statistics.",
         f"- **sacreBLEU, chrF, TER**: the hypotheses detokenized by fairseq's Moses tokenizer "
         f"against the raw references (`ran_fairseq.scoring.evaluate`), "
-        f"`{settings['signatures'].get('bleu', '')}`, `{settings['signatures'].get('ter', '')}`.",
+        f"`{settings['signatures'].get('bleu', '')}`, `{settings['signatures'].get('ter', '')}`. "
+        f"**†** / **↓**: sacreBLEU significantly above / below {baseline}'s (paired bootstrap "
+        f"resampling, sacrebleu's, {settings['significance']['samples']} samples, p < {level}"
+        f"{', in every seed' if len(seeds) > 1 else ''}).",
         f"- **decode**: fairseq-generate's own timing line (`{shlex.join(settings['generate_flags'])}`"
         f"); ×{baseline}: sentences/s over {baseline}'s on the same pair. **params**: "
         f"fairseq-train's count, and how many are trained where fewer are.",
         f"- **train words/s**: the mean of fairseq-train's end-of-epoch `wps`; **train min**: "
         f"wall-clock minutes of fairseq-train; **train time ×{baseline}**: that time over "
-        f"{baseline}'s (the paper's 'relative training time').",
+        f"{baseline}'s (the paper's 'relative training time'); **selected**: the epoch and update "
+        f"of the decoded checkpoint.",
         *(f"- {note}" for note in paper.notes),
         f"- **paper**: `{settings['paper_file']}`; {numbers.get('source', '')}. A blank cell is "
         f"a number that file does not have. {numbers.get('status', '')}",
     ]
     for pair in settings["pairs"]:
-        rows = [r for r in report["results"] if r["pair"] == pair]
-        base = next((r for r in rows if r["system"] == baseline), None)
-        lines += ["", f"## {pair}", "", "| " + " | ".join(heads) + " |",
-                  "|---|---|" + "---:|" * (len(heads) - 2)]
-        for r in rows:
-            params = fmt(r["params"], ",d")
-            if r["params_trained"] != r["params"]:
-                params += f" ({r['params_trained']:,d} trained)"
-            decode = r["decode"]
-            cells = [", ".join(r["tables"]), r["system"], params,
-                     fmt(r["tok_bleu"], ".2f"), fmt(r["sacrebleu"], ".2f"), fmt(r["chrf"], ".2f"),
-                     fmt(r["ter"], ".2f"), fmt(decode["sentences_per_s"], ".2f"),
-                     fmt(decode["tokens_per_s"], ",.1f"),
-                     fmt(ratio(decode["sentences_per_s"],
-                               base and base["decode"]["sentences_per_s"]), ".2f"),
-                     fmt(r["train_words_per_s"], ",.0f"), fmt(r["train_seconds"] / 60, ".1f"),
-                     fmt(ratio(r["train_seconds"], base and base["train_seconds"]), ".2f")]
-            cells += [c.cell(r) for c in paper.columns]
-            cells += [fmt(c["values"].get(r["system"]), "") for c in columns]
-            lines.append("| " + " | ".join(cells) + " |")
+        for subset in settings["subsets"]:
+            lines += ["", f"## {pair}" + (f" ({subset})" if len(settings["subsets"]) > 1 else ""),
+                      "", "| " + " | ".join(heads) + " |",
+                      "|---|---|" + "---:|" * (len(heads) - 2)]
+            groups = {}
+            for r in report["results"]:
+                if r["pair"] == pair:
+                    groups.setdefault(r["system"], []).append(r)
+            base = groups.get(baseline, [])
+            base_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in base]
+            base_sps = sum(base_sps) / len(base_sps) if base_sps else None
+            base_time = [r["train_seconds"] for r in base if r["train_seconds"] is not None]
+            base_time = sum(base_time) / len(base_time) if base_time else None
+            for name, runs in groups.items():
+                sub = [r["subsets"][subset] for r in runs]
+                first = runs[0]
+                params = fmt(first["params"], ",d")
+                if first["params_trained"] != first["params"]:
+                    params += f" ({first['params_trained']:,d} trained)"
+                sps = [s["decode"]["sentences_per_s"] for s in sub]
+                times = [r["train_seconds"] for r in runs]
+                selected = "; ".join(f"{r['selected']['epoch']}/{r['selected']['num_updates']}"
+                                     for r in runs)
+                cells = [", ".join(first["tables"]), name, params,
+                         mean_std([s["tok_bleu"] for s in sub], ".2f"),
+                         mean_std([s["sacrebleu"] for s in sub], ".2f")
+                         + significance_mark(sub, level),
+                         mean_std([s["chrf"] for s in sub], ".2f"),
+                         mean_std([s["ter"] for s in sub], ".2f"),
+                         mean_std(sps, ".2f"),
+                         fmt(ratio(sum(sps) / len(sps), base_sps), ".2f"),
+                         mean_std([r["train_words_per_s"] for r in runs], ",.0f"),
+                         mean_std([t / 60 if t is not None else None for t in times], ".1f"),
+                         fmt(ratio(sum(times) / len(times) if None not in times else None,
+                                   base_time), ".2f"),
+                         selected]
+                cells += [c.cell(first) for c in paper.columns]
+                cells += [paper_cell(c, name) for c in columns]
+                lines.append("| " + " | ".join(cells) + " |")
+    lines += reference_rows(numbers)
     return "\n".join(lines) + "\n"
+
+
+def paper_cell(column, system):
+    """A paper number as printed, with the paper's own significance mark (its ``significant``)."""
+    value = column["values"].get(system)
+    if value is None:
+        return ""
+    return f"{value}{'†' if system in column.get('significant', []) else ''}"
+
+
+def reference_rows(numbers):
+    """The paper's literature rows (``reference_rows``: reference values no system of ours
+    reproduces) as a small table after the measured ones."""
+    ref = numbers.get("reference_rows")
+    if not ref:
+        return []
+    titles = {c["key"]: c["title"] for c in numbers.get("columns", [])}
+    if isinstance(ref, dict):  # {"note", "columns": [keys], "rows": [{"source", "system", "values"}]}
+        keys = ref.get("columns", [])
+        rows = [[f"{r.get('system', '')} ({r.get('source', '')})"] +
+                [fmt(v, "") for v in r.get("values", [])] for r in ref.get("rows", [])]
+        note = ref.get("note", "")
+    else:  # [{"name": ..., field: value, ...}]
+        keys = list(dict.fromkeys(k for r in ref for k in r if k != "name"))
+        rows = [[r.get("name", "")] + [fmt(r.get(k), "") for k in keys] for r in ref]
+        note = ""
+    lines = ["", "## Reference rows of the paper (other papers' systems)", ""]
+    if note:
+        lines += [note, ""]
+    lines += ["| system | " + " | ".join(titles.get(k, k) for k in keys) + " |",
+              "|---|" + "---:|" * len(keys)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
 
 
 def machine_info(device, threads):
@@ -588,6 +931,11 @@ def machine_info(device, threads):
             "cores": available_cores(), "threads": threads, "torch": torch.__version__,
             "python": platform.python_version(), "load_average": os.getloadavg()[0],
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+SELECT_TEXT = {"last": "the last (checkpoint_last.pt)",
+               "loss": "the best on validation loss (checkpoint_best.pt)",
+               "bleu": "the best on validation BLEU (checkpoint_best.pt, fairseq's --eval-bleu)"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -610,16 +958,17 @@ def run_all(paper, args):
     config = load_config(args.config)
     pairs = parse_pairs(args.pairs or ",".join(config["pairs"]))
     systems = select_systems(config["systems"], args.systems, config["systems_file"])
+    seeds = args.seeds or config["seeds"]
     args.out = Path(args.out or repo_path(config["out"])).resolve()
     args.checkpoints = Path(args.checkpoints or repo_path(config["checkpoints"])).resolve()
     data_template = args.data or str(repo_path(config["data"]))
     runs = [Run(args, config, pair, system,
-                Path(data_template.format(src=pair[0], tgt=pair[1])).resolve())
-            for pair in pairs for system in systems]
+                Path(data_template.format(src=pair[0], tgt=pair[1])).resolve(), seed)
+            for pair in pairs for seed in seeds for system in systems]
     name = f"reproduce-{paper.key}"
     if args.dry_run:
         for run in runs:
-            print(f"# {run.pair} {run.system['name']}")
+            print(f"# {run.pair} {run.system['name']} seed {run.seed}")
             for cmd in run.commands():
                 print(shlex.join(cmd))
         return
@@ -637,7 +986,7 @@ def run_all(paper, args):
             prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
     results, done = [], {}
     for run in runs:
-        label = f"{run.pair} {run.system['name']}"
+        label = f"{run.pair} {run.system['name']} seed {run.seed}"
         old = previous_result(run) if args.resume else None
         if old is not None:
             print(f"{name}: {label}: done before, skipped (--resume)", file=sys.stderr)
@@ -647,7 +996,7 @@ def run_all(paper, args):
                     shutil.rmtree(run.save_dir, ignore_errors=True)
                 shutil.rmtree(run.dir, ignore_errors=True)
             print(f"{name}: {label} ...", file=sys.stderr, flush=True)
-            trained = done.get((run.pair, run.system["checkpoint_of"]))
+            trained = done.get((run.pair, run.system["checkpoint_of"], run.seed))
             old = execute(run, env, trained)
             if paper.measure is not None:
                 old.update(paper.measure(run, old))
@@ -656,8 +1005,9 @@ def run_all(paper, args):
                   f"{old['sacrebleu']:.2f}, TER {old['ter']:.2f}, "
                   f"{old['decode']['sentences_per_s']:.2f} sent/s, "
                   f"{old['train_seconds'] / 60:.1f} min training", file=sys.stderr, flush=True)
-        done[(run.pair, run.system["name"])] = old
+        done[(run.pair, run.system["name"], run.seed)] = old
         results.append(old)
+    add_significance(results, config["baseline"], config["significance"], args.out)
 
     train_argv = runs[0].train_argv
     max_update = (train_argv[train_argv.index("--max-update") + 1]
@@ -667,7 +1017,10 @@ def run_all(paper, args):
             "config": shown(config["path"]), "test_set": config["test_set"],
             "paper_file": shown(repo_path(config["paper"])), "baseline": config["baseline"],
             "data": data_template, "pairs": [f"{s}-{t}" for s, t in pairs],
-            "systems": [s["name"] for s in systems],
+            "systems": [s["name"] for s in systems], "seeds": seeds,
+            "subsets": config["subsets"], "select": config["select"],
+            "select_text": SELECT_TEXT[config["select"]],
+            "significance": config["significance"],
             "max_update": max_update, "threads": args.threads,
             "generate_flags": config["generate_flags"],
             "signatures": results[0]["signatures"]},

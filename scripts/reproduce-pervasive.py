@@ -35,7 +35,7 @@ def measure(run, result):
     from ran_fairseq.analysis.alignments import decoded_alignments
     from ran_fairseq.analysis.plots import plot_alignments
 
-    argv = run.generate_argv
+    argv = run.generate_argv[run.subsets[0]]
     task, model = checkpoints.load_checkpoint(flag_value(argv, "--path"), str(run.data))
     subset = flag_value(argv, "--gen-subset")
     task.load_dataset(subset)
@@ -49,7 +49,7 @@ def measure(run, result):
         beam = int(flag_value(argv, "--beam") or 5)
         plot_alignments(decoded_alignments(task, model, subset, FIGURE_SENTENCES, beam), png,
                         f"{run.pair} {run.system['name']}: implicit alignments (Fig. 6)")
-        measured["alignment_png"] = str(png.relative_to(run.dir.parent.parent))
+        measured["alignment_png"] = str(png.relative_to(run.dir.parents[2]))
     return measured
 
 

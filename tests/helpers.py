@@ -192,11 +192,13 @@ def table_rows(table):
 
 def scored_corpus(root):
     """A synthetic de-en corpus binarized into ``root/bin.de-en`` (joined dictionary, no BPE) with
-    the raw test references beside it, as the reproduction engine scores against them."""
+    the raw and tokenized test text beside it (the same: the corpus is space-separated words), as
+    the reproduction engine scores against them."""
     raw = make_synthetic_corpus(root / "raw")
     data = binarize(raw, root / "bin.de-en", joined=True)
     for lang in (SRC, TGT):
-        shutil.copy(raw / f"test.{lang}", data / f"test.raw.{lang}")
+        for kind in ("raw", "tok"):
+            shutil.copy(raw / f"test.{lang}", data / f"test.{kind}.{lang}")
     return data
 
 

@@ -81,6 +81,10 @@ def test_multi30k_data_bin_contents(de_en_bin, raw_slice):
     assert any("@@ " in line for line in bpe)
     assert [(line + " ").replace("@@ ", "").strip() for line in bpe] == tok
     assert tok[0].endswith(" .") and not read(out / "test.raw.en")[0].endswith(" .")
+    # The tokenized references of tokenized BLEU lie in the data-bin itself.
+    for split in ("valid", "test"):
+        for lang in ("de", "en"):
+            assert read(out / f"{split}.tok.{lang}") == read(out / "prep" / f"{split}.tok.{lang}")
     dictionary = Dictionary.load(str(out / "dict.en.txt"))
     test = data_utils.load_indexed_dataset(str(out / "test.de-en.en"), dictionary)
     assert len(test) == SLICE["test_2016_flickr"]
@@ -727,3 +731,20 @@ def test_scripts_parse():
     for script in sorted((REPO / "scripts").glob("prepare-*.sh")):
         proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
+
+
+def test_two_processes_preparing_one_data_bin_take_turns(raw_slice, tmp_path):
+    """Two reproductions that prepare the same data-bin at once must not write its files together
+    (that once left a BPE codes file with two writers' lines mixed): the second waits, then finds
+    the data-bin up to date."""
+    out = tmp_path / "bin"
+    cmd = [sys.executable, "-m", "ran_fairseq.data.prepare", "multi30k", "--src", "de", "--tgt",
+           "en", "--raw-dir", str(raw_slice), "--out", str(out), "--bpe-merges", "300",
+           "--workers", "1"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert sum("is up to date" in o for o in outputs) == 1, outputs
+    assert len(read(out / "code")) == 1 + 300
+    assert all(len(line.split()) == 2 for line in read(out / "code")[1:])

@@ -27,7 +27,8 @@ reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
 def corpus(tmp_path_factory):
     """A de-en data-bin with BPE codes and raw references, as scripts/prepare-*.sh make them."""
     root = tmp_path_factory.mktemp("reproduce-data")
-    raw = helpers.make_synthetic_corpus(root / "raw")
+    # 21 test sentences: not a multiple of fairseq's --required-batch-size-multiple (8)
+    raw = helpers.make_synthetic_corpus(root / "raw", n_test=21)
     out = root / "bin.de-en"
     proc = subprocess.run(
         [sys.executable, "-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
@@ -76,9 +77,9 @@ def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
     rows = helpers.table_rows((first_run / "TABLE.md").read_text())
     assert list(rows) == SYSTEMS
     for name, row in rows.items():
-        for heading in ("tok BLEU", "sacreBLEU", "chrF", "TER", "decode sent/s", "decode tok/s",
+        for heading in ("tok BLEU", "sacreBLEU", "chrF", "TER", "decode sent/s",
                         "train words/s", "train time ×TransF"):
-            value = float(row[heading].replace(",", ""))
+            value = float(row[heading].replace(",", "").rstrip("†↓"))
             assert math.isfinite(value) and value >= 0, (name, heading, row[heading])
         assert float(row["decode sent/s"]) > 0
         assert int(row["params"].replace(",", "")) > 0
@@ -93,17 +94,25 @@ def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
 def test_results_match_fairseq_and_sacrebleu(first_run, corpus):
     from sacrebleu.metrics import BLEU, TER
 
+    from ran_fairseq.scoring.evaluate import read_generate_output
+
     root, _ = corpus
     report = json.loads((first_run / "results.json").read_text())
     refs = (root / "bin.de-en" / "test.raw.en").read_text().splitlines()
     for result in report["results"]:
-        run_dir = first_run / "de-en" / result["system"].replace(" ", "_")
+        run_dir = first_run / "de-en" / result["system"].replace(" ", "_") / "seed1"
         hyps = (run_dir / "hyp.detok.txt").read_text().splitlines()
-        assert len(hyps) == len(refs) == result["decode"]["sentences"]
+        # every sentence translated, though 21 is not a multiple of 8
+        assert len(hyps) == len(refs) == result["decode"]["sentences"] == 21
         assert result["sacrebleu"] == pytest.approx(BLEU().corpus_score(hyps, [refs]).score)
         assert result["ter"] == pytest.approx(TER().corpus_score(hyps, [refs]).score)
-        # the engine's tokenized BLEU is fairseq-generate's own (its default --scoring bleu)
+        # the engine's tokenized BLEU is fairseq-generate's own (its default --scoring bleu) when
+        # no reference word is unknown, as here: the data-bin's tokenized text equals its T- lines
+        assert result["subsets"]["test"]["ref_unk_words"] == 0
         assert f"BLEU4 = {result['tok_bleu']:.2f}" in (run_dir / "generate.txt").read_text()
+        # and the references the engine reads from fairseq's T- lines are the tokenized text
+        tok_refs = (root / "bin.de-en" / "test.tok.en").read_text().splitlines()
+        assert read_generate_output(run_dir / "generate.txt", prefix="T") == tok_refs
         assert "--max-update" in result["train_argv"]
         assert result["train_argv"][result["train_argv"].index("--max-update") + 1] == "3"
 
@@ -118,12 +127,12 @@ def test_a_system_can_decode_another_systems_checkpoint(first_run):
     assert "--beam 1" not in " ".join(ran_all["generate_argv"])
     # trained once: the training figures are RAN-ALL's, and no training log was written
     assert greedy["train_seconds"] == ran_all["train_seconds"]
-    assert not (first_run / "de-en" / "RAN-ALL_greedy" / "train.log").exists()
+    assert not (first_run / "de-en" / "RAN-ALL_greedy" / "seed1" / "train.log").exists()
 
 
 def test_resume_skips_finished_systems_and_refuses_other_settings(first_run, corpus, config):
     _, data = corpus
-    stamps = {p: p.stat().st_mtime_ns for p in first_run.glob("de-en/*/result.json")}
+    stamps = {p: p.stat().st_mtime_ns for p in first_run.glob("de-en/*/seed1/result.json")}
     assert len(stamps) == len(SYSTEMS)
     args = ["--config", config, "--data", data, "--pairs", "de-en", "--systems",
             ",".join(SYSTEMS), "--out", first_run, "--resume"]
@@ -300,3 +309,140 @@ def test_full_configs_carry_the_papers_settings(name, steps, update_freq):
     assert prepare["--clean-max-len"] == "256" and prepare["--clean-on"] == "tok"
     assert prepare["--bpe-merges"] == {"wmt14-base.json": "40000",
                                        "wmt17-en-tr-base.json": "32000"}[name]
+
+
+# --- engine: significance, selection, seeds, subsets, resume of a finished training ------------
+def test_significance_against_the_baseline_is_sacrebleus_paired_bootstrap(first_run, corpus):
+    from ran_fairseq.reproduce import paired_bootstrap
+
+    root, _ = corpus
+    report = json.loads((first_run / "results.json").read_text())
+    refs = (root / "bin.de-en" / "test.raw.en").read_text().splitlines()
+    by_name = {r["system"]: r for r in report["results"]}
+    assert by_name["TransF"]["subsets"]["test"]["p_value"] is None  # the baseline itself
+    base = (first_run / "de-en" / "TransF" / "seed1" / "hyp.detok.txt").read_text().splitlines()
+    for name in ("RAN-ALL", "RAN-ALL greedy"):
+        scores = by_name[name]["subsets"]["test"]
+        hyps = (first_run / "de-en" / name.replace(" ", "_") / "seed1" /
+                "hyp.detok.txt").read_text().splitlines()
+        p, _, _ = paired_bootstrap(base, hyps, refs, 1000)
+        assert scores["p_value"] == pytest.approx(p) and 0 < p <= 1
+        base_bleu = by_name["TransF"]["sacrebleu"]
+        assert scores["better"] == (None if scores["sacrebleu"] == base_bleu
+                                    else scores["sacrebleu"] > base_bleu)
+
+
+def test_paired_bootstrap_separates_a_better_system_from_a_copy():
+    from ran_fairseq.reproduce import paired_bootstrap
+
+    refs = [f"the {w} sat on the mat near {v}" for w in "abcdefghij" for v in "klmnop"]
+    worse = [" ".join(r.split()[:4]) for r in refs]
+    nearly = [refs[0]] + worse[1:]  # one sentence of 60 better
+    p_better, _, _ = paired_bootstrap(worse, refs, refs, 1000)
+    p_nearly, _, _ = paired_bootstrap(worse, nearly, refs, 1000)
+    assert p_better < 0.01 and p_nearly > 0.05
+
+
+def test_significance_mark_needs_every_seed():
+    from ran_fairseq.reproduce import significance_mark
+
+    better = {"p_value": 0.001, "better": True}
+    worse = {"p_value": 0.001, "better": False}
+    assert significance_mark([better, better], 0.01) == "†"
+    assert significance_mark([worse], 0.01) == "↓"
+    assert significance_mark([better, {"p_value": 0.2, "better": True}], 0.01) == ""
+    assert significance_mark([{"p_value": None, "better": None}], 0.01) == ""
+    # sacrebleu gives a system identical to the baseline a small p-value: no mark without a gain
+    assert significance_mark([{"p_value": 0.001, "better": None}], 0.01) == ""
+
+
+def test_tokenized_bleu_rewards_a_restored_unknown_word():
+    """Scored against the reference text, a hypothesis whose <unk> a postprocess replaced by the
+    right word gains; against fairseq's T- lines (<<unk>> for the unknown word) it could not."""
+    from ran_fairseq.reproduce import tokenized_bleu
+
+    refs = ["a man in a Zwergensee hat is standing on the street ."] * 4
+    with_unk = ["a man in a <unk> hat is standing on the street ."] * 4
+    replaced = ["a man in a Zwergensee hat is standing on the street ."] * 4
+    t_lines = ["a man in a <<unk>> hat is standing on the street ."] * 4
+    assert tokenized_bleu(replaced, refs) == pytest.approx(100)
+    assert tokenized_bleu(with_unk, refs) < tokenized_bleu(replaced, refs)
+    assert tokenized_bleu(replaced, t_lines) == tokenized_bleu(with_unk, t_lines)
+
+
+def test_result_records_the_selected_checkpoint_and_the_validation_curve(first_run):
+    report = json.loads((first_run / "results.json").read_text())
+    assert report["settings"]["select"] == "loss"
+    for result in report["results"]:
+        selected = result["selected"]
+        assert selected["file"] == "checkpoint_best.pt"
+        assert 1 <= selected["num_updates"] <= 3 and selected["epoch"] >= 1
+        curve = result["valid_curve"]
+        assert curve and all("loss" in point for point in curve)
+        # fairseq's best checkpoint is the one with the lowest validation loss of the curve
+        assert selected["val_score"] == pytest.approx(min(p["loss"] for p in curve), abs=5e-3)
+        assert "--path" in result["generate_argv"]
+        assert result["generate_argv"][result["generate_argv"].index("--path") + 1].endswith(
+            "seed1/checkpoint_best.pt")
+        assert "--required-batch-size-multiple" in result["generate_argv"]
+
+
+def test_resume_decodes_again_without_training_again(first_run, corpus, config):
+    _, data = corpus
+    ran_dir = first_run / "de-en" / "RAN-ALL" / "seed1"
+    log_before = (ran_dir / "train.log").read_text()
+    (ran_dir / "result.json").unlink()
+    proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
+                     ",".join(SYSTEMS), "--max-update", "3", "--out", first_run, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("skipped (--resume)") == len(SYSTEMS) - 1
+    assert (ran_dir / "result.json").is_file()
+    assert (ran_dir / "train.log").read_text() == log_before  # fairseq-train did not run
+
+
+def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
+    """Two seeds, the test and valid subsets, and the best checkpoint by validation BLEU
+    (fairseq's --eval-bleu): one result per seed, mean ± std in the table, a section per subset."""
+    _, data = corpus
+    cfg = json.loads(config.read_text())
+    cfg.update(select="bleu", gen_subset=["test", "valid"], checkpoints=str(tmp_path / "ckpt"))
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems", "TransF",
+                     "--seeds", "3,4", "--max-update", "2", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    report = json.loads((out / "results.json").read_text())
+    assert [(r["system"], r["seed"]) for r in report["results"]] == [("TransF", 3), ("TransF", 4)]
+    for r in report["results"]:
+        assert r["train_argv"][r["train_argv"].index("--seed") + 1] == str(r["seed"])
+        assert "--eval-bleu" in r["train_argv"] and "bleu" in r["valid_curve"][-1]
+        assert set(r["subsets"]) == {"test", "valid"}
+        assert (out / "de-en" / "TransF" / f"seed{r['seed']}" / "hyp.detok.valid.txt").is_file()
+    table = (out / "TABLE.md").read_text()
+    assert "## de-en (test)" in table and "## de-en (valid)" in table
+    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
+    values = [r["subsets"]["test"]["sacrebleu"] for r in report["results"]]
+    mean = sum(values) / 2
+    std = abs(values[0] - values[1]) / math.sqrt(2)
+    assert rows["TransF"]["sacreBLEU"] == f"{mean:.2f} ± {std:.2f}"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"checkpoint": "checkpoint_last.pt"}, "'checkpoint' is replaced by 'select'"),
+    ({"select": "best"}, "select must be one of last, loss, bleu"),
+    ({"seeds": [1, 1]}, "seed 1 appears twice"),
+    ({"gen_subset": []}, "gen_subset must be"),
+    ({"significance": {"samples": 10}}, "significance must be"),
+    ({"checkpionts": "x"}, "unknown key(s) checkpionts"),
+    ({"train_flags": ["--seed", "3"]}, "sets --seed"),
+])
+def test_config_errors_name_the_key(tmp_path, change, message):
+    from ran_fairseq.reproduce import ReproError, load_config
+
+    cfg = json.loads((CONFIGS / "ran" / "cpu.json").read_text())
+    cfg.update(change)
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ReproError, match=re.escape(message)):
+        load_config(path)

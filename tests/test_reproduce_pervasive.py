@@ -50,14 +50,15 @@ def test_table_columns_and_alignment_figure(first_run):
         assert number(rows[name]["GFLOPs/sentence"]) > 0
     assert rows["ConvS2S"]["params with k×k kernels"] == rows["ConvS2S"]["GFLOPs/sentence"] == ""
     # Fig. 6 for the Table 1 model only
-    assert rows["max"]["Fig. 6"] == "de-en/max/alignments.png"
-    assert (out / "de-en" / "max" / "alignments.png").read_bytes()[:8] == PNG_MAGIC
+    assert rows["max"]["Fig. 6"] == "de-en/max/seed1/alignments.png"
+    assert (out / "de-en" / "max" / "seed1" / "alignments.png").read_bytes()[:8] == PNG_MAGIC
     assert rows["max k=5 L=6"]["Fig. 6"] == rows["ConvS2S"]["Fig. 6"] == ""
-    assert not (out / "de-en" / "max_k-5_L-6" / "alignments.png").exists()
+    assert not (out / "de-en" / "max_k-5_L-6" / "seed1" / "alignments.png").exists()
     # GFLOPs: the mean of complexity() over the test pairs' lengths, from the checkpoint
     from ran_fairseq.analysis.checkpoints import load_checkpoint
 
-    task, model = load_checkpoint(str(root / "ckpt" / "de-en" / "max" / "checkpoint_last.pt"),
+    task, model = load_checkpoint(str(root / "ckpt" / "de-en" / "max" / "seed1" /
+                                      "checkpoint_last.pt"),
                                   str(root / "bin.de-en"))
     task.load_dataset("test")
     test = task.dataset("test")
@@ -68,7 +69,7 @@ def test_table_columns_and_alignment_figure(first_run):
 
 def test_decoded_alignments_and_cli(first_run, tmp_path):
     root, _ = first_run
-    checkpoint = root / "ckpt" / "de-en" / "max" / "checkpoint_last.pt"
+    checkpoint = root / "ckpt" / "de-en" / "max" / "seed1" / "checkpoint_last.pt"
     from ran_fairseq.analysis.checkpoints import load_checkpoint
 
     task, model = load_checkpoint(str(checkpoint), str(root / "bin.de-en"))

@@ -82,3 +82,21 @@ def test_evaluate_cli(tmp_path):
     ref.write_text("only one line\n")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode != 0 and "3 hypotheses but 1 references" in proc.stderr
+
+
+def test_source_and_reference_lines_have_no_score_column(tmp_path):
+    """S- and T- lines are <tag>TAB<text>: reading them as if a score came first gave empty
+    references (the engine's tokenized BLEU was 0.00 for every system)."""
+    path = tmp_path / "gen.out"
+    path.write_text(generate_output(HYPS, [1, 2, 0]))
+    assert evaluate.read_generate_output(path, prefix="T") == ["ref 0", "ref 1", "ref 2"]
+    assert evaluate.read_generate_output(path, prefix="S") == ["src 0", "src 1", "src 2"]
+    assert evaluate.read_generate_output(path, prefix="H") == [h + " tok" for h in HYPS]
+
+
+def test_ter_is_tercoms_default_case_insensitive():
+    upper = [h.upper() for h in REFS]
+    result = evaluate.score(upper, REFS)
+    assert result["ter"][0] == pytest.approx(0.0)
+    assert "case:lc" in result["ter"][1]
+    assert result["bleu"][0] < 100  # BLEU stays case-sensitive

@@ -10,9 +10,11 @@ as they are (word-level vocabularies), optionally cut to the most frequent ``nwo
 ``nwords_tgt`` words (the rest become ``<unk>``) and with one dictionary per language.
 
 The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,valid,test}.*``:
-  ``code``                        the BPE merges (fairseq-generate --bpe subword_nmt --bpe-codes)
-                                  (word level: no ``code``, but ``{valid,test}.tok.{src,tgt}``, the
-                                  tokens the model reads, for ``ran_fairseq.scoring.replace_unk``)
+  ``code``                        the BPE merges (fairseq-generate --bpe subword_nmt --bpe-codes;
+                                  none at word level)
+  ``{valid,test}.tok.{src,tgt}``  the Moses-tokenized text before BPE: the references of tokenized
+                                  BLEU (``ran_fairseq.reproduce``) and, at word level, the tokens
+                                  the model reads (``ran_fairseq.scoring.replace_unk``)
   ``{valid,test}.raw.{src,tgt}``  untokenized text (lowercased under --lowercase) for scoring
   ``prepare-stamp.json``          the parameters, inputs and tool versions: rerunning with the same
                                   ones does nothing, with different ones rebuilds
@@ -313,8 +315,7 @@ def _output_names(opts: Options, extra_tests: Sequence[str] = ()) -> List[str]:
     names = [f"dict.{s}.txt", f"dict.{t}.txt", "preprocess.log"]
     if opts.bpe_merges > 0:
         names.append("code")
-    else:
-        names += [f"{split}.tok.{lang}" for split in scored for lang in (s, t)]
+    names += [f"{split}.tok.{lang}" for split in scored for lang in (s, t)]
     names += [f"{split}.{s}-{t}.{lang}.{ext}" for split in (*SPLITS, *extra_tests)
               for lang in (s, t)
               for ext in ("bin", "idx")]
@@ -467,12 +468,38 @@ def _bpe_splits(opts: Options, work: Path, codes: Path, clean: Optional[Cleaning
             f"{c['train']} kept")
 
 
+@contextlib.contextmanager
+def _exclusive(out_dir: Path):
+    """Hold an exclusive lock on ``out_dir`` (a lock file beside it) so that two processes that
+    prepare the same data-bin at once (two reproductions, say) build it one after the other
+    instead of writing the same files together; the second then finds it up to date."""
+    import fcntl
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / f".{out_dir.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process that prepares {out_dir}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def prepare(splits: Dict[str, List[Part]], out_dir, opts: Options, work_dir=None,
             workers: Optional[int] = None, force: bool = False, corpus: str = "custom") -> bool:
     """Build the data-bin ``out_dir`` from ``splits`` ({"train"|"valid"|"test": [Part, ...]},
     parts of a split concatenated in order). Returns False (and does nothing) when ``out_dir``
-    is up to date with the same inputs and options, True after a build."""
+    is up to date with the same inputs and options, True after a build. Concurrent calls for the
+    same ``out_dir`` wait for each other."""
     _check(splits, opts)
+    with _exclusive(Path(out_dir).resolve()):
+        return _prepare(splits, out_dir, opts, work_dir, workers, force, corpus)
+
+
+def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
     start = time.time()
     out_dir = Path(out_dir).resolve()
     work = Path(work_dir).resolve() if work_dir else out_dir / "prep"
@@ -507,8 +534,7 @@ def prepare(splits: Dict[str, List[Part]], out_dir, opts: Options, work_dir=None
     for split in ("valid", "test", *extra):
         for lang in (s, t):
             shutil.copyfile(work / f"{split}.raw.{lang}", out_dir / f"{split}.raw.{lang}")
-            if units == "tok":
-                shutil.copyfile(work / f"{split}.tok.{lang}", out_dir / f"{split}.tok.{lang}")
+            shutil.copyfile(work / f"{split}.tok.{lang}", out_dir / f"{split}.tok.{lang}")
     step = time.time()
     binarize({split: work / f"{split}.{units}" for split in (*SPLITS, *extra)}, s, t, out_dir,
              workers, opts.joined_dictionary, opts.nwords_src, opts.nwords_tgt)

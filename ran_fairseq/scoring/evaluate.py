@@ -15,24 +15,37 @@ import sys
 METRICS = ("bleu", "chrf", "ter")
 
 
+# fairseq-generate's line kinds: S-/T- carry text only; H-/D- a score, then text; P- scores only.
+TEXT_ONLY = ("S", "T")
+
+
 def read_generate_output(path, prefix="D"):
-    """Hypotheses from ``fairseq-generate`` output in corpus order: ``{prefix}-<id>\\t<score>\\t<text>``
-    lines (the best hypothesis is the first line of each id). Raises ValueError if ids are missing."""
-    hyps = {}
+    """Lines of ``fairseq-generate`` output in corpus order: the text of the ``{prefix}-<id>`` lines.
+
+    ``H-``/``D-`` lines are ``<tag>\t<score>\t<text>`` (the best hypothesis comes first for each id);
+    ``S-``/``T-`` lines (source, reference) are ``<tag>\t<text>`` with no score column. Raises
+    ValueError if no such line exists or if ids are missing."""
+    texts = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             tag, sep, rest = line.rstrip("\n").partition("\t")
             if not sep or not tag.startswith(prefix + "-") or not tag[len(prefix) + 1:].isdigit():
                 continue
             idx = int(tag[len(prefix) + 1:])
-            if idx not in hyps:
-                hyps[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
-    if not hyps:
+            if idx in texts:
+                continue
+            if prefix in TEXT_ONLY:
+                texts[idx] = rest
+            else:
+                texts[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
+    if not texts:
         raise ValueError(f"no '{prefix}-<id>' lines in {path}: is it fairseq-generate output?")
-    missing = sorted(set(range(max(hyps) + 1)) - hyps.keys())
+    missing = sorted(set(range(max(texts) + 1)) - texts.keys())
     if missing:
-        raise ValueError(f"{path} lacks hypotheses for {len(missing)} sentence ids, e.g. {missing[:5]}")
-    return [hyps[i] for i in range(len(hyps))]
+        raise ValueError(f"{path} lacks hypotheses for {len(missing)} sentence ids, e.g. "
+                         f"{missing[:5]}: was a batch dropped (fairseq-generate needs "
+                         f"--required-batch-size-multiple 1) or a sentence skipped as too long?")
+    return [texts[i] for i in range(len(texts))]
 
 
 def read_lines(path):
@@ -46,8 +59,10 @@ def score(hyps, refs, metrics=METRICS, lowercase=False):
 
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align line by line")
-    makers = {"bleu": lambda: BLEU(lowercase=lowercase), "chrf": CHRF,
-              "ter": lambda: TER(case_sensitive=not lowercase)}
+    # TER as TERCom computes it by default (sacrebleu's TER defaults: case-insensitive, no
+    # normalization, punctuation kept), the TER of the papers; BLEU is case-sensitive unless
+    # ``lowercase``.
+    makers = {"bleu": lambda: BLEU(lowercase=lowercase), "chrf": CHRF, "ter": TER}
     out = {}
     for name in metrics:
         metric = makers[name]()
@@ -62,7 +77,7 @@ def main(argv=None):
     src.add_argument("--hyp", help="one detokenized hypothesis per line")
     p.add_argument("--ref", required=True, help="one raw (detokenized) reference per line")
     p.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS))
-    p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU and TER")
+    p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU (TER is case-insensitive anyway: TERCom's default)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = p.parse_args(argv)
     try:
