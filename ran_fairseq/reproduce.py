@@ -571,7 +571,7 @@ def training_speed(log):
 
 # fairseq-train's end-of-epoch line: time in training steps, and wall time since the start
 WALL_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| train_wall ([\d.]+) \|.*?\| wall ([\d.]+)")
-VALID_RE = re.compile(r"\| valid on '\w+' subset \| (.*)$", re.M)
+VALID_RE = re.compile(r"\| valid \| (.*)$", re.M)
 
 
 def validation_curve(log):
@@ -580,7 +580,7 @@ def validation_curve(log):
     curve = []
     for fields in VALID_RE.findall(log):
         entry = {}
-        for part in fields.split(" | "):
+        for part in fields.split(" | "):  # "epoch 003 | valid on 'valid' subset | loss 6.05 | ..."
             key, _, value = part.strip().partition(" ")
             if key in ("epoch", "num_updates"):
                 entry[key] = int(value)
@@ -710,6 +710,10 @@ def execute(run, env, trained):
         raise ReproError(f"{label}: training left no {run.checkpoint} (select: "
                          f"{run.checkpoint.name}); see {run.dir / 'train.log'}")
     selected = selected_checkpoint(run.checkpoint)
+    # fairseq stores the epoch its data iterator will start next; name the validation's instead
+    selected["epoch"] = next((p["epoch"] for p in training.get("valid_curve") or []
+                              if p.get("num_updates") == selected["num_updates"]
+                              and "epoch" in p), selected["epoch"])
     scores = {subset: score_subset(run, subset, env, label) for subset in run.subsets}
     main_scores = scores[run.subsets[0]]
     return {

@@ -182,8 +182,14 @@ def flag_pairs(flags):
 
 
 def table_rows(table):
-    """{system: {heading: cell}} of a markdown table's data rows (headings in column order)."""
-    lines = [line for line in table.splitlines() if line.startswith("|")]
+    """{system: {heading: cell}} of the data rows of the first markdown table in ``table``
+    (headings in column order); later tables (e.g. the paper's reference rows) are not read."""
+    lines = []
+    for line in table.splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+        elif lines:
+            break
     heads = [c.strip() for c in lines[0].strip("|").split("|")]
     rows = [dict(zip(heads, (c.strip() for c in line.strip("|").split("|"))))
             for line in lines[2:]]

@@ -378,9 +378,12 @@ def test_result_records_the_selected_checkpoint_and_the_validation_curve(first_r
         assert selected["file"] == "checkpoint_best.pt"
         assert 1 <= selected["num_updates"] <= 3 and selected["epoch"] >= 1
         curve = result["valid_curve"]
-        assert curve and all("loss" in point for point in curve)
+        assert curve and all({"loss", "epoch", "num_updates"} <= set(point) for point in curve)
+        assert [p["num_updates"] for p in curve] == sorted(p["num_updates"] for p in curve)
         # fairseq's best checkpoint is the one with the lowest validation loss of the curve
-        assert selected["val_score"] == pytest.approx(min(p["loss"] for p in curve), abs=5e-3)
+        best = min(curve, key=lambda p: p["loss"])
+        assert selected["val_score"] == pytest.approx(best["loss"], abs=5e-3)
+        assert (selected["epoch"], selected["num_updates"]) == (best["epoch"], best["num_updates"])
         assert "--path" in result["generate_argv"]
         assert result["generate_argv"][result["generate_argv"].index("--path") + 1].endswith(
             "seed1/checkpoint_best.pt")
