@@ -27,6 +27,9 @@ setup(
         "sacrebleu>=2.0",
         "subword-nmt>=0.3.8",
         "sacremoses>=0.0.53",
+        # Language identification for `prepare --lang-filter` (Yang et al. 2017's WMT data). Its
+        # 0.3+ releases require NumPy 2, so under the pin above pip installs 0.2.2.
+        "py3langid>=0.2.2",
     ],
     # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests.
     extras_require={"test": ["pytest>=7", "matplotlib>=3.5"], "plot": ["matplotlib>=3.5"]},

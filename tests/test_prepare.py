@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from ran_fairseq.data import corpora
-from ran_fairseq.data.prepare import Cleaning, filter_pairs, main
+from ran_fairseq.data import prepare as prepare_module
+from ran_fairseq.data.prepare import Cleaning, filter_pairs, language_filter, main
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = Path(os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k")
@@ -345,6 +346,86 @@ def test_filter_pairs_cleans_and_holds_out(tmp_path):
     assert read(train[1]) == ["A B", "L M", "O P"] and read(valid[1]) == ["J K", "N", "Q"]
     assert read(train[2]) == ["raw 0", "raw 4", "raw 6"]
     assert read(valid[2]) == ["raw 3", "raw 5", "raw 7"]
+
+
+# --- Language filtering (--lang-filter, Yang et al. 2017, section 3.1) ---------------------------
+EN = ["The committee approved the new budget for next year.",
+      "Mr President, ladies and gentlemen, I would like to thank the rapporteur for his work.",
+      "We visited the old castle on the hill before it started to rain."]
+DE = ["Der Ausschuss hat den neuen Haushalt für das nächste Jahr genehmigt.",
+      "Herr Präsident, meine Damen und Herren, ich möchte dem Berichterstatter für seine Arbeit "
+      "danken.",
+      "Wir haben die alte Burg auf dem Hügel besucht, bevor es zu regnen begann."]
+FR = ["Les enfants jouent dans le jardin pendant que leurs parents préparent le dîner.",
+      "Je ne sais pas pourquoi il est parti si tôt ce matin."]
+
+
+def test_language_filter_keeps_pairs_in_their_languages():
+    """py3langid choosing between the pair's two languages: right pairs kept, swapped pairs,
+    untranslated copies and a French target side (more English than German) dropped; a side
+    without letters is not judged."""
+    lf = language_filter("en", "de")
+    assert [lf.verdict(e, d) for e, d in zip(EN, DE)] == [0, 0, 0]
+    assert [lf.verdict(d, e) for e, d in zip(EN, DE)] == [3, 3, 3]  # swapped: both sides wrong
+    assert lf.verdict(EN[0], EN[1]) == 2 and lf.verdict(DE[0], DE[1]) == 1  # copies
+    assert [lf.verdict(e, f) for e, f in zip(EN, FR)] == [2, 2]
+    assert lf.keep("2014", "2014") and lf.keep(EN[0], "(3) -")
+    assert language_filter("de", "en").verdict(DE[0], EN[0]) == 0  # the other direction
+    assert language_filter("en", "de") is lf  # loaded once per process
+
+
+def test_lang_filter_drops_train_pairs_only(tmp_path, capsys):
+    """`prepare custom --lang-filter` on tiny files: the swapped and the French train pairs are
+    gone before tokenization, valid and test keep their wrong-language lines, the counts are logged
+    and recorded in the stamp, and a rerun is a no-op."""
+    train = list(zip(EN, DE)) + [(DE[0], EN[0]), (EN[1], FR[0])] + [(EN[2], DE[2])]
+    texts = {"train": train, "dev": [(DE[1], DE[1])], "test": [(FR[1], DE[2])]}
+    for stem, pairs in texts.items():
+        for i, lang in enumerate(("en", "de")):
+            (tmp_path / f"{stem}.{lang}").write_text("".join(p[i] + "\n" for p in pairs),
+                                                     encoding="utf-8")
+    out, work = tmp_path / "bin", tmp_path / "work"
+    argv = ["custom", "--src", "en", "--tgt", "de", "--train-prefix", str(tmp_path / "train"),
+            "--valid-prefix", str(tmp_path / "dev"), "--test-prefix", str(tmp_path / "test"),
+            "--bpe-merges", "0", "--workers", "1", "--lang-filter", "--out", str(out),
+            "--work-dir", str(work)]
+    assert main(argv) == 0
+    log = capsys.readouterr().out
+    assert "6 train pairs read, 2 dropped (1 with the en side identified as de, 2 with the de " \
+           "side identified as en), 4 kept" in log
+    assert read(work / "train.raw.en") == EN + [EN[2]]
+    assert read(work / "train.raw.de") == DE + [DE[2]]
+    assert read(out / "valid.raw.en") == [DE[1]] and read(out / "test.raw.en") == [FR[1]]
+    stamp = json.loads((out / "prepare-stamp.json").read_text())
+    assert stamp["options"]["lang_filter"] is True and "py3langid" in stamp["tools"]
+    assert stamp["language_filter"] == dict(read=6, dropped=2, kept=4, src_as_tgt=1,
+                                            tgt_as_src=2)
+    assert main(argv) == 0 and "is up to date" in capsys.readouterr().out
+
+
+def test_lang_filter_without_py3langid_names_the_package(tmp_path, capsys, monkeypatch):
+    """Without py3langid, --lang-filter stops before anything is read or written."""
+    monkeypatch.setitem(sys.modules, "py3langid", None)  # `import py3langid` raises ImportError
+    monkeypatch.setattr(prepare_module, "_LANGID", {})
+    for lang in ("en", "de"):
+        (tmp_path / f"a.{lang}").write_text("x\n", encoding="utf-8")
+    out = tmp_path / "bin"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    common = ["custom", "--src", "en", "--tgt", "de", "--train-prefix", str(tmp_path / "a"),
+              "--valid-prefix", str(tmp_path / "a"), "--test-prefix", str(tmp_path / "a"),
+              "--out", str(out), "--workers", "1"]
+    assert main(common + ["--lang-filter"]) == 1
+    err = capsys.readouterr().err
+    assert "--lang-filter needs the Python package py3langid" in err
+    assert "pip install py3langid" in err
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    with pytest.raises(prepare_module.PrepareError, match="py3langid"):  # the library's own check
+        prepare_module.prepare({"train": [corpora.Part(tmp_path / "a.en", tmp_path / "a.de")],
+                                "valid": [corpora.Part(tmp_path / "a.en", tmp_path / "a.de")],
+                                "test": [corpora.Part(tmp_path / "a.en", tmp_path / "a.de")]},
+                               out, prepare_module.Options("en", "de", lang_filter=True))
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 
 # --- Download scripts, offline ------------------------------------------------------------------
@@ -676,10 +757,12 @@ def test_wmt14_en_de_script(tmp_path, src, tgt):
              for a, b in (("de", "en"), ("en", "de"))
              for kind, lang in (("src", a), ("ref", b))}),
     }
-    proc, fetched, args = run_script(tmp_path, "prepare-wmt14-en-de.sh", [src, tgt], files)
+    proc, fetched, args = run_script(tmp_path, "prepare-wmt14-en-de.sh",
+                                     [src, tgt, "--lang-filter"], files)
     assert proc.returncode == 0, proc.stderr
     assert sorted(fetched) == sorted(urls.values())
     assert option(args, "--src") == [src] and option(args, "--tgt") == [tgt]
+    assert args[-1] == "--lang-filter"  # configs/dynmem/full.json's flag reaches the pipeline
     assert [Path(p).name for p in option(args, "--train-prefix")] == [
         "europarl-v7.de-en", "commoncrawl.de-en", "news-commentary-v9.de-en"]
     valid = args[args.index("--valid") + 1:args.index("--valid") + 3]

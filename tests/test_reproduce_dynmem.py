@@ -69,14 +69,17 @@ def test_full_settings_print_paper_size_commands_on_word_level_wmt14():
     proc = reproduce("--full", "--pairs", "en-de", "--systems",
                      "RNNSearch + window 11 + UNK replace", "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    # the window-11 system that trains the checkpoint comes first
-    train, _, generate, post = [line for line in proc.stdout.splitlines()
-                                if not line.startswith("#")]
+    # the window-11 system that trains the checkpoint comes first; both systems decode both test
+    # sets of section 3.1 (newstest2014: test, newstest2015: test1)
+    train, _, _, generate, post, generate1, post1 = [line for line in proc.stdout.splitlines()
+                                                     if not line.startswith("#")]
     assert "--arch rnnsearch_dynmem " in train and "data-bin/wmt14-word.en-de" in train
     assert "--cpu" not in train and "--dynamic-memory-window 5" in train
     assert "--print-alignment" in generate and "--post-process" not in generate
+    assert "--gen-subset test " in generate and "--gen-subset test1 " in generate1
     assert post.startswith("python -m ran_fairseq.scoring.replace_unk ")
     assert "data-bin/wmt14-word.en-de/test.tok.en" in post
+    assert "data-bin/wmt14-word.en-de/test1.tok.en" in post1
 
 
 def paper_recipe():
@@ -108,6 +111,8 @@ def test_configs_agree():
         if flag not in shortened:
             assert cpu_flags.get(flag, "missing") == value, flag
     assert int(cpu_flags["--max-epoch"]) <= int(recipe["--max-epoch"])
+    # section 3.1: pairs not in German/English removed (after Jean et al. 2014); two test sets
+    assert "--lang-filter" in full["prepare"] and full["gen_subset"] == ["test", "test1"]
     for config in (cpu, full):
         assert config["bpe"] is None and "--bpe-merges" in config["prepare"]
         assert config["prepare"][config["prepare"].index("--bpe-merges") + 1] == "0"

@@ -1,10 +1,11 @@
 """Raw parallel text -> fairseq data-bin, in one place for every corpus.
 
-Pipeline (``prepare``): read the raw splits (``corpora.Part``) -> optional Moses punctuation
-normalization -> Moses tokenization (sacremoses, language-specific, no XML escaping) -> optional
-lowercasing -> optional length cleaning of train (Moses clean-corpus-n: token counts and length
-ratio, on tokens or on BPE units) -> optional hold-out of every N-th train pair as valid -> joint
-BPE (subword-nmt) learned on train source+target -> BPE applied to every split ->
+Pipeline (``prepare``): read the raw splits (``corpora.Part``) -> optional language filtering of
+train (``--lang-filter``: py3langid on the raw text, see ``LanguageFilter``) -> optional Moses
+punctuation normalization -> Moses tokenization (sacremoses, language-specific, no XML escaping)
+-> optional lowercasing -> optional length cleaning of train (Moses clean-corpus-n: token counts
+and length ratio, on tokens or on BPE units) -> optional hold-out of every N-th train pair as
+valid -> joint BPE (subword-nmt) learned on train source+target -> BPE applied to every split ->
 ``fairseq-preprocess --joined-dictionary``. With ``bpe_merges = 0`` the Moses tokens are binarized
 as they are (word-level vocabularies), optionally cut to the most frequent ``nwords_src`` /
 ``nwords_tgt`` words (the rest become ``<unk>``) and with one dictionary per language.
@@ -17,7 +18,8 @@ The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,v
                                   the model reads (``ran_fairseq.scoring.replace_unk``)
   ``{valid,test}.raw.{src,tgt}``  untokenized text (lowercased under --lowercase) for scoring
   ``prepare-stamp.json``          the parameters, inputs and tool versions: rerunning with the same
-                                  ones does nothing, with different ones rebuilds
+                                  ones does nothing, with different ones rebuilds (and, under
+                                  --lang-filter, how many train pairs the filter dropped)
 Intermediate text (raw / tokenized / BPE, per split and language) goes to a work dir,
 ``<out>/prep`` by default. Tokenization and BPE application run over ``--workers`` processes.
 
@@ -27,6 +29,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import multiprocessing
 import os
 import re
@@ -34,10 +37,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass
 from importlib import metadata
-from itertools import islice
+from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
@@ -102,9 +105,85 @@ class Options:
     nwords_src: int = 0  # > 0: fairseq-preprocess --nwordssrc (specials included)
     nwords_tgt: int = 0  # > 0: fairseq-preprocess --nwordstgt
     joined_dictionary: bool = True
+    lang_filter: bool = False  # drop train pairs whose sides py3langid puts in the wrong language
 
 
-_LATER_OPTIONS = {"nwords_src": 0, "nwords_tgt": 0, "joined_dictionary": True}
+_LATER_OPTIONS = {"nwords_src": 0, "nwords_tgt": 0, "joined_dictionary": True,
+                  "lang_filter": False}
+# What a build found rather than what it was asked for: kept in the stamp, not compared.
+_STAMP_RESULTS = ("outputs", "language_filter")
+
+
+# ---------------------------------------------------------------------------------------------
+# Language identification of train pairs (--lang-filter).
+LANGID_PACKAGE = "py3langid"
+LANGID_MISSING = (f"--lang-filter needs the Python package {LANGID_PACKAGE} (offline language "
+                  f"identification, a maintained fork of langid.py), which is not installed. "
+                  f"Install it into this environment with: pip install {LANGID_PACKAGE} "
+                  f"'numpy<2' (the pin keeps fairseq's NumPy; scripts/setup-env.sh installs it "
+                  f"with the project), or drop --lang-filter")
+_LANGID: Dict[tuple, "LanguageFilter"] = {}
+
+
+def _import_langid():
+    try:
+        from py3langid import langid
+    except ImportError as err:
+        raise PrepareError(LANGID_MISSING) from err
+    return langid
+
+
+class LanguageFilter:
+    """Is a train pair in its two languages? py3langid (langid.py's naive Bayes model over byte
+    n-grams, bundled with the package, offline) with its candidates restricted to the pair's two
+    languages decides, for each side, which of the two it is more likely to be. A pair is dropped
+    when its source side is identified as the target language or its target side as the source
+    language: swapped pairs, untranslated copies, and text in a third language that resembles the
+    wrong side (a third language is always mapped onto one of the two, so French that looks more
+    English than German passes on an English side). A side without letters, or on which the two
+    scores tie (nothing the model knows), is not judged."""
+
+    def __init__(self, src: str, tgt: str):
+        langid = _import_langid()
+        cls = langid.LanguageIdentifier
+        # py3langid 0.4 ships an npz model (from_model_file); 0.2-0.3 a pickled one.
+        load = getattr(cls, "from_model_file", None) or getattr(cls, "from_pickled_model", None)
+        if load is None:
+            raise PrepareError(f"--lang-filter: this version of {LANGID_PACKAGE} has neither "
+                               f"LanguageIdentifier.from_model_file nor from_pickled_model; "
+                               f"install a version between 0.2.2 and 0.4")
+        self.identifier = load(langid.MODEL_FILE)
+        logging.getLogger(langid.__name__).setLevel(logging.INFO)  # no debug line per call
+        try:
+            self.identifier.set_languages([src, tgt])
+        except ValueError as err:
+            raise PrepareError(f"--lang-filter: {LANGID_PACKAGE} cannot identify the languages "
+                               f"{src!r} and {tgt!r} (--src/--tgt): {err}") from err
+        self.src, self.tgt = src, tgt
+
+    def language(self, text: str) -> Optional[str]:
+        """``src`` or ``tgt``, whichever ``text`` is more likely in; None without evidence."""
+        if not any(c.isalpha() for c in text):
+            return None
+        (best, score), (_, other) = self.identifier.rank(text)[:2]
+        return None if score == other else best
+
+    def verdict(self, src_line: str, tgt_line: str) -> int:
+        """0: keep the pair; else bit 1: the source side is in the target language, bit 2: the
+        target side is in the source language."""
+        src_wrong = self.language(src_line) == self.tgt
+        tgt_wrong = self.language(tgt_line) == self.src
+        return int(src_wrong) + 2 * int(tgt_wrong)
+
+    def keep(self, src_line: str, tgt_line: str) -> bool:
+        return self.verdict(src_line, tgt_line) == 0
+
+
+def language_filter(src: str, tgt: str) -> LanguageFilter:
+    """The ``LanguageFilter`` of a pair, loaded once per process (forked workers inherit it)."""
+    if (src, tgt) not in _LANGID:
+        _LANGID[(src, tgt)] = LanguageFilter(src, tgt)
+    return _LANGID[(src, tgt)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +209,12 @@ def _tokenize_chunk(job) -> List[str]:
                             escape=False)
         out.append(line.lower() if lowercase else line)
     return out
+
+
+def _langid_chunk(job) -> List[int]:
+    src, tgt, pairs = job
+    lf = language_filter(src, tgt)
+    return [lf.verdict(s, t) for s, t in pairs]
 
 
 def _bpe_chunk(job) -> List[str]:
@@ -209,6 +294,52 @@ def tokenize_split(parts: Sequence[Part], side: int, lang: str, opts: Options, r
                 for chunk in raw_chunks(raw_f))
         for tokens in _run_jobs(pool, _tokenize_chunk, jobs):
             _write_lines(tok_f, tokens)
+    return counts
+
+
+def _read_pairs(part: Part, split: str) -> Iterator[tuple]:
+    """The (source, target) lines of ``part``; an error when the two files differ in length."""
+    src_lines, tgt_lines = part.read(0), part.read(1)
+    n = 0
+    for s, t in zip_longest(src_lines, tgt_lines):
+        if s is None or t is None:
+            n_src = n + (s is not None) + sum(1 for _ in src_lines)
+            n_tgt = n + (t is not None) + sum(1 for _ in tgt_lines)
+            raise PrepareError(f"{split}: {part.src} has {n_src} lines but {part.tgt} has "
+                               f"{n_tgt}; the two files of a pair must be line-aligned")
+        n += 1
+        yield s, t
+
+
+def filter_languages(parts: Sequence[Part], src: str, tgt: str, src_out: Path, tgt_out: Path,
+                     pool=None) -> Dict[str, int]:
+    """Write the pairs of ``parts`` (concatenated) that ``LanguageFilter(src, tgt)`` keeps to the
+    plain-text files ``src_out`` / ``tgt_out``. Returns the counts ``read``, ``dropped``, ``kept``
+    and, among the dropped, ``src_as_tgt`` (source side identified as ``tgt``) and ``tgt_as_src``
+    (a pair with both sides swapped counts in both)."""
+    counts = dict(read=0, dropped=0, kept=0, src_as_tgt=0, tgt_as_src=0)
+    language_filter(src, tgt)  # an error before reading, without py3langid (prepare()
+    # loads it in _check, before its pool forks, so that the workers inherit it)
+    pending = deque()  # the chunks whose verdicts are on their way, in order
+
+    def jobs():
+        for part in parts:
+            for chunk in _chunks(_read_pairs(part, "train")):
+                pending.append(chunk)
+                yield src, tgt, chunk
+
+    with open(src_out, "w", encoding="utf-8") as f_src, \
+            open(tgt_out, "w", encoding="utf-8") as f_tgt:
+        for verdicts in _run_jobs(pool, _langid_chunk, jobs()):
+            chunk = pending.popleft()
+            kept = [pair for pair, v in zip(chunk, verdicts) if v == 0]
+            _write_lines(f_src, [s for s, _ in kept])
+            _write_lines(f_tgt, [t for _, t in kept])
+            counts["read"] += len(chunk)
+            counts["kept"] += len(kept)
+            counts["src_as_tgt"] += sum(v & 1 for v in verdicts)
+            counts["tgt_as_src"] += sum(v >> 1 for v in verdicts)
+    counts["dropped"] = counts["read"] - counts["kept"]
     return counts
 
 
@@ -301,9 +432,9 @@ def binarize(prefixes: Dict[str, Path], src: str, tgt: str, dest: Path, workers:
 
 # ---------------------------------------------------------------------------------------------
 # The stamp: what a data-bin was built from.
-def _tool_versions() -> Dict[str, str]:
+def _tool_versions(extra: Sequence[str] = ()) -> Dict[str, str]:
     versions = {}
-    for name in ("sacremoses", "subword-nmt", "fairseq", "fairseq-fixed"):
+    for name in ("sacremoses", "subword-nmt", "fairseq", "fairseq-fixed", *extra):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
     return versions
@@ -339,7 +470,7 @@ def _make_stamp(splits: Dict[str, List[Part]], opts: Options, corpus: str) -> di
                             p.ascii_apostrophe] for p in parts]
                    for split, parts in splits.items()},
         "inputs": inputs,
-        "tools": _tool_versions(),
+        "tools": _tool_versions([LANGID_PACKAGE] if opts.lang_filter else []),
     }
 
 
@@ -410,6 +541,8 @@ def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
                if not p.is_file()]
     if missing:
         raise PrepareError("input files not found: " + ", ".join(missing))
+    if opts.lang_filter:
+        language_filter(opts.src, opts.tgt)  # py3langid installed and knows both languages
 
 
 def _tokenize_splits(splits: Dict[str, List[Part]], opts: Options, work: Path, train_stem: str,
@@ -429,6 +562,21 @@ def _tokenize_splits(splits: Dict[str, List[Part]], opts: Options, work: Path, t
                 raise PrepareError(f"{split}: {part.src} has {n_src} lines but {part.tgt} has "
                                    f"{n_tgt}; the two files of a pair must be line-aligned")
         say(f"tokenized {split}: {sum(counts[0])} sentence pairs ({time.time() - step:.1f} s)")
+
+
+def _filter_train_languages(parts: Sequence[Part], opts: Options, work: Path, pool) -> tuple:
+    """--lang-filter: the train pairs whose languages are right, as one plain-text part
+    ``work/train-lang.{src,tgt}``, and the filter's counts."""
+    step = time.time()
+    s, t = opts.src, opts.tgt
+    out = (work / f"train-lang.{s}", work / f"train-lang.{t}")
+    c = filter_languages(parts, s, t, *out, pool=pool)
+    version = _tool_versions([LANGID_PACKAGE]).get(LANGID_PACKAGE, "?")
+    say(f"language filter ({LANGID_PACKAGE} {version}, {s} vs {t}): {c['read']} train pairs read, "
+        f"{c['dropped']} dropped ({c['src_as_tgt']} with the {s} side identified as {t}, "
+        f"{c['tgt_as_src']} with the {t} side identified as {s}), {c['kept']} kept "
+        f"({time.time() - step:.1f} s)")
+    return Part(*out, fmt="text"), c
 
 
 def _split_train(opts: Options, work: Path, clean: Optional[Cleaning]) -> None:
@@ -509,7 +657,8 @@ def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
     extra = tuple(k for k in EXTRA_TESTS if splits.get(k))
     outputs = _output_names(opts, extra)
     old = _read_stamp(out_dir)
-    if not force and old is not None and {k: v for k, v in old.items() if k != "outputs"} == stamp \
+    if not force and old is not None \
+            and {k: v for k, v in old.items() if k not in _STAMP_RESULTS} == stamp \
             and all((out_dir / n).exists() for n in outputs):
         say(f"{out_dir} is up to date (same inputs and parameters); nothing to do "
             f"(--force rebuilds)")
@@ -525,6 +674,10 @@ def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
     # Train goes through a filter when it is cleaned on tokens or valid is held out of it.
     filter_train = clean_tok is not None or opts.valid_every > 0
     with _pool(workers) as pool:
+        if opts.lang_filter:
+            train, stamp["language_filter"] = _filter_train_languages(splits["train"], opts, work,
+                                                                      pool)
+            splits = dict(splits, train=[train])
         _tokenize_splits(splits, opts, work, "train-all" if filter_train else "train", pool)
         if filter_train:
             _split_train(opts, work, clean_tok)
@@ -639,6 +792,12 @@ def _add_common(p: argparse.ArgumentParser, bpe_merges=10000, lowercase=False, n
     g.add_argument("--clean-on", choices=("tok", "bpe"), default=clean_on,
                    help="count tokens after Moses tokenization or after BPE (default "
                         "%(default)s)")
+    g.add_argument("--lang-filter", action=argparse.BooleanOptionalAction, default=False,
+                   help="drop train pairs whose source side is identified as the target "
+                        "language or whose target side as the source language, by py3langid "
+                        "(langid.py's model, offline) choosing between the two languages on the "
+                        "raw text, before tokenization; valid and test are never filtered. "
+                        "Needs the package py3langid (default %(default)s)")
     r = p.add_argument_group("running (not recorded)")
     r.add_argument("--work-dir", type=Path, metavar="DIR", help="intermediate text (default <out>/prep)")
     r.add_argument("--workers", type=int, default=default_workers(), metavar="N",
@@ -656,7 +815,8 @@ def _options(args, valid_every: int = 0) -> Options:
                    normalize_punct=args.normalize_punct,
                    aggressive_dash_splits=args.aggressive_dash_splits, clean=clean,
                    valid_every=valid_every, nwords_src=args.nwords_src,
-                   nwords_tgt=args.nwords_tgt, joined_dictionary=args.joined_dictionary)
+                   nwords_tgt=args.nwords_tgt, joined_dictionary=args.joined_dictionary,
+                   lang_filter=args.lang_filter)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -726,6 +886,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> bool:
+    if args.lang_filter:
+        _import_langid()  # before anything is read or downloaded
     if args.corpus == "multi30k":
         return prepare_multi30k(_options(args), args.raw_dir, args.out, args.work_dir,
                                 download_missing=True if args.download else None,
