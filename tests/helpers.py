@@ -198,13 +198,14 @@ def table_rows(table):
 
 def scored_corpus(root):
     """A synthetic de-en corpus binarized into ``root/bin.de-en`` (joined dictionary, no BPE) with
-    the raw and tokenized test text beside it (the same: the corpus is space-separated words), as
-    the reproduction engine scores against them."""
+    the raw and tokenized test and valid text beside it (the same: the corpus is space-separated
+    words), as the reproduction engine scores against them."""
     raw = make_synthetic_corpus(root / "raw")
     data = binarize(raw, root / "bin.de-en", joined=True)
-    for lang in (SRC, TGT):
-        for kind in ("raw", "tok"):
-            shutil.copy(raw / f"test.{lang}", data / f"test.{kind}.{lang}")
+    for subset in ("test", "valid"):
+        for lang in (SRC, TGT):
+            for kind in ("raw", "tok"):
+                shutil.copy(raw / f"{subset}.{lang}", data / f"{subset}.{kind}.{lang}")
     return data
 
 
