@@ -54,6 +54,11 @@ SYSTEMS += [
     System("ran-no-ln-res", "ran_transformer", (*TINY_RAN, "--ran-no-layernorm-residual")),
     System("ran-no-pos-emb", "ran_transformer",
            (*TINY_RAN, "--no-encoder-positional-embeddings", "--no-decoder-positional-embeddings")),
+    # the decoder's whole-row transition (the computation of every RAN decoder before this option
+    # existed, through the CLI checks all along): model-level checks only
+    System("ran-a0-full", "ran_transformer", (*TINY_RAN, "--ran-decoder-initial", "full"),
+           slow_checks=False),
+    System("ran-ffn", "ran_transformer", (*TINY_RAN, "--ran-transition", "ffn")),
 ]
 
 # recurrent_cross_transformer (Rosendahl et al. 2021): every id starts with "rct-".

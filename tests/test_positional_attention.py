@@ -4,11 +4,13 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from fairseq import options
 from fairseq.data import Dictionary
 
-from ran_fairseq.models.ran_transformer import RanTransformerModel
+from ran_fairseq.models.ran_transformer import RanTransformerModel, ran_base_architecture
 from ran_fairseq.modules.positional_attention import (
+    FeedForwardTransition,
     GaussianAttentionMatrices,
     PositionalSelfAttention,
     RandomSynthesizerMatrices,
@@ -104,6 +106,143 @@ def test_ran_gradients_reach_initial_matrices_and_transition_unless_fixed():
         assert (matrices.initial.grad is None) == fixed
         if not fixed:
             assert matrices.initial.grad[:, :6, :].abs().sum() > 0
+
+
+# ---- the decoder's initial matrix (§2.2) and the feed-forward transition -------------------------
+
+RAN_VARIANTS = {  # id: constructor options
+    "paper": {},
+    "no-ln-res": {"layernorm_residual": False},
+    "ffn": {"transition": "ffn"},
+}
+
+
+def ran_matrices(causal, seed=0, **options):
+    torch.manual_seed(seed)
+    return randomize_(RecurrentAttentionMatrices(LAYERS, HEADS, N, causal, **options), seed)
+
+
+def whole_row_reference(matrices):
+    """The decoder's recurrence as it was before --ran-decoder-initial (the same tensor operations
+    in the same order): every row transitioned over all n keys, the future masked only later."""
+    weight, bias = matrices.transition.weight.float(), matrices.transition.bias.float()
+    a, layers = matrices.initial.float(), []
+    for _ in range(LAYERS):
+        a_hat = torch.tanh(F.linear(a, weight, bias))
+        if matrices.layer_norm is None:
+            a = a_hat
+        else:
+            norm = matrices.layer_norm
+            a = F.layer_norm(a_hat, (N,), norm.weight.float(), norm.bias.float(), norm.eps) + a
+        layers.append(a)
+    return torch.stack(layers)
+
+
+def naive_rows(matrices, lower_triangle):
+    """A_1..A_L one row at a time from Eqs. 3-4 (or the feed-forward transition): row i of head k
+    takes A_0[k, i, :m] with m = i + 1 under §2.2's lower triangle (m = n otherwise), transitions it
+    with W[:m, :m], b[:m] (ffn: W_1[:, :m], W_2[:m], b_2[:m]), normalizes it over its m entries with
+    the gain and bias [:m]; entries m..n-1 of the row are zero."""
+    result = torch.zeros(LAYERS, HEADS, N, N)
+    for k in range(HEADS):
+        for i in range(N):
+            m = i + 1 if lower_triangle else N
+            row = matrices.initial[k, i, :m]
+            for layer in range(LAYERS):
+                if matrices.transition_type == "ffn":
+                    fc1, fc2 = matrices.transition.fc1, matrices.transition.fc2
+                    hidden = torch.relu(fc1.weight[:, :m] @ row + fc1.bias)
+                    row = fc2.weight[:m] @ hidden + fc2.bias[:m] + row
+                else:
+                    z = torch.tanh(matrices.transition.weight[:m, :m] @ row
+                                   + matrices.transition.bias[:m])
+                    if matrices.layer_norm is None:
+                        row = z
+                    else:
+                        norm = matrices.layer_norm
+                        z = (z - z.mean()) / torch.sqrt(z.var(unbiased=False) + norm.eps)
+                        row = z * norm.weight[:m] + norm.bias[:m] + row
+                result[layer, k, i, :m] = row
+    return result
+
+
+def all_logits(matrices, rows=N):
+    return torch.stack([matrices.logits(layer, rows) for layer in range(LAYERS)])
+
+
+@pytest.mark.parametrize("variant", ["paper", "no-ln-res"])
+def test_ran_decoder_full_is_the_whole_row_recurrence_bit_for_bit(variant):
+    matrices = ran_matrices(True, decoder_initial="full", **RAN_VARIANTS[variant])
+    with torch.no_grad():
+        assert torch.equal(all_logits(matrices), whole_row_reference(matrices))
+        expected = whole_row_reference(matrices)[1].masked_fill(
+            torch.ones(N, N, dtype=torch.bool).triu(1), -1e9).softmax(-1)
+        assert torch.equal(matrices.causal_probs(1, N, torch.float32), expected)
+
+
+@pytest.mark.parametrize("variant", list(RAN_VARIANTS))
+@pytest.mark.parametrize("side", ["decoder", "encoder"])
+def test_ran_recurrence_matches_its_naive_per_row_definition(variant, side):
+    """The decoder's default is the lower triangle (§2.2); the encoder always uses whole rows."""
+    causal = side == "decoder"
+    matrices = ran_matrices(causal, **RAN_VARIANTS[variant])
+    assert matrices.masks_future == causal
+    tol = 1e-4 if variant == "ffn" else 1e-5  # the 4n-wide sums round more
+    with torch.no_grad():
+        expected = naive_rows(matrices, lower_triangle=causal)
+        torch.testing.assert_close(all_logits(matrices), expected, rtol=tol, atol=tol)
+    # while autograd records, only the first rows are computed: the same values
+    torch.testing.assert_close(all_logits(matrices, 5).detach(), expected[:, :, :5],
+                               rtol=tol, atol=tol)
+    if causal:  # the future stays exactly zero
+        assert torch.all(all_logits(matrices)[..., torch.ones(N, N, dtype=torch.bool).triu(1)] == 0)
+
+
+@pytest.mark.parametrize("variant", list(RAN_VARIANTS))
+def test_ran_decoder_future_of_a0_reaches_visible_logits_only_with_full(variant):
+    future = torch.ones(N, N, dtype=torch.bool).triu(1)
+    for decoder_initial in ("lower-triangle", "full"):
+        matrices = ran_matrices(True, decoder_initial=decoder_initial, **RAN_VARIANTS[variant])
+        with torch.no_grad():
+            before = all_logits(matrices).clone()
+            probs = matrices.causal_probs(2, N, torch.float32).clone()
+            matrices.initial.add_(torch.randn(HEADS, N, N).masked_fill(~future, 0))
+            after = all_logits(matrices)
+        visible_before, visible_after = before[..., ~future], after[..., ~future]
+        if decoder_initial == "lower-triangle":
+            assert torch.equal(visible_before, visible_after)
+            assert torch.equal(matrices.causal_probs(2, N, torch.float32), probs)
+        else:
+            # every row but the last (which has no future) moves
+            moved = (visible_before - visible_after).abs().amax(dim=(0, 1)) > 1e-4  # (N·(N+1)/2,)
+            rows = torch.arange(N)[:, None].expand(N, N)[~future]
+            assert moved[rows < N - 1].all() and not moved[rows == N - 1].any()
+
+
+def test_ran_ffn_transition_parameters_and_gradients():
+    matrices = RecurrentAttentionMatrices(LAYERS, HEADS, N, causal=True, transition="ffn",
+                                          freeze_initial=True)
+    transition = matrices.transition
+    assert isinstance(transition, FeedForwardTransition) and matrices.layer_norm is None
+    assert (transition.fc1.weight.shape, transition.fc2.weight.shape) == ((4 * N, N), (N, 4 * N))
+    assert sum(p.numel() for p in transition.parameters()) == 8 * N * N + 5 * N
+    assert not transition.fc1.bias.any() and not transition.fc2.bias.any()  # authors' init
+    module = attention(matrices).train()
+    module(torch.randn(6, 3, DIM))[0].pow(2).sum().backward()
+    assert transition.fc1.weight.grad.abs().sum() > 0 and transition.fc2.weight.grad.abs().sum() > 0
+    assert matrices.initial.grad is None  # --ran-fixed-initial-matrices combines with ffn
+    # a row's future columns get no gradient through the lower triangle
+    assert transition.fc1.weight.grad[:, 6:].abs().sum() == 0
+
+
+def test_ran_options_are_checked():
+    with pytest.raises(ValueError, match="--ran-no-layernorm-residual.*--ran-transition ffn"):
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, layernorm_residual=False,
+                                   transition="ffn")
+    with pytest.raises(ValueError, match="--ran-transition must be one of paper, ffn"):
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="gru")
+    with pytest.raises(ValueError, match="--ran-decoder-initial must be one of"):
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, decoder_initial="upper")
 
 
 # ---- layers use softmax(A_l[:T, :T]) · V ------------------------------------------------------
@@ -500,3 +639,32 @@ def test_named_archs_sizes():
     for args in (small, iwslt, base):
         assert (args.encoder_self_attention, args.decoder_self_attention) == ("ran", "ran")
         assert (args.max_attention_positions, args.positional_attention_dropout) == (256, 0.2)
+
+
+def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
+    model = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
+    encoder, decoder = model.encoder.self_attn_matrices, model.decoder.self_attn_matrices
+    assert (encoder.transition_type, decoder.transition_type) == ("ffn", "ffn")
+    assert decoder.decoder_initial == "lower-triangle" and decoder.masks_future
+    assert not encoder.masks_future
+    full = build("ran_transformer", *SMALL, "--ran-decoder-initial", "full")
+    assert full.decoder.self_attn_matrices.decoder_initial == "full"
+    assert full.encoder.self_attn_matrices.transition_type == "paper"
+
+    def saved(*flags):
+        """A model namespace as a checkpoint stores it, from before --ran-decoder-initial."""
+        args = options.parse_args_and_arch(options.get_training_parser(),
+                                           ["unused-data", "--arch", "ran_transformer",
+                                            "--task", "translation", *flags])
+        del args.ran_decoder_initial, args.ran_transition
+        args._name = "ran_transformer"
+        ran_base_architecture(args)
+        return args
+
+    old = saved()
+    assert (old.ran_decoder_initial, old.ran_transition) == ("full", "paper")
+    assert saved("--decoder-self-attention", "dot").ran_decoder_initial == "lower-triangle"
+    new = saved()
+    new.ran_decoder_initial = "lower-triangle"  # saved after the option existed: kept
+    ran_base_architecture(new)
+    assert new.ran_decoder_initial == "lower-triangle"

@@ -128,6 +128,12 @@ BAD_FLAGS = [
         ("--encoder-embed-dim", "15"), ("--decoder-attention-heads", "0"),
         ("--encoder-layers", "-1"), ("--max-source-positions", "0"),
         ("--quant-noise-pq", "1.5")]],
+    # RAN option combinations that make no sense: the base flags hold the other half
+    ("ran_transformer", (*TINY_RAN, "--ran-no-layernorm-residual"), "--ran-transition", "ffn"),
+    ("ran_transformer", (*TINY_RAN, "--encoder-self-attention", "dot",
+                         "--decoder-self-attention", "gaussian"), "--ran-transition", "ffn"),
+    ("ran_transformer", (*TINY_RAN, "--decoder-self-attention", "dot"),
+     "--ran-decoder-initial", "full"),
     *[("recurrent_cross_transformer", TINY_RCT, flag, value) for flag, value in [
         ("--dropout", "1.5"), ("--attention-dropout", "-0.1"), ("--activation-dropout", "2"),
         ("--decoder-ffn-embed-dim", "0"), ("--rescale-window", "-1"),

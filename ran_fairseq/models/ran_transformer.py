@@ -17,7 +17,13 @@ paper's systems are flag settings of it: TransF (dot, dot), HC-SA (gaussian, gau
 (synthesizer, synthesizer), RAN-E (ran, dot), RAN-D (dot, ran), RAN-ALL (ran, ran); Table 2
 drops positional embeddings per side (``--no-encoder-positional-embeddings``,
 ``--no-decoder-positional-embeddings``); Table 3 freezes A_0 (``--ran-fixed-initial-matrices``)
-or removes the transition's LN and residual (``--ran-no-layernorm-residual``).
+or removes the transition's LN and residual (``--ran-no-layernorm-residual``). Two RAN options go
+beyond the paper's systems: ``--ran-decoder-initial`` (``lower-triangle``, the default and §2.2's
+reading: the decoder's transition sees only the lower triangle of each matrix; ``full``: whole rows,
+the causal mask at the softmax only, as before this option existed and in the authors' code) and
+``--ran-transition`` (``paper``, Eqs. 3-4, the default; ``ffn``: the authors' released
+feed-forward transition n → 4n → n with ReLU and a residual). Checkpoints saved before
+``--ran-decoder-initial`` existed load with ``full``, the computation they were trained with.
 ``ran_transformer_iwslt_de_en`` has transformer_iwslt_de_en's sizes (512/1024, 4 heads) and
 ``ran_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
 
@@ -27,6 +33,7 @@ matrix source as ``self_attn_matrices`` (None for dot-product): ``probs(layer, l
 layer's (heads, length, length) weights for a sentence of that length, for analyses.
 """
 import contextlib
+import logging
 
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
@@ -46,7 +53,12 @@ from fairseq.modules.transformer_layer import (
 
 from ..compat import PositionLimit
 from ..modules.positional_attention import (
+    DECODER_INITIAL_FLAG,
     MAX_POSITIONS_FLAG,
+    NO_LAYERNORM_RESIDUAL_FLAG,
+    RAN_DECODER_INITIAL,
+    RAN_TRANSITIONS,
+    TRANSITION_FLAG,
     PositionalSelfAttention,
     build_positional_matrices,
 )
@@ -56,6 +68,8 @@ from ._common import (
     check_transformer_flags,
     small_transformer_sizes,
 )
+
+logger = logging.getLogger(__name__)
 
 SELF_ATTENTION_TYPES = ("dot", "ran", "gaussian", "synthesizer")
 
@@ -73,7 +87,8 @@ def side_matrices(cfg, side):
         kind, sizes.layers, sizes.attention_heads, cfg.max_attention_positions,
         causal=side == "decoder", freeze_initial=cfg.ran_fixed_initial_matrices,
         layernorm_residual=not cfg.ran_no_layernorm_residual,
-        gaussian_std=cfg.gaussian_attention_std)
+        gaussian_std=cfg.gaussian_attention_std, ran_transition=cfg.ran_transition,
+        ran_decoder_initial=cfg.ran_decoder_initial)
 
 
 class _LayerPlan:
@@ -224,6 +239,18 @@ class RanTransformerModel(TransformerModel):
         parser.add_argument("--ran-no-layernorm-residual", action="store_true",
                             help="RAN: transition A_l = tanh(W A_{l-1} + b), without layer "
                                  "normalization and residual (Table 3 'w/o LN&RES')")
+        parser.add_argument(DECODER_INITIAL_FLAG, choices=list(RAN_DECODER_INITIAL),
+                            help="RAN decoder: lower-triangle (§2.2, 'only the lower triangular "
+                                 "matrix of each Initial Attention Matrix is leveraged'): row i "
+                                 "of every matrix is transitioned and layer-normalized over keys "
+                                 "j <= i only, the rest kept at zero; full: the whole row is "
+                                 "transitioned and the future masked only at the softmax (before "
+                                 "this option; the authors' code); default lower-triangle")
+        parser.add_argument(TRANSITION_FLAG, choices=list(RAN_TRANSITIONS),
+                            help="RAN transition: paper (Eqs. 3-4, LN(tanh(W A + b)) + A) or ffn "
+                                 "(the authors' released code: A + W2 ReLU(W1 A + b1) + b2, "
+                                 "n -> 4n -> n, no layer norm; §2.3 names FFNs as an option); "
+                                 "default paper")
         parser.add_argument("--gaussian-attention-std", type=float, metavar="S",
                             help="standard deviation of the HC-SA Gaussians; default 1.0")
         parser.add_argument("--no-encoder-positional-embeddings", action="store_true",
@@ -242,6 +269,7 @@ class RanTransformerModel(TransformerModel):
                              f"{args.gaussian_attention_std}")
         if args.cross_self_attention and args.decoder_self_attention != "dot":
             raise ValueError("--cross-self-attention needs --decoder-self-attention dot")
+        check_ran_options(args)
         return super().build_model(args, task)
 
     @classmethod
@@ -255,6 +283,39 @@ class RanTransformerModel(TransformerModel):
                                      no_encoder_attn=cfg.no_cross_attention)
 
 
+def check_ran_options(args):
+    """The RAN options' values and combinations, each error naming its flags."""
+    for flag, name, choices in ((TRANSITION_FLAG, "ran_transition", RAN_TRANSITIONS),
+                                (DECODER_INITIAL_FLAG, "ran_decoder_initial", RAN_DECODER_INITIAL)):
+        if getattr(args, name) not in choices:
+            raise ValueError(f"{flag} must be one of {', '.join(choices)}, "
+                             f"got {getattr(args, name)!r}")
+    if args.ran_transition == "ffn" and args.ran_no_layernorm_residual:
+        raise ValueError(f"{NO_LAYERNORM_RESIDUAL_FLAG} removes the layer norm and residual of the "
+                         f"paper's transition (Eqs. 3-4); {TRANSITION_FLAG} ffn has no layer "
+                         f"norm: use {TRANSITION_FLAG} paper with it")
+    if args.ran_transition != "paper" and "ran" not in (args.encoder_self_attention,
+                                                        args.decoder_self_attention):
+        raise ValueError(f"{TRANSITION_FLAG} {args.ran_transition} needs RAN on a side: "
+                         f"--encoder-self-attention ran or --decoder-self-attention ran")
+    if args.ran_decoder_initial != "lower-triangle" and args.decoder_self_attention != "ran":
+        raise ValueError(f"{DECODER_INITIAL_FLAG} {args.ran_decoder_initial} applies to a RAN "
+                         f"decoder only; --decoder-self-attention is "
+                         f"{args.decoder_self_attention}")
+
+
+def _decoder_initial_default(args):
+    """lower-triangle (§2.2), except for the options of a checkpoint saved before
+    --ran-decoder-initial existed (a saved namespace carries fairseq's ``_name``; the command
+    line's does not when its arch function first runs): a RAN decoder then keeps ``full``, the
+    whole-row transition it was trained with."""
+    if hasattr(args, "_name") and getattr(args, "decoder_self_attention", "ran") == "ran":
+        logger.info("ran_transformer: a checkpoint saved before %s existed: its RAN decoder "
+                    "transitions whole rows (%s full)", DECODER_INITIAL_FLAG, DECODER_INITIAL_FLAG)
+        return "full"
+    return "lower-triangle"
+
+
 @register_model_architecture("ran_transformer", "ran_transformer")
 def ran_base_architecture(args):
     args.encoder_self_attention = getattr(args, "encoder_self_attention", "ran")
@@ -263,6 +324,9 @@ def ran_base_architecture(args):
     args.positional_attention_dropout = getattr(args, "positional_attention_dropout", 0.2)
     args.ran_fixed_initial_matrices = getattr(args, "ran_fixed_initial_matrices", False)
     args.ran_no_layernorm_residual = getattr(args, "ran_no_layernorm_residual", False)
+    if not hasattr(args, "ran_decoder_initial"):
+        args.ran_decoder_initial = _decoder_initial_default(args)
+    args.ran_transition = getattr(args, "ran_transition", "paper")
     args.gaussian_attention_std = getattr(args, "gaussian_attention_std", 1.0)
     args.no_encoder_positional_embeddings = getattr(args, "no_encoder_positional_embeddings", False)
     args.no_decoder_positional_embeddings = getattr(args, "no_decoder_positional_embeddings", False)

@@ -13,7 +13,9 @@ The sources:
 
 - :class:`RecurrentAttentionMatrices` (RAN, Zeng et al. 2021 §2.2-2.3): a learned initial matrix
   A_0 per head and one transition shared by all heads and layers,
-  A_l = LN(tanh(A_{l-1} Wᵀ + b)) + A_{l-1} (Eqs. 3-4), W acting along the key axis of every row.
+  A_l = LN(tanh(A_{l-1} Wᵀ + b)) + A_{l-1} (Eqs. 3-4), W acting along the key axis of every row;
+  in a decoder, only the lower triangle of each matrix takes part in the transition (§2.2) unless
+  ``decoder_initial="full"``; ``transition="ffn"`` is the authors' released feed-forward transition.
 - :class:`RandomSynthesizerMatrices` (Tay et al. 2020): a learned (h, n, n) matrix per layer.
 - :class:`GaussianAttentionMatrices` (HC-SA, You et al. 2020): fixed logits -(j - i - c_k)² / 2σ²,
   head k centred at offset c_k from the query position.
@@ -42,6 +44,12 @@ from torch import Tensor
 from fairseq.incremental_decoding_utils import with_incremental_state
 
 MAX_POSITIONS_FLAG = "--max-attention-positions"
+# RAN's options (Zeng et al. 2021): the transition (§2.3) and the decoder's use of A_0 (§2.2)
+RAN_TRANSITIONS = ("paper", "ffn")
+RAN_DECODER_INITIAL = ("lower-triangle", "full")
+TRANSITION_FLAG = "--ran-transition"
+DECODER_INITIAL_FLAG = "--ran-decoder-initial"
+NO_LAYERNORM_RESIDUAL_FLAG = "--ran-no-layernorm-residual"
 
 # Masked logits get a large finite value (softmax runs in float32): a fully masked row then yields
 # uniform weights instead of NaN.
@@ -160,6 +168,25 @@ class PositionalAttentionMatrices(nn.Module):
         return torch.softmax(self.logits(layer, length)[:, :, :length], dim=-1).to(dtype)
 
 
+class FeedForwardTransition(nn.Module):
+    """The feed-forward transition of the authors' released code, Â = W_2 ReLU(W_1 a + b_1) + b_2
+    with W_1 (4n×n), W_2 (n×4n), acting along the key axis of each row; Xavier-uniform weights,
+    zero biases. :class:`RecurrentAttentionMatrices` adds the residual."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.fc1 = nn.Linear(n, 4 * n)
+        self.fc2 = nn.Linear(4 * n, n)
+        for linear in (self.fc1, self.fc2):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, a: Tensor) -> Tensor:
+        """float32 computation for float32 ``a`` whatever the parameters' dtype."""
+        hidden = F.relu(F.linear(a, self.fc1.weight.float(), self.fc1.bias.float()))
+        return F.linear(hidden, self.fc2.weight.float(), self.fc2.bias.float())
+
+
 class RecurrentAttentionMatrices(PositionalAttentionMatrices):
     """RAN (Zeng et al. 2021): a learned initial attention matrix A_0 of shape (h, n, n) and a
     recurrent transition shared by every head and layer (Eqs. 3-4)::
@@ -168,23 +195,67 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
 
     W (n×n) acts along the key axis of each row. ``freeze_initial`` keeps A_0 at its random
     initialization (Table 3 "fixed"); ``layernorm_residual=False`` uses A_l = tanh(A_{l-1} Wᵀ + b)
-    (Table 3 "w/o LN&RES")."""
+    (Table 3 "w/o LN&RES"). ``transition="ffn"`` replaces the transition by the authors' released
+    one, A_l = A_{l-1} + W_2 ReLU(W_1 A_{l-1} + b_1) + b_2 with W_1 (4n×n), W_2 (n×4n)
+    (:class:`FeedForwardTransition`; no tanh, no layer norm).
+
+    In a causal (decoder) source, ``decoder_initial="lower-triangle"`` (§2.2: "only the lower
+    triangular matrix of each Initial Attention Matrix is leveraged") restricts row i of every A_l
+    to its visible keys j <= i: the transition's input is zero at j > i, the layer norm's mean and
+    variance are taken over j <= i only, and the entries j > i are set to zero after each layer.
+    ``decoder_initial="full"`` transitions the whole row (the future is masked only at the softmax,
+    as in the authors' code). An encoder always transitions whole rows. Either way row i of A_l
+    depends on row i of A_0 only."""
 
     def __init__(self, num_layers, num_heads, max_positions, causal, freeze_initial=False,
-                 layernorm_residual=True):
+                 layernorm_residual=True, transition="paper", decoder_initial="lower-triangle"):
         super().__init__(num_layers, num_heads, max_positions, causal)
+        if transition not in RAN_TRANSITIONS:
+            raise ValueError(f"{TRANSITION_FLAG} must be one of {', '.join(RAN_TRANSITIONS)}, "
+                             f"got {transition!r}")
+        if decoder_initial not in RAN_DECODER_INITIAL:
+            raise ValueError(f"{DECODER_INITIAL_FLAG} must be one of "
+                             f"{', '.join(RAN_DECODER_INITIAL)}, got {decoder_initial!r}")
+        if transition == "ffn" and not layernorm_residual:
+            raise ValueError(f"{NO_LAYERNORM_RESIDUAL_FLAG} removes the layer norm and residual "
+                             f"of the paper's transition (Eqs. 3-4); {TRANSITION_FLAG} ffn has no "
+                             f"layer norm: use {TRANSITION_FLAG} paper with it")
         n = max_positions
+        self.transition_type = transition
+        self.decoder_initial = decoder_initial
         self.initial = nn.Parameter(torch.empty(num_heads, n, n), requires_grad=not freeze_initial)
         nn.init.normal_(self.initial, std=n ** -0.5)
-        self.transition = nn.Linear(n, n)
-        self.layer_norm = nn.LayerNorm(n) if layernorm_residual else None
+        if transition == "paper":
+            self.transition = nn.Linear(n, n)
+            self.layer_norm = nn.LayerNorm(n) if layernorm_residual else None
+        else:
+            self.transition = FeedForwardTransition(n)
+            self.layer_norm = None
+
+    @property
+    def masks_future(self) -> bool:
+        """Whether each row's transition sees its visible keys only (a causal source under
+        ``decoder_initial="lower-triangle"``)."""
+        return self.causal and self.decoder_initial == "lower-triangle"
+
+    def extra_repr(self) -> str:
+        text = f"{super().extra_repr()}, transition={self.transition_type}"
+        return f"{text}, decoder_initial={self.decoder_initial}" if self.causal else text
 
     def _compute_logits(self, rows):
         # Each row of A_l depends on the same row of A_{l-1} only, so the first ``rows`` rows of the
         # full n×n recurrence are computed exactly from the first ``rows`` rows of A_0.
+        a = self.initial[:, :rows].float()
+        if self.masks_future:
+            return self._lower_triangle_logits(a)
+        if self.transition_type == "ffn":
+            layers = []
+            for _ in range(self.num_layers):
+                a = self.transition(a) + a
+                layers.append(a)
+            return torch.stack(layers)
         n = self.max_positions
         weight, bias = self.transition.weight.float(), self.transition.bias.float()
-        a = self.initial[:, :rows].float()
         layers = []
         for _ in range(self.num_layers):
             a_hat = torch.tanh(F.linear(a, weight, bias))  # Eq. 3, inside LN
@@ -194,6 +265,37 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
                 a_hat = F.layer_norm(a_hat, (n,), self.layer_norm.weight.float(),
                                      self.layer_norm.bias.float(), self.layer_norm.eps)  # Eq. 3
                 a = a_hat + a  # Eq. 4
+            layers.append(a)
+        return torch.stack(layers)
+
+    def _lower_triangle_logits(self, a: Tensor) -> Tensor:
+        """The recurrence on the lower triangle (§2.2): row i of ``a`` (h, rows, n) holds query
+        position i; its entries j > i are zero in the transition's input and in every A_l."""
+        rows, n = a.size(1), self.max_positions
+        future = (torch.arange(n, device=a.device)[None, :]
+                  > torch.arange(rows, device=a.device)[:, None])  # (rows, n)
+        count = (~future).sum(dim=-1, keepdim=True).to(a.dtype)  # i + 1 visible keys in row i
+        a = a.masked_fill(future, 0.0)
+        if self.transition_type == "paper":
+            weight, bias = self.transition.weight.float(), self.transition.bias.float()
+        layers = []
+        for _ in range(self.num_layers):
+            if self.transition_type == "ffn":
+                a = self.transition(a) + a
+            else:
+                a_hat = torch.tanh(F.linear(a, weight, bias))  # Eq. 3, inside LN
+                if self.layer_norm is None:
+                    a = a_hat
+                else:
+                    # Eq. 3's LN over the visible entries: their mean and (biased) variance
+                    a_hat = a_hat.masked_fill(future, 0.0)
+                    mean = a_hat.sum(dim=-1, keepdim=True) / count
+                    centred = (a_hat - mean).masked_fill(future, 0.0)
+                    variance = centred.pow(2).sum(dim=-1, keepdim=True) / count
+                    a_hat = centred * torch.rsqrt(variance + self.layer_norm.eps)
+                    a_hat = a_hat * self.layer_norm.weight.float() + self.layer_norm.bias.float()
+                    a = a_hat + a  # Eq. 4
+            a = a.masked_fill(future, 0.0)
             layers.append(a)
         return torch.stack(layers)
 
@@ -455,12 +557,16 @@ class PositionalSelfAttention(nn.Module):
 def build_positional_matrices(kind: str, num_layers: int, num_heads: int, max_positions: int,
                               causal: bool, freeze_initial: bool = False,
                               layernorm_residual: bool = True,
-                              gaussian_std: float = 1.0) -> PositionalAttentionMatrices:
+                              gaussian_std: float = 1.0, ran_transition: str = "paper",
+                              ran_decoder_initial: str = "lower-triangle"
+                              ) -> PositionalAttentionMatrices:
     """The matrix source for ``kind`` in {"ran", "synthesizer", "gaussian"}."""
     if kind == "ran":
         return RecurrentAttentionMatrices(num_layers, num_heads, max_positions, causal,
                                           freeze_initial=freeze_initial,
-                                          layernorm_residual=layernorm_residual)
+                                          layernorm_residual=layernorm_residual,
+                                          transition=ran_transition,
+                                          decoder_initial=ran_decoder_initial)
     if kind == "synthesizer":
         return RandomSynthesizerMatrices(num_layers, num_heads, max_positions, causal)
     if kind == "gaussian":
