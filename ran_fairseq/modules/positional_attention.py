@@ -246,36 +246,13 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
         # Each row of A_l depends on the same row of A_{l-1} only, so the first ``rows`` rows of the
         # full n×n recurrence are computed exactly from the first ``rows`` rows of A_0.
         a = self.initial[:, :rows].float()
+        future = None
         if self.masks_future:
-            return self._lower_triangle_logits(a)
-        if self.transition_type == "ffn":
-            layers = []
-            for _ in range(self.num_layers):
-                a = self.transition(a) + a
-                layers.append(a)
-            return torch.stack(layers)
-        n = self.max_positions
-        weight, bias = self.transition.weight.float(), self.transition.bias.float()
-        layers = []
-        for _ in range(self.num_layers):
-            a_hat = torch.tanh(F.linear(a, weight, bias))  # Eq. 3, inside LN
-            if self.layer_norm is None:
-                a = a_hat
-            else:
-                a_hat = F.layer_norm(a_hat, (n,), self.layer_norm.weight.float(),
-                                     self.layer_norm.bias.float(), self.layer_norm.eps)  # Eq. 3
-                a = a_hat + a  # Eq. 4
-            layers.append(a)
-        return torch.stack(layers)
-
-    def _lower_triangle_logits(self, a: Tensor) -> Tensor:
-        """The recurrence on the lower triangle (§2.2): row i of ``a`` (h, rows, n) holds query
-        position i; its entries j > i are zero in the transition's input and in every A_l."""
-        rows, n = a.size(1), self.max_positions
-        future = (torch.arange(n, device=a.device)[None, :]
-                  > torch.arange(rows, device=a.device)[:, None])  # (rows, n)
-        count = (~future).sum(dim=-1, keepdim=True).to(a.dtype)  # i + 1 visible keys in row i
-        a = a.masked_fill(future, 0.0)
+            # §2.2: row i (query position i) keeps its keys j <= i; the rest is zero in every A_l
+            n = self.max_positions
+            future = (torch.arange(n, device=a.device)[None, :]
+                      > torch.arange(rows, device=a.device)[:, None])  # (rows, n)
+            a = a.masked_fill(future, 0.0)
         if self.transition_type == "paper":
             weight, bias = self.transition.weight.float(), self.transition.bias.float()
         layers = []
@@ -287,17 +264,24 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
                 if self.layer_norm is None:
                     a = a_hat
                 else:
-                    # Eq. 3's LN over the visible entries: their mean and (biased) variance
-                    a_hat = a_hat.masked_fill(future, 0.0)
-                    mean = a_hat.sum(dim=-1, keepdim=True) / count
-                    centred = (a_hat - mean).masked_fill(future, 0.0)
-                    variance = centred.pow(2).sum(dim=-1, keepdim=True) / count
-                    a_hat = centred * torch.rsqrt(variance + self.layer_norm.eps)
-                    a_hat = a_hat * self.layer_norm.weight.float() + self.layer_norm.bias.float()
-                    a = a_hat + a  # Eq. 4
-            a = a.masked_fill(future, 0.0)
+                    a = self._layer_norm(a_hat, future) + a  # Eqs. 3-4
+            if future is not None:
+                a = a.masked_fill(future, 0.0)
             layers.append(a)
         return torch.stack(layers)
+
+    def _layer_norm(self, x: Tensor, future: Optional[Tensor]) -> Tensor:
+        """Eq. 3's LN of each row of ``x``, over its visible entries only where ``future`` masks
+        some (mean and biased variance over j <= i, with those positions' gain and bias)."""
+        weight, bias, eps = self.layer_norm.weight.float(), self.layer_norm.bias.float(), \
+            self.layer_norm.eps
+        if future is None:
+            return F.layer_norm(x, (self.max_positions,), weight, bias, eps)
+        count = (~future).sum(dim=-1, keepdim=True).to(x.dtype)  # i + 1 visible keys in row i
+        x = x.masked_fill(future, 0.0)
+        centred = (x - x.sum(dim=-1, keepdim=True) / count).masked_fill(future, 0.0)
+        variance = centred.pow(2).sum(dim=-1, keepdim=True) / count
+        return centred * torch.rsqrt(variance + eps) * weight + bias
 
 
 class RandomSynthesizerMatrices(PositionalAttentionMatrices):
