@@ -31,7 +31,9 @@ OUT/results.json (every result, with settings and machine) and OUT/TABLE.md (mea
 where there are several).
 """
 import argparse
+import concurrent.futures
 import datetime
+import functools
 import json
 import os
 import platform
@@ -41,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +54,7 @@ USER_DIR = REPO / "ran_fairseq"
 
 CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
                "out", "checkpoints", "select", "train_flags", "generate_flags"}
-OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns"}
+OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base"}
 # select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).
 SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
 SIGNIFICANCE = {"samples": 1000, "level": 0.01}
@@ -182,8 +185,16 @@ def parse_cli(paper, argv):
                    help="checkpoint directory (default: the config's 'checkpoints')")
     p.add_argument("--data", help="data-bin to use instead of the config's prepared one; "
                                   "{src} and {tgt} are replaced per pair; nothing is prepared")
-    p.add_argument("--threads", type=int, default=available_cores(),
-                   help="CPU threads of each fairseq process (OMP_NUM_THREADS)")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads of each fairseq process (OMP_NUM_THREADS; default: the "
+                        "cores over --jobs)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at a time (trainings of different systems, seeds or pairs); on one "
+                        "GPU, small models train several times faster side by side; the speed "
+                        "columns then measure a shared device")
+    p.add_argument("--stop-after", type=float, metavar="MINUTES",
+                   help="start no run after this many minutes; the runs begun finish, the table "
+                        "holds the finished ones and names the rest (rerun with --resume)")
     p.add_argument("--resume", action="store_true",
                    help="skip systems whose result exists (made with the same commands) and "
                         "let fairseq-train continue an interrupted run from checkpoint_last.pt")
@@ -194,8 +205,14 @@ def parse_cli(paper, argv):
         args.config = settings[args.full].config if settings else paper.full_config
     if args.max_update is not None and args.max_update < 1:
         p.error("--max-update must be at least 1")
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    if args.threads is None:
+        args.threads = max(1, available_cores() // args.jobs)
     if args.threads < 1:
         p.error("--threads must be at least 1")
+    if args.stop_after is not None and args.stop_after < 0:
+        p.error("--stop-after must be a number of minutes >= 0")
     if args.seeds is not None:
         try:
             args.seeds = parse_seeds(args.seeds.split(","))
@@ -317,9 +334,26 @@ def check_postprocess(post, where):
                                  f"{', '.join('{' + f + '}' for f in POSTPROCESS_FIELDS)})")
 
 
+def read_config(path, seen=()):
+    """A config's keys, those of the config it names as ``base`` (a path from the repository root)
+    filled in under its own: a GPU config is its CPU config with ``device`` and ``out`` changed."""
+    config = read_json(path, "config (--config)" if not seen else "base config")
+    base = config.pop("base", None)
+    if base is None:
+        return config
+    base_path = repo_path(base) if isinstance(base, str) else None
+    if base_path is None or base_path.resolve() in seen or Path(path).resolve() == base_path.resolve():
+        raise ReproError(f"config {path}: 'base' must be the path of another config, with no "
+                         f"cycle, not {base!r}")
+    inherited = read_config(base_path, seen + (Path(path).resolve(),))
+    # the base's notes describe the base; a config that inherits says what it changes
+    inherited.pop("notes", None)
+    return dict(inherited, **config)
+
+
 def load_config(path):
     """The scale config with its systems (in file order) and paper numbers resolved."""
-    config = read_json(path, "config (--config)")
+    config = read_config(path)
     if "checkpoint" in config:
         raise ReproError(f"config {path}: 'checkpoint' is replaced by 'select' (one of "
                          f"{', '.join(SELECT)}: checkpoint_last.pt, or checkpoint_best.pt by "
@@ -729,21 +763,29 @@ def execute(run, env, trained):
     }
 
 
+def portable(commands, repo):
+    """``commands`` as JSON text with the checkout's path ``repo`` replaced by a placeholder."""
+    return json.dumps(commands).replace(json.dumps(repo)[1:-1], "<REPO>")
+
+
 def previous_result(run):
     """The stored result of ``run`` if it was made by the same commands; error if by others."""
     path = run.dir / "result.json"
     if not path.is_file():
         return None
     old = json.loads(path.read_text())
-    if old.get("commands") != run.recorded():
+    # paths in the commands are the checkout's where the run was made (another machine's, say)
+    if portable(old.get("commands"), old.get("repo", str(REPO))) != \
+            portable(run.recorded(), str(REPO)):
         raise ReproError(f"{path} was made with other settings; rerun without --resume to "
                          f"redo it, or pick another --out")
     return old
 
 
-def add_significance(results, baseline, significance, out):
+def add_significance(results, baseline, significance, out, refs=None):
     """Paired bootstrap of every result against the baseline's on the same pair, subset and seed:
-    ``p_value`` and ``better`` (sacreBLEU above the baseline's) per subset, in place."""
+    ``p_value`` and ``better`` (sacreBLEU above the baseline's) per subset, in place. ``refs``:
+    (pair, subset) -> the raw references here (a result's own path may be another machine's)."""
     by_key = {(r["pair"], r["system"], r["seed"]): r for r in results}
     for r in results:
         base = by_key.get((r["pair"], baseline, r["seed"]))
@@ -755,12 +797,12 @@ def add_significance(results, baseline, significance, out):
             hyps = run_dir / slug(r["system"]) / f"seed{r['seed']}" / scores["hyp_file"]
             base_hyps = (run_dir / slug(baseline) / f"seed{r['seed']}" /
                          base["subsets"][subset]["hyp_file"])
-            refs = Path(scores["raw_ref"])
-            if not (hyps.is_file() and base_hyps.is_file() and refs.is_file()):
+            ref_file = Path((refs or {}).get((r["pair"], subset), scores["raw_ref"]))
+            if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
                 continue
             p, _, _ = paired_bootstrap(base_hyps.read_text(encoding="utf-8").splitlines(),
                                        hyps.read_text(encoding="utf-8").splitlines(),
-                                       refs.read_text(encoding="utf-8").splitlines(),
+                                       ref_file.read_text(encoding="utf-8").splitlines(),
                                        significance["samples"])
             scores["p_value"] = p
             delta = scores["sacrebleu"] - base["subsets"][subset]["sacrebleu"]
@@ -823,7 +865,12 @@ def markdown(paper, report):
         f"Scale config `{settings['config']}`; test set: {settings['test_set']}; "
         f"{settings['max_update']} training updates; checkpoint: {settings['select_text']}; "
         f"{spread}; {m['device']} ({m['device_name']}), {settings['threads']} thread(s) per "
-        f"fairseq process; {m['date']}.",
+        f"fairseq process"
+        + (f", {settings['jobs']} runs at a time (the speed columns measure a shared machine)"
+           if settings.get("jobs", 1) > 1 else "")
+        + f"; {m['date']}.",
+        *(["", f"**Not run** (stopped by --stop-after; rerun with --resume): "
+           f"{'; '.join(settings['not_run'])}."] if settings.get("not_run") else []),
         "",
         "- **tok BLEU**: BLEU of the tokenized hypotheses (BPE removed) against the tokenized "
         "reference text (the data-bin's `SUBSET.tok.TGT`), with fairseq's `--scoring bleu` "
@@ -958,6 +1005,86 @@ def prepare(config, pair, log_path, env):
                          f"(tail) ---\n{log_path.read_text()[-3000:]}")
 
 
+def execute_all(runs, args, config, env, paper, name):
+    """Every run, ``args.jobs`` at a time, in ``runs``' order; return (results of the finished
+    runs in that order, labels of the runs not started before ``--stop-after``). A run that decodes
+    another's checkpoint waits for it. The first failure starts no further run; the runs under way
+    finish, then it is raised."""
+    start = time.monotonic()
+    lock = threading.Lock()
+    failures = []
+    results = {}
+    trained_by = {}  # (pair, system, seed) -> Future of a training run
+
+    def label(run):
+        return f"{run.pair} {run.system['name']} seed {run.seed}"
+
+    def say(text):
+        with lock:
+            print(f"{name}: {text}", file=sys.stderr, flush=True)
+
+    @functools.lru_cache(maxsize=None)
+    def here():
+        if config["device"] == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ReproError(f"{args.config} trains on a GPU and torch sees none; use "
+                                 f"--dry-run to print the commands, or the CPU config")
+        return machine_info(config["device"], args.threads)
+
+    def one(run, trainer):
+        trained = trainer.result() if trainer is not None else None
+        if trainer is not None and trained is None:
+            return None  # its checkpoint's training did not run
+        try:
+            old = previous_result(run) if args.resume else None
+            if old is not None:
+                say(f"{label(run)}: done before, skipped (--resume)")
+                return old
+            if failures or (args.stop_after is not None
+                            and time.monotonic() - start > 60 * args.stop_after):
+                return None
+            machine = here()
+            if not args.resume:
+                if run.trains:
+                    shutil.rmtree(run.save_dir, ignore_errors=True)
+                shutil.rmtree(run.dir, ignore_errors=True)
+            say(f"{label(run)} ...")
+            old = dict(execute(run, env, trained), machine=machine, repo=str(REPO))
+            if paper.measure is not None:
+                old.update(paper.measure(run, old))
+        except Exception as e:  # noqa: BLE001  (kept, raised after the runs under way)
+            with lock:
+                failures.append(e)
+            return None
+        (run.dir / "result.json").write_text(json.dumps(old, indent=2) + "\n")
+        say(f"{label(run)}: tok BLEU {old['tok_bleu']:.2f}, sacreBLEU {old['sacrebleu']:.2f}, "
+            f"TER {old['ter']:.2f}, {old['decode']['sentences_per_s']:.2f} sent/s, "
+            f"{old['train_seconds'] / 60:.1f} min training")
+        return old
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {}
+        # trainings first, so that a decode-only run never holds a worker waiting for one
+        for run in sorted(runs, key=lambda r: not r.trains):
+            trainer = None
+            if not run.trains:
+                trainer = trained_by.get((run.pair, run.system["checkpoint_of"], run.seed))
+            futures[id(run)] = pool.submit(one, run, trainer)
+            if run.trains:
+                trained_by[(run.pair, run.system["name"], run.seed)] = futures[id(run)]
+        for run in runs:
+            results[id(run)] = futures[id(run)].result()
+    if failures:
+        raise failures[0]
+    not_run = [label(run) for run in runs if results[id(run)] is None]
+    if not_run:
+        print(f"{name}: not run before --stop-after {args.stop_after:g} min: "
+              f"{'; '.join(not_run)} (rerun with --resume)", file=sys.stderr)
+    return [results[id(run)] for run in runs if results[id(run)] is not None], not_run
+
+
 def run_all(paper, args):
     config = load_config(args.config)
     pairs = parse_pairs(args.pairs or ",".join(config["pairs"]))
@@ -976,42 +1103,17 @@ def run_all(paper, args):
             for cmd in run.commands():
                 print(shlex.join(cmd))
         return
-    if config["device"] == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ReproError(f"{args.config} trains on a GPU and torch sees none; use "
-                             f"--dry-run to print the commands, or the CPU config")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                PYTHONUNBUFFERED="1")
     if args.data is None:
         for pair in pairs:
             print(f"{name}: preparing {pair[0]}-{pair[1]}", file=sys.stderr, flush=True)
             prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
-    results, done = [], {}
-    for run in runs:
-        label = f"{run.pair} {run.system['name']} seed {run.seed}"
-        old = previous_result(run) if args.resume else None
-        if old is not None:
-            print(f"{name}: {label}: done before, skipped (--resume)", file=sys.stderr)
-        else:
-            if not args.resume:
-                if run.trains:
-                    shutil.rmtree(run.save_dir, ignore_errors=True)
-                shutil.rmtree(run.dir, ignore_errors=True)
-            print(f"{name}: {label} ...", file=sys.stderr, flush=True)
-            trained = done.get((run.pair, run.system["checkpoint_of"], run.seed))
-            old = execute(run, env, trained)
-            if paper.measure is not None:
-                old.update(paper.measure(run, old))
-            (run.dir / "result.json").write_text(json.dumps(old, indent=2) + "\n")
-            print(f"{name}: {label}: tok BLEU {old['tok_bleu']:.2f}, sacreBLEU "
-                  f"{old['sacrebleu']:.2f}, TER {old['ter']:.2f}, "
-                  f"{old['decode']['sentences_per_s']:.2f} sent/s, "
-                  f"{old['train_seconds'] / 60:.1f} min training", file=sys.stderr, flush=True)
-        done[(run.pair, run.system["name"], run.seed)] = old
-        results.append(old)
-    add_significance(results, config["baseline"], config["significance"], args.out)
+    results, not_run = execute_all(runs, args, config, env, paper, name)
+    if not results:
+        raise ReproError("no run finished before --stop-after; nothing to tabulate")
+    refs = {(run.pair, subset): run.raw_ref[subset] for run in runs for subset in run.subsets}
+    add_significance(results, config["baseline"], config["significance"], args.out, refs)
 
     train_argv = runs[0].train_argv
     max_update = (train_argv[train_argv.index("--max-update") + 1]
@@ -1025,10 +1127,13 @@ def run_all(paper, args):
             "subsets": config["subsets"], "select": config["select"],
             "select_text": SELECT_TEXT[config["select"]],
             "significance": config["significance"],
-            "max_update": max_update, "threads": args.threads,
+            "max_update": max_update, "threads": args.threads, "jobs": args.jobs,
+            "not_run": not_run,
             "generate_flags": config["generate_flags"],
             "signatures": results[0]["signatures"]},
-        "machine": machine_info(config["device"], args.threads),
+        # where the runs were made (--resume can tabulate another machine's results)
+        "machine": next((r["machine"] for r in results if "machine" in r), None)
+        or machine_info("cpu" if config["device"] == "cuda" else config["device"], args.threads),
         "paper": config["paper_numbers"], "results": results}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")

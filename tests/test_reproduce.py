@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 
@@ -67,9 +68,12 @@ def config(corpus):
 def first_run(corpus, config):
     root, data = corpus
     out = root / "out"
+    # two runs at a time: RAN-ALL greedy waits for RAN-ALL's training, TransF trains beside it
     proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
-                     ",".join(SYSTEMS), "--max-update", "3", "--out", out)
+                     ",".join(SYSTEMS), "--max-update", "3", "--out", out, "--jobs", "2")
     assert proc.returncode == 0, proc.stderr[-5000:]
+    # later tests rewrite the report (--resume); this run's is kept for the --jobs test
+    shutil.copytree(out, root / "first-run", ignore=shutil.ignore_patterns("de-en"))
     return out
 
 
@@ -449,3 +453,77 @@ def test_config_errors_name_the_key(tmp_path, change, message):
     path.write_text(json.dumps(cfg))
     with pytest.raises(ReproError, match=re.escape(message)):
         load_config(path)
+
+
+def test_jobs_keep_the_order_and_stop_after_names_what_did_not_run(first_run, corpus, config):
+    """--jobs 2 (first_run): results in the systems' order, the table says 2 runs at a time.
+    --stop-after 0 with --resume: the finished runs are tabulated, the one without a result is not
+    started and is named; with nothing finished it is an error."""
+    _, data = corpus
+    kept = first_run.parent / "first-run"
+    report = json.loads((kept / "results.json").read_text())
+    assert [r["system"] for r in report["results"]] == SYSTEMS
+    assert report["settings"]["jobs"] == 2 and report["settings"]["not_run"] == []
+    assert "2 runs at a time" in (kept / "TABLE.md").read_text()
+    out = first_run.parent / "out-stop"
+    shutil.copytree(first_run, out)
+    (out / "de-en" / "TransF" / "seed1" / "result.json").unlink()
+    args = ("--config", config, "--data", data, "--pairs", "de-en", "--systems", ",".join(SYSTEMS),
+            "--max-update", "3", "--out", out, "--stop-after", "0", "--resume")
+    proc = reproduce(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "not run before --stop-after 0 min: de-en TransF seed 1" in proc.stderr
+    report = json.loads((out / "results.json").read_text())
+    assert [r["system"] for r in report["results"]] == SYSTEMS[1:]
+    assert report["settings"]["not_run"] == ["de-en TransF seed 1"]
+    assert "**Not run**" in (out / "TABLE.md").read_text()
+    assert not (out / "de-en" / "TransF" / "seed1" / "result.json").exists()
+    empty = first_run.parent / "out-empty"
+    proc = reproduce(*args[:-5], "--out", empty, "--stop-after", "0")
+    assert proc.returncode != 0 and "no run finished before --stop-after" in proc.stderr
+
+
+def test_a_config_inherits_its_base(tmp_path):
+    """A config's 'base' fills in the keys it does not set (the GPU configs are their CPU configs on
+    another device); a base that leads back to the config is an error."""
+    from ran_fairseq.reproduce import ReproError, load_config
+
+    for paper in ("ran", "recurrent_cross", "dynmem", "pervasive"):
+        cpu = load_config(CONFIGS / paper / "cpu.json")
+        gpu = load_config(CONFIGS / paper / "gpu.json")
+        assert gpu["device"] == "cuda" and gpu["seeds"] == [1, 2, 3]
+        assert gpu["out"] == f"results/{paper}/gpu" != cpu["out"]
+        same = set(cpu) - {"device", "seeds", "out", "checkpoints", "notes", "path"}
+        assert {k: gpu[k] for k in same} == {k: cpu[k] for k in same}, paper
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"base": str(b)}))
+    b.write_text(json.dumps({"base": str(a)}))
+    with pytest.raises(ReproError, match="no cycle"):
+        load_config(a)
+
+
+def test_resume_takes_results_made_in_another_checkout(first_run, corpus, config, tmp_path):
+    """Results made on another machine (its checkout elsewhere, e.g. a GPU box) are taken by
+    --resume when their commands differ from this checkout's only in that path; another change in
+    the commands is still refused."""
+    _, data = corpus
+    out = tmp_path / "out"
+    shutil.copytree(first_run, out)
+    elsewhere = "/elsewhere/checkout"
+    for path in out.glob("de-en/*/seed1/result.json"):
+        result = json.loads(path.read_text())
+        assert result["repo"] == str(helpers.REPO) and result["machine"]["device"] == "cpu"
+        text = json.dumps(dict(result, machine=dict(result["machine"], device_name="Elsewhere CPU")))
+        path.write_text(text.replace(json.dumps(str(helpers.REPO))[1:-1], elsewhere))
+    args = ("--config", config, "--data", data, "--pairs", "de-en", "--systems", ",".join(SYSTEMS),
+            "--max-update", "3", "--out", out, "--resume", "--stop-after", "0")
+    proc = reproduce(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("skipped (--resume)") == len(SYSTEMS)
+    report = json.loads((out / "results.json").read_text())
+    assert report["machine"]["device_name"] == "Elsewhere CPU"
+    assert all(r["subsets"]["test"]["p_value"] is not None for r in report["results"][1:])
+    changed = out / "de-en" / "TransF" / "seed1" / "result.json"
+    changed.write_text(changed.read_text().replace('"--dropout", "0.3"', '"--dropout", "0.1"'))
+    proc = reproduce(*args)
+    assert proc.returncode != 0 and "was made with other settings" in proc.stderr

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# ran_fairseq on a GPU machine that cannot reach a package index but whose python3 has a CUDA torch
+# (a rented or lent box with a prebuilt image). Two steps:
+#
+#   scripts/offline-gpu.sh download DIR [PYVER]    where pip works: fetch into DIR the fairseq
+#       source, the wheels of the plugin's other dependencies that such images lack, for CPython
+#       PYVER (default 3.12) on x86-64 Linux
+#   scripts/offline-gpu.sh run DIR -- COMMAND...    on the GPU machine: install them into $SITE
+#       (default /tmp/site), then run COMMAND with the plugin and them importable
+#
+# `run` builds fairseq's wheel from its source the first time (its C++/Cython extensions, without
+# the CUDA ones: 1-3 minutes) and leaves the wheel in DIR, or in $WHEEL_OUT where DIR is read-only;
+# put that wheel into DIR to skip the build next time. torch, numpy and the rest of fairseq's needs
+# are the image's own (fairseq is compiled against its numpy, 1.x or 2.x). Nothing is installed
+# into the image's environment.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
+[ $# -ge 2 ] || usage
+mode=$1 dir=$2
+shift 2
+python=${PYTHON:-python3}
+FAIRSEQ=fairseq-fixed==0.12.3.1
+# what fairseq and the plugin need beyond torch, numpy, sacrebleu and scikit-learn
+DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 cffi==2.1.1 pycparser==3.12
+      sacremoses==0.2.0 subword-nmt==0.3.8 mock==5.2.0)
+SDISTS=(antlr4-python3-runtime==4.9.3)  # omegaconf's parser runtime: published as source only
+
+case $mode in
+download)
+    pyver=${1:-3.12}
+    mkdir -p "$dir"
+    plats=()
+    for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
+             manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+        plats+=(--platform "$p")
+    done
+    "$python" -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" \
+        --implementation cp "${plats[@]}" -d "$dir" "${DEPS[@]}"
+    # source archives as published; --no-build-isolation keeps pip from fetching a torch to read
+    # fairseq's metadata (it needs the torch of the interpreter that runs this)
+    "$python" -m pip download -q --no-deps --no-binary=:all: --no-build-isolation -d "$dir" \
+        "$FAIRSEQ" "${SDISTS[@]}"
+    ls -l "$dir"
+    ;;
+run)
+    [ "${1:-}" = "--" ] && shift
+    [ $# -ge 1 ] || usage
+    site=${SITE:-/tmp/site}
+    pip=("$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir
+         --target "$site" --upgrade)
+    wheels=()
+    for w in "$dir"/*.whl; do
+        case $(basename "$w") in fairseq*) ;; *) wheels+=("$w") ;; esac
+    done
+    "${pip[@]}" "${wheels[@]}" "$dir"/antlr4-python3-runtime-*.tar.gz --no-build-isolation
+    built=$(ls "$dir"/fairseq_fixed-*.whl 2>/dev/null | head -n1 || true)
+    if [ -z "$built" ]; then
+        out=${WHEEL_OUT:-$dir}
+        mkdir -p "$out"
+        tmp=$(mktemp -d)
+        # extensions built side by side (see scripts/setup-env.sh for why ninja is hidden); no
+        # CUDA_HOME: fairseq's CUDA extensions serve models this plugin does not use
+        printf '[build_ext]\nparallel = %s\n' "$(nproc)" > "$tmp/build.cfg"
+        printf '#!/bin/sh\nexit 1\n' > "$tmp/ninja"
+        chmod +x "$tmp/ninja"
+        echo "offline-gpu: building fairseq's wheel (1-3 minutes)" >&2
+        start=$(date +%s)
+        env -u CUDA_HOME PATH="$tmp:$PATH" DIST_EXTRA_CONFIG="$tmp/build.cfg" \
+            TORCH_NO_COMPILER_WRAPPER=1 \
+            "$python" -m pip wheel -q --no-deps --no-build-isolation --no-index -w "$out" \
+            "$dir"/fairseq_fixed-*.tar.gz > "$tmp/build.log" 2>&1 \
+            || { tail -n 40 "$tmp/build.log" >&2; exit 1; }
+        echo "offline-gpu: built in $(( $(date +%s) - start )) s" >&2
+        built=$(ls "$out"/fairseq_fixed-*.whl | head -n1)
+    fi
+    "${pip[@]}" "$built"
+    export PYTHONPATH="$site:$root${PYTHONPATH:+:$PYTHONPATH}"
+    export PATH="$site/bin:$PATH"
+    "$python" -c "import fairseq, ran_fairseq, torch; print('offline-gpu: fairseq', fairseq.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())" 2>&1 | grep -v tensorboardX >&2
+    exec "$@"
+    ;;
+*)
+    usage
+    ;;
+esac
