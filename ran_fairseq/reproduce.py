@@ -857,6 +857,9 @@ def markdown(paper, report):
               f"train time ×{baseline}", "selected (epoch/update)"]
              + [c.title for c in paper.columns] + [c["title"] for c in columns])
     m = report["machine"]
+    # runs side by side: this invocation's --jobs, or those the stored results were made with
+    jobs = max([settings.get("jobs", 1)] + [r.get("machine", {}).get("jobs", 1)
+                                            for r in report["results"]])
     spread = (f"mean ± standard deviation over seeds {', '.join(map(str, seeds))}"
               if len(seeds) > 1 else f"seed {seeds[0]}")
     lines = [
@@ -864,10 +867,10 @@ def markdown(paper, report):
         "",
         f"Scale config `{settings['config']}`; test set: {settings['test_set']}; "
         f"{settings['max_update']} training updates; checkpoint: {settings['select_text']}; "
-        f"{spread}; {m['device']} ({m['device_name']}), {settings['threads']} thread(s) per "
-        f"fairseq process"
-        + (f", {settings['jobs']} runs at a time (the speed columns measure a shared machine)"
-           if settings.get("jobs", 1) > 1 else "")
+        f"{spread}; {m['device']} ({m['device_name']}), {m.get('threads', settings['threads'])} "
+        f"thread(s) per fairseq process"
+        + (f", up to {jobs} runs at a time (the speed columns measure a shared machine)"
+           if jobs > 1 else "")
         + f"; {m['date']}.",
         *(["", f"**Not run** (stopped by --stop-after; rerun with --resume): "
            f"{'; '.join(settings['not_run'])}."] if settings.get("not_run") else []),
@@ -1031,7 +1034,7 @@ def execute_all(runs, args, config, env, paper, name):
             if not torch.cuda.is_available():
                 raise ReproError(f"{args.config} trains on a GPU and torch sees none; use "
                                  f"--dry-run to print the commands, or the CPU config")
-        return machine_info(config["device"], args.threads)
+        return dict(machine_info(config["device"], args.threads), jobs=args.jobs)
 
     def one(run, trainer):
         trained = trainer.result() if trainer is not None else None
