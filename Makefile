@@ -4,6 +4,8 @@
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# test files run side by side, one per core (at most 4; TEST_WORKERS=0 runs them in this process)
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: setup demo test bench clean
 setup:
@@ -15,7 +17,7 @@ demo:
 
 # pytest exits 5 when it collected no test: that is a broken suite, not a pass.
 test: setup
-	@$(PYTHON) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: setup

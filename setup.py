@@ -31,6 +31,8 @@ setup(
         # 0.3+ releases require NumPy 2, so under the pin above pip installs 0.2.2.
         "py3langid>=0.2.2",
     ],
-    # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests.
-    extras_require={"test": ["pytest>=7", "matplotlib>=3.5"], "plot": ["matplotlib>=3.5"]},
+    # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests; pytest-xdist:
+    # `make test` runs the test files on every core (up to 4), which halves the suite on 2 cores.
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5"],
+                    "plot": ["matplotlib>=3.5"]},
 )
