@@ -10,11 +10,11 @@
 # results.tgz (results/*/gpu without the generate dumps) and logs.tgz (each command's output).
 # NVIDIA's MPS daemon is started when there is none, so that the processes' kernels share the GPU
 # rather than take turns (measured: 13 small trainings at once finished in 2.1-4.2 minutes under
-# MPS; 19 without it had not finished in 8). Prefix with `scripts/offline-gpu.sh run DIR --` on a
-# machine without a package index.
+# MPS; 19 without it had not finished in 8). PREPARE=0: the data-bins are there already. Prefix
+# with `scripts/offline-gpu.sh run DIR --` on a machine without a package index.
 set -u
 start=$(date +%s)
-[ $# -eq 3 ] || { sed -n '2,15p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
 hard=$1 plan=$2 out=$3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -33,7 +33,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
     fi
 fi
 t=$(date +%s)
-for pair in "de en" "en de"; do
+[ "${PREPARE:-1}" = 0 ] || for pair in "de en" "en de"; do
     set -- $pair
     scripts/prepare-multi30k.sh "$1" "$2" > "$logs/prepare-$1-$2.log" 2>&1 &
     scripts/prepare-multi30k.sh "$1" "$2" --bpe-merges 0 --nwords-src 10004 --nwords-tgt 10004 \
