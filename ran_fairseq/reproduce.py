@@ -54,7 +54,8 @@ USER_DIR = REPO / "ran_fairseq"
 
 CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
                "out", "checkpoints", "select", "train_flags", "generate_flags"}
-OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base"}
+OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base",
+                        "set_train_flags"}
 # select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).
 SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
 SIGNIFICANCE = {"samples": 1000, "level": 0.01}
@@ -389,6 +390,17 @@ def load_config(path):
         raise ReproError(f"config {path}: significance must be {{\"samples\": N >= 100, "
                          f"\"level\": p in (0, 1)}}, not {config['significance']!r}")
     check_flags(config["train_flags"], TRAIN_OWNED, f"config {path}: train_flags")
+    # {"--max-epoch": "12"}: values changed in (or added to) train_flags, e.g. over a base config's
+    changes = config.get("set_train_flags", {})
+    if not (isinstance(changes, dict) and all(isinstance(k, str) and k.startswith("-")
+                                              and isinstance(v, str) for k, v in changes.items())):
+        raise ReproError(f"config {path}: set_train_flags must map flags to string values, e.g. "
+                         f"{{\"--max-epoch\": \"12\"}}, not {changes!r}")
+    check_flags(list(changes), TRAIN_OWNED, f"config {path}: set_train_flags")
+    train_flags = config["train_flags"]
+    for flag, value in changes.items():
+        train_flags = set_flag(train_flags, flag, value)
+    config = dict(config, train_flags=train_flags)
     check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags")
     systems_file = repo_path(config["systems"])
     baseline, systems = load_systems(systems_file, config.get("arch"))

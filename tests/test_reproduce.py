@@ -443,6 +443,8 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     ({"significance": {"samples": 10}}, "significance must be"),
     ({"checkpionts": "x"}, "unknown key(s) checkpionts"),
     ({"train_flags": ["--seed", "3"]}, "sets --seed"),
+    ({"set_train_flags": {"--seed": "3"}}, "set_train_flags sets --seed"),
+    ({"set_train_flags": ["--max-epoch", "12"]}, "set_train_flags must map flags to string values"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
     from ran_fairseq.reproduce import ReproError, load_config
@@ -495,6 +497,13 @@ def test_a_config_inherits_its_base(tmp_path):
         assert gpu["out"] == f"results/{paper}/gpu" != cpu["out"]
         same = set(cpu) - {"device", "seeds", "out", "checkpoints", "notes", "path"}
         assert {k: gpu[k] for k in same} == {k: cpu[k] for k in same}, paper
+    # set_train_flags changes values of the inherited train_flags (or adds flags)
+    cpu = load_config(CONFIGS / "dynmem" / "gpu.json")["train_flags"]
+    long = load_config(CONFIGS / "dynmem" / "gpu-paper-epochs.json")["train_flags"]
+    changed = {i for i, (x, y) in enumerate(zip(cpu, long)) if x != y}
+    assert len(cpu) == len(long) and {long[i - 1] for i in changed} == {"--max-epoch",
+                                                                         "--force-anneal"}
+    assert long[long.index("--max-epoch") + 1] == "12" and long[long.index("--force-anneal") + 1] == "9"
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"base": str(b)}))
     b.write_text(json.dumps({"base": str(a)}))
