@@ -863,7 +863,8 @@ def markdown(paper, report):
     baseline = settings["baseline"]
     level = settings["significance"]["level"]
     columns = numbers.get("columns", [])
-    seeds = settings["seeds"]
+    # the seeds the table holds (runs of other seeds may be missing: --stop-after)
+    seeds = sorted({r["seed"] for r in report["results"]}) or settings["seeds"]
     heads = (["paper table", "system", "params", "tok BLEU", "sacreBLEU", "chrF", "TER",
               "decode sent/s", f"sent/s ×{baseline}", "train words/s", "train min",
               f"train time ×{baseline}", "selected (epoch/update)"]
