@@ -4,7 +4,7 @@
 #
 #   scripts/offline-gpu.sh download DIR [PYVER]    where pip works: fetch into DIR the fairseq
 #       source, the wheels of the plugin's other dependencies that such images lack, for CPython
-#       PYVER (default 3.12) on x86-64 Linux
+#       PYVER (default 3.12) on x86-64 Linux (with the checkout's .venv, which has torch, or $PYTHON)
 #   scripts/offline-gpu.sh run DIR -- COMMAND...    on the GPU machine: install them into $SITE
 #       (default /tmp/site), then run COMMAND with the plugin and them importable
 #
@@ -28,6 +28,9 @@ SDISTS=(antlr4-python3-runtime==4.9.3)  # omegaconf's parser runtime: published 
 
 case $mode in
 download)
+    # pip reads fairseq's metadata by running its setup.py, which imports torch: the checkout's
+    # environment (make setup) has it, a bare python3 may not
+    [ -z "${PYTHON:-}" ] && [ -x "$root/.venv/bin/python" ] && python=$root/.venv/bin/python
     pyver=${1:-3.12}
     mkdir -p "$dir"
     plats=()
