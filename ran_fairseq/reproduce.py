@@ -40,6 +40,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -55,7 +56,7 @@ USER_DIR = REPO / "ran_fairseq"
 CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
                "out", "checkpoints", "select", "train_flags", "generate_flags"}
 OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base",
-                        "set_train_flags"}
+                        "set_train_flags", "speed_bench"}
 # select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).
 SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
 SIGNIFICANCE = {"samples": 1000, "level": 0.01}
@@ -389,18 +390,7 @@ def load_config(path):
             or significance["samples"] < 100 or not 0 < significance["level"] < 1:
         raise ReproError(f"config {path}: significance must be {{\"samples\": N >= 100, "
                          f"\"level\": p in (0, 1)}}, not {config['significance']!r}")
-    check_flags(config["train_flags"], TRAIN_OWNED, f"config {path}: train_flags")
-    # {"--max-epoch": "12"}: values changed in (or added to) train_flags, e.g. over a base config's
-    changes = config.get("set_train_flags", {})
-    if not (isinstance(changes, dict) and all(isinstance(k, str) and k.startswith("-")
-                                              and isinstance(v, str) for k, v in changes.items())):
-        raise ReproError(f"config {path}: set_train_flags must map flags to string values, e.g. "
-                         f"{{\"--max-epoch\": \"12\"}}, not {changes!r}")
-    check_flags(list(changes), TRAIN_OWNED, f"config {path}: set_train_flags")
-    train_flags = config["train_flags"]
-    for flag, value in changes.items():
-        train_flags = set_flag(train_flags, flag, value)
-    config = dict(config, train_flags=train_flags)
+    config = dict(config, train_flags=config_train_flags(config, path))
     check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags")
     systems_file = repo_path(config["systems"])
     baseline, systems = load_systems(systems_file, config.get("arch"))
@@ -412,9 +402,74 @@ def load_config(path):
         raise ReproError(f"config {path}: paper_columns must list keys of {config['paper']}'s "
                          f"columns ({', '.join(map(str, keys))}); unknown: {unknown}")
     paper = dict(paper, columns=[c for c in paper.get("columns", []) if c.get("key") in shown_keys])
+    speed = (load_speed_bench(config["speed_bench"], baseline, f"config {path}")
+             if "speed_bench" in config else None)
     return dict(config, path=str(Path(path).resolve()), systems_file=str(systems_file),
                 systems=systems, baseline=baseline, paper_numbers=paper, subsets=subsets,
-                seeds=seeds, significance=significance)
+                seeds=seeds, significance=significance, speed_bench=speed)
+
+
+def config_train_flags(config, path):
+    """The training flags of a config (as read by :func:`read_config`): its ``train_flags`` with
+    ``set_train_flags`` applied, checked against the flags the engine sets."""
+    if "train_flags" not in config:
+        raise ReproError(f"config {path} lacks train_flags")
+    check_flags(config["train_flags"], TRAIN_OWNED, f"config {path}: train_flags")
+    # {"--max-epoch": "12"}: values changed in (or added to) train_flags, e.g. over a base config's
+    changes = config.get("set_train_flags", {})
+    if not (isinstance(changes, dict) and all(isinstance(k, str) and k.startswith("-")
+                                              and isinstance(v, str) for k, v in changes.items())):
+        raise ReproError(f"config {path}: set_train_flags must map flags to string values, e.g. "
+                         f"{{\"--max-epoch\": \"12\"}}, not {changes!r}")
+    check_flags(list(changes), TRAIN_OWNED, f"config {path}: set_train_flags")
+    train_flags = config["train_flags"]
+    for flag, value in changes.items():
+        train_flags = set_flag(train_flags, flag, value)
+    return train_flags
+
+
+def load_speed_bench(paths, baseline, where):
+    """The training-time ratios of ``scripts/bench.py`` runs (their bench.json files: ``speed_bench``
+    in a config, one path or a list): the systems timed one after another on a machine with
+    nothing else running, which runs side by side (--jobs) cannot give. With several runs a
+    system's ratio is the median of its ratios (a run's drift moves one run's figures). Returns
+    what the table shows of them."""
+    paths = [paths] if isinstance(paths, str) else paths
+    if not (isinstance(paths, list) and paths and all(isinstance(x, str) for x in paths)):
+        raise ReproError(f"{where}: speed_bench must be the path of a bench.json or a list of "
+                         f"them, not {paths!r}")
+    runs = []
+    for path in paths:
+        bench = read_json(repo_path(path), f"{where}: speed_bench (made by scripts/bench.py "
+                                           f"--systems SYSTEMS --train-flags-of CONFIG --out DIR)")
+        try:
+            tps = {r["name"]: r["metrics"]["train_tokens_per_s"] for r in bench["systems"]}
+            settings, machine = bench["settings"], bench["machine"]
+        except (KeyError, TypeError) as e:
+            raise ReproError(f"{where}: speed_bench {path} is not a bench.py report (no {e})") \
+                from e
+        if not tps.get(baseline):
+            raise ReproError(f"{where}: speed_bench {path} has no training speed of the baseline "
+                             f"{baseline!r} (systems: {', '.join(tps)}); run bench.py with this "
+                             f"config's systems file")
+        runs.append((path, tps, settings, machine))
+    ratios = {}
+    for _, tps, _, _ in runs:
+        for name, value in tps.items():
+            if value:
+                ratios.setdefault(name, []).append(tps[baseline] / value)
+    _, _, settings, machine = runs[0]
+    loads = [m.get(k) for _, _, _, m in runs for k in ("load_average_before", "load_average_after")]
+    loads = [x for x in loads if x is not None]
+    return {"files": [p for p, _, _, _ in runs], "device": machine.get("device"),
+            "device_name": machine.get("device_name"), "threads": machine.get("threads"),
+            "load_average_max": max(loads) if loads else None,
+            "dates": [m.get("date") for _, _, _, m in runs],
+            "train_updates": settings.get("train_updates"),
+            "max_tokens": settings.get("max_tokens"),
+            "train_flags_of": settings.get("train_flags_of"),
+            "train_time_ratios": ratios,
+            "train_time_ratio": {name: statistics.median(v) for name, v in ratios.items()}}
 
 
 def parse_pairs(text):
@@ -865,9 +920,12 @@ def markdown(paper, report):
     columns = numbers.get("columns", [])
     # the seeds the table holds (runs of other seeds may be missing: --stop-after)
     seeds = sorted({r["seed"] for r in report["results"]}) or settings["seeds"]
+    bench = settings.get("speed_bench")
     heads = (["paper table", "system", "params", "tok BLEU", "sacreBLEU", "chrF", "TER",
               "decode sent/s", f"sent/s ×{baseline}", "train words/s", "train min",
-              f"train time ×{baseline}", "selected (epoch/update)"]
+              f"train time ×{baseline}"]
+             + ([f"train time ×{baseline}, quiet {bench['device']} bench"] if bench else [])
+             + ["selected (epoch/update)"]
              + [c.title for c in paper.columns] + [c["title"] for c in columns])
     m = report["machine"]
     # runs side by side: this invocation's --jobs, or those the stored results were made with
@@ -904,6 +962,19 @@ def markdown(paper, report):
         f"wall-clock minutes of fairseq-train; **train time ×{baseline}**: that time over "
         f"{baseline}'s (the paper's 'relative training time'); **selected**: the epoch and update "
         f"of the decoded checkpoint.",
+        *([f"- **quiet {bench['device']} bench**: {baseline}'s training tokens/s over the "
+           f"system's, from {', '.join(f'`{f}`' for f in bench['files'])}"
+           + (f" (the median of the {len(bench['files'])} runs)" if len(bench["files"]) > 1
+              else "")
+           + f": `scripts/bench.py` timing {bench['train_updates']} updates of "
+           f"{bench['max_tokens']} tokens of each system in turn"
+           + (f" with the training flags of `{bench['train_flags_of']}`"
+              if bench.get("train_flags_of") else "")
+           + f", on {bench['device_name']} with {bench['threads']} thread(s) and nothing else "
+           f"running (load average at most {fmt(bench['load_average_max'], '.1f')}; "
+           f"{', '.join(d or '?' for d in bench['dates'])}). Unlike the runs' own train time, no "
+           f"other run shares the machine; a blank cell is a system the bench did not time."]
+          if bench else []),
         *(f"- {note}" for note in paper.notes),
         f"- **paper**: `{settings['paper_file']}`; {numbers.get('source', '')}. A blank cell is "
         f"a number that file does not have. {numbers.get('status', '')}",
@@ -943,8 +1014,10 @@ def markdown(paper, report):
                          mean_std([r["train_words_per_s"] for r in runs], ",.0f"),
                          mean_std([t / 60 if t is not None else None for t in times], ".1f"),
                          fmt(ratio(sum(times) / len(times) if None not in times else None,
-                                   base_time), ".2f"),
-                         selected]
+                                   base_time), ".2f")]
+                if bench:
+                    cells.append(fmt(bench["train_time_ratio"].get(name), ".2f"))
+                cells.append(selected)
                 cells += [c.cell(first) for c in paper.columns]
                 cells += [paper_cell(c, name) for c in columns]
                 lines.append("| " + " | ".join(cells) + " |")
@@ -1146,6 +1219,7 @@ def run_all(paper, args):
             "max_update": max_update, "threads": args.threads, "jobs": args.jobs,
             "not_run": not_run,
             "generate_flags": config["generate_flags"],
+            "speed_bench": config["speed_bench"],
             "signatures": results[0]["signatures"]},
         # where the runs were made (--resume can tabulate another machine's results)
         "machine": next((r["machine"] for r in results if "machine" in r), None)

@@ -33,8 +33,9 @@ tokens/s per system, from the mean time of the ``--decode-repeats`` passes (the 
 runs).
 
     python scripts/bench.py --data data-bin/multi30k.de-en --systems configs/ran/systems.json \
+        --train-flags-of configs/ran/cpu.json \
         --systems-only RAN-ALL --checkpoint 'checkpoints/ran/de-en/{system}/seed1/checkpoint_best.pt' \
-        --train-updates 1 --warmup-updates 0 --decode-sentences 1000 --decode-repeats 3 \
+        --train-updates 1 --warmup-updates 0 --decode-sentences 500 --decode-repeats 3 \
         --beam 4 --decode-batch-size 100 --sweep-batch-sizes 1 10 25 50 100 200 \
         --sweep-beams 1 2 4 8 12 --out results/ran/analysis/speed
 """
@@ -122,13 +123,20 @@ def parse_cli(argv):
     p.add_argument("--out", required=True, help="directory for bench.json and bench.md")
     p.add_argument("--source-lang", help="source language (default: inferred from --data)")
     p.add_argument("--target-lang", help="target language (default: inferred from --data)")
+    p.add_argument("--train-flags-of", metavar="CONFIG",
+                   help="take the training flags of a reproduction config (e.g. "
+                        "configs/recurrent_cross/cpu.json, its 'base' and 'set_train_flags' "
+                        "applied) before the systems file's common flags, so that the benchmark "
+                        "trains as the reproduction does; flags the harness sets itself are "
+                        "left out, and the config's --max-tokens is the default of --max-tokens")
     p.add_argument("--systems-only",
                    help="comma-separated system names to run; the baseline is always included")
     p.add_argument("--train-updates", type=int, default=20, help="timed training updates")
     p.add_argument("--warmup-updates", type=int, default=3,
                    help="untimed updates before timing (not fairseq's LR --warmup-updates, "
                         "which belongs in the systems file)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="fairseq --max-tokens per update")
+    p.add_argument("--max-tokens", type=int,
+                   help="fairseq --max-tokens per update (default: --train-flags-of's, else 4096)")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--decode-batch-size", type=int, default=64, help="sentences per decoding batch")
     p.add_argument("--decode-sentences", type=int, default=200,
@@ -168,6 +176,14 @@ def parse_cli(argv):
                         "memory in use, as CUDA's max_memory_allocated does, instead of also "
                         "holding freed heap (allocation gets slower)" % LIVE_MEMORY_MMAP_THRESHOLD)
     args = p.parse_args(argv)
+    args.config_flags, args.config_max_tokens = [], None
+    if args.train_flags_of:
+        try:
+            args.config_flags, args.config_max_tokens = config_train_flags(args.train_flags_of)
+        except BenchError as e:
+            p.error(str(e))
+    if args.max_tokens is None:
+        args.max_tokens = args.config_max_tokens or 4096
     for flag in ("train_updates", "max_tokens", "beam", "decode_batch_size", "decode_sentences",
                  "decode_repeats", "threads"):
         if getattr(args, flag) < 1:
@@ -214,6 +230,38 @@ def load_systems(path):
         raise BenchError(f"{path}: baseline {baseline!r} is not one of the systems "
                          f"({', '.join(systems)})")
     return baseline, list(common), systems
+
+
+# Flags of a reproduction config (--train-flags-of) that the benchmark leaves out besides
+# RESERVED_FLAGS: they name files, logging or the end of training, none of which a timed step uses.
+NOT_BENCHED_FLAGS = {"--save-dir", "--max-update", "--max-epoch", "--log-format",
+                     "--log-interval", "--no-epoch-checkpoints", "--num-workers",
+                     "--best-checkpoint-metric", "--maximize-best-checkpoint-metric"}
+VALUELESS_FLAGS = {"--cpu", "--no-epoch-checkpoints", "--maximize-best-checkpoint-metric"}
+
+
+def config_train_flags(path):
+    """The training flags of reproduction config ``path`` without those the harness sets or does
+    not use, and the config's --max-tokens (or None)."""
+    from ran_fairseq.reproduce import ReproError, config_train_flags, read_config
+
+    try:  # only the training flags: the config's other keys (e.g. its speed_bench) may not exist
+        flags = config_train_flags(read_config(path), path)
+    except ReproError as e:
+        raise BenchError(f"--train-flags-of: {e}") from e
+    kept, max_tokens, i = [], None, 0
+    while i < len(flags):
+        name, inline = flags[i].split("=", 1) if "=" in flags[i] else (flags[i], None)
+        takes_value = inline is None and name not in VALUELESS_FLAGS and i + 1 < len(flags) \
+            and not flags[i + 1].startswith("--")
+        value = inline if inline is not None else (flags[i + 1] if takes_value else None)
+        width = 2 if takes_value else 1
+        if name == "--max-tokens" and value is not None:
+            max_tokens = int(value)
+        elif name not in RESERVED_FLAGS and name not in NOT_BENCHED_FLAGS:
+            kept += flags[i:i + width]
+        i += width
+    return kept, max_tokens
 
 
 def check_flags(flags, where):
@@ -264,7 +312,7 @@ def fairseq_argv(data, system, common, args, device):
         argv += ["--source-lang", args.source_lang, "--target-lang", args.target_lang]
     if device == "cpu":
         argv.append("--cpu")
-    return argv + common + system["flags"]
+    return argv + args.config_flags + common + system["flags"]
 
 
 def run_worker_process(spec, workdir):
@@ -341,7 +389,9 @@ def markdown(report):
               f"{m['load_average_after']:.1f} after); torch {m['torch']}, "
               f"fairseq {m['fairseq']}; {m['date']}.",
               f"Training: {s['train_updates']} timed updates after {s['warmup_updates']} untimed, "
-              f"--max-tokens {s['max_tokens']}. Decoding: first {s['decode_sentences']} sentences "
+              f"--max-tokens {s['max_tokens']}"
+              + (f", the training flags of `{s['train_flags_of']}`" if s.get("train_flags_of")
+                 else "") + f". Decoding: first {s['decode_sentences']} sentences "
               f"of `{s['gen_subset']}`, beam {s['beam']}, {s['decode_batch_size']} sentences per "
               f"batch, " + (f"every hypothesis forced to {s['decode_length']} tokens + EOS"
                             if s.get("decode_length") else
@@ -438,6 +488,7 @@ def run_benchmark(args, out):
     settings = {
         "data": str(data), "systems_file": str(Path(args.systems).resolve()),
         "baseline": baseline, "common_flags": common,
+        "train_flags_of": args.train_flags_of, "config_flags": args.config_flags,
         "source_lang": args.source_lang, "target_lang": args.target_lang,
         "train_updates": args.train_updates, "warmup_updates": args.warmup_updates,
         "max_tokens": args.max_tokens, "beam": args.beam,

@@ -275,3 +275,54 @@ def test_checkpoint_errors_name_the_problem(data_bin, systems_file, tiny_checkpo
     assert proc.returncode != 0 and "does not fit the model its flags build" in proc.stderr
     proc = run_bench(data_bin, systems_file, tmp_path / "c", "--checkpoint", "x.pt")
     assert proc.returncode != 0 and "'{system}'" in proc.stderr
+
+
+def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
+        data_bin, systems_file, tmp_path):
+    """--train-flags-of: the config's training flags (its base and set_train_flags applied) reach
+    every worker, without the flags the harness sets or a timed step does not use; the config's
+    --max-tokens becomes the default of --max-tokens."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    flags, max_tokens = bench.config_train_flags(str(helpers.REPO / "configs/recurrent_cross/cpu.json"))
+    assert max_tokens == 4096
+    assert flags[flags.index("--adam-betas") + 1] == "(0.9, 0.98)"
+    assert "--share-all-embeddings" in flags and "--lr-scheduler" in flags
+    for dropped in ("--max-tokens", "--max-update", "--log-format", "--num-workers",
+                    "--no-epoch-checkpoints", "4096", "1300", "simple"):
+        assert dropped not in flags
+    flags, max_tokens = bench.config_train_flags(
+        str(helpers.REPO / "configs/dynmem/gpu-paper-epochs.json"))
+    assert max_tokens is None and "--max-epoch" not in flags and "12" not in flags
+    assert flags[flags.index("--init-range") + 1] == "0.1"
+
+    cfg = json.loads((helpers.REPO / "configs/ran/cpu.json").read_text())
+    # the config's other keys are not needed: a speed_bench not measured yet is no error
+    cfg.update(systems=str(systems_file), paper=str(helpers.REPO / "configs/ran/paper.json"),
+               speed_bench=str(tmp_path / "not-yet" / "bench.json"),
+               train_flags=["--label-smoothing", "0.2", "--max-tokens", "300", "--max-update", "9",
+                            "--log-format", "simple"])
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--data", str(data_bin), "--systems", str(systems_file),
+         "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
+         "--train-flags-of", str(path), "--systems-only", "transformer", "--train-updates", "1",
+         "--warmup-updates", "0", "--beam", "1", "--decode-sentences", "2", "--device", "cpu",
+         "--threads", "1"], env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads((out / "bench.json").read_text())
+    assert report["settings"]["max_tokens"] == 300
+    assert report["settings"]["config_flags"] == ["--label-smoothing", "0.2"]
+    assert f"the training flags of `{path}`" in (out / "bench.md").read_text()
+    # training flags the engine refuses are the harness's error, naming the flag
+    path.write_text(json.dumps(dict(cfg, set_train_flags={"--seed": "3"})))
+    proc = subprocess.run([sys.executable, str(BENCH), "--data", str(data_bin), "--systems",
+                           str(systems_file), "--out", str(out), "--train-flags-of", str(path)],
+                          env=helpers.fairseq_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "--train-flags-of: config" in proc.stderr and "set_train_flags sets --seed" in proc.stderr

@@ -536,3 +536,53 @@ def test_resume_takes_results_made_in_another_checkout(first_run, corpus, config
     changed.write_text(changed.read_text().replace('"--dropout", "0.3"', '"--dropout", "0.1"'))
     proc = reproduce(*args)
     assert proc.returncode != 0 and "was made with other settings" in proc.stderr
+
+
+def test_speed_bench_adds_the_quiet_training_time_column(first_run, corpus, config, tmp_path):
+    """A config's speed_bench (bench.py reports) gives each system the baseline's training tokens/s
+    over its own, the median over the reports, in a column of its own with the bench's machine in
+    the legend; a report without the baseline, or no file, is an error naming the key."""
+    from ran_fairseq.reproduce import ReproError, load_config
+
+    _, data = corpus
+    paths = []
+    for i, ran_all in enumerate([800.0, 1000.0, 500.0]):  # RAN-ALL ×1.25, ×1.0, ×2.0
+        bench = {"machine": {"device": "cpu", "device_name": "Quiet CPU", "threads": 2,
+                             "load_average_before": 0.1, "load_average_after": 1.9 + i,
+                             "date": f"2026-11-24T0{i}:00:00+00:00"},
+                 "settings": {"train_updates": 30, "max_tokens": 4096,
+                              "train_flags_of": "configs/ran/cpu.json"},
+                 "systems": [{"name": "TransF", "metrics": {"train_tokens_per_s": 1000.0}},
+                             {"name": "RAN-ALL", "metrics": {"train_tokens_per_s": ran_all}}]}
+        paths.append(tmp_path / f"bench{i}.json")
+        paths[-1].write_text(json.dumps(bench))
+    cfg = json.loads(config.read_text())
+    cfg["speed_bench"] = [str(x) for x in paths]
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    shutil.copytree(first_run, out)
+    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems",
+                     ",".join(SYSTEMS), "--max-update", "3", "--out", out, "--resume",
+                     "--stop-after", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (out / "TABLE.md").read_text()
+    rows = helpers.table_rows(table)
+    column = "train time ×TransF, quiet cpu bench"
+    assert {name: rows[name][column] for name in SYSTEMS} == {
+        "TransF": "1.00", "RAN-ALL": "1.25", "RAN-ALL greedy": ""}
+    assert "(the median of the 3 runs)" in table
+    assert "on Quiet CPU with 2 thread(s) and nothing else running (load average at most 3.9" in table
+    report = json.loads((out / "results.json").read_text())
+    assert report["settings"]["speed_bench"]["train_time_ratio"] == {"TransF": 1.0, "RAN-ALL": 1.25}
+    # one report, given as a path
+    cfg["speed_bench"] = str(paths[2])
+    path.write_text(json.dumps(cfg))
+    assert load_config(path)["speed_bench"]["train_time_ratio"]["RAN-ALL"] == 2.0
+    bench["systems"] = bench["systems"][1:]
+    paths[2].write_text(json.dumps(bench))
+    with pytest.raises(ReproError, match="speed_bench .* has no training speed of the baseline"):
+        load_config(path)
+    paths[2].unlink()
+    with pytest.raises(ReproError, match="speed_bench .* does not exist"):
+        load_config(path)

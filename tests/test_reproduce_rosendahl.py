@@ -56,6 +56,9 @@ def test_table_has_finite_rows_and_the_papers_columns(first_run):
             assert math.isfinite(value) and value >= 0, (name, heading, row[heading])
         assert float(row["decode sent/s"]) > 0
     assert float(rows["baseline"]["train time ×baseline"]) == 1.0
+    # the config's speed_bench: the committed quiet bench runs of the same systems and flags
+    quiet = rows["baseline"]["train time ×baseline, quiet cpu bench"]
+    assert quiet == "1.00" and float(rows[SYSTEMS[1]]["train time ×baseline, quiet cpu bench"]) > 0
     assert [rows[s]["paper table"] for s in SYSTEMS] == ["1, 2", "2"]
     titles = [c["title"] for c in paper["columns"]]
     assert set(titles) <= set(heads)
