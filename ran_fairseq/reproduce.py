@@ -691,6 +691,28 @@ def validation_curve(log):
     return curve
 
 
+def loss_trend(curve, epochs=3):
+    """How fast the validation loss still moved at the end of training: its change per epoch
+    over the last ``epochs`` epoch ends of ``curve`` (validation_curve's entries), in percent of
+    the last loss (losses summed per sentence and averaged per token compare alike), or None with
+    fewer. A last validation after a short partial epoch (fairseq validates again when
+    --max-update ends training mid-epoch) is left out: it adds a few updates, not an epoch."""
+    points = [(c["num_updates"], c["loss"]) for c in curve or []
+              if c.get("num_updates") is not None and c.get("loss") is not None]
+    if len(points) < 2:
+        return None
+    steps = sorted(b[0] - a[0] for a, b in zip(points, points[1:]))
+    epoch = steps[len(steps) // 2]  # updates per epoch
+    if epoch <= 0:
+        return None
+    if points[-1][0] - points[-2][0] < epoch / 2:
+        points = points[:-1]
+    if len(points) < epochs:
+        return None
+    (u0, l0), (u1, l1) = points[-epochs], points[-1]
+    return 100 * (l1 - l0) / ((u1 - u0) / epoch) / l1 if u1 > u0 and l1 else None
+
+
 def selected_checkpoint(path):
     """Epoch, update and validation score stored in a fairseq checkpoint (what ``select`` chose)."""
     import torch
@@ -925,7 +947,7 @@ def markdown(paper, report):
               "decode sent/s", f"sent/s ×{baseline}", "train words/s", "train min",
               f"train time ×{baseline}"]
              + ([f"train time ×{baseline}, quiet {bench['device']} bench"] if bench else [])
-             + ["selected (epoch/update)"]
+             + ["selected (epoch/update)", "valid loss Δ % per epoch (last 3)"]
              + [c.title for c in paper.columns] + [c["title"] for c in columns])
     m = report["machine"]
     # runs side by side: this invocation's --jobs, or those the stored results were made with
@@ -961,7 +983,11 @@ def markdown(paper, report):
         f"- **train words/s**: the mean of fairseq-train's end-of-epoch `wps`; **train min**: "
         f"wall-clock minutes of fairseq-train; **train time ×{baseline}**: that time over "
         f"{baseline}'s (the paper's 'relative training time'); **selected**: the epoch and update "
-        f"of the decoded checkpoint.",
+        f"of the decoded checkpoint; **valid loss Δ % per epoch**: how much the validation loss "
+        f"still changed per epoch over the last three epochs of training, in percent of the last "
+        f"value (a partial last epoch left out). We read less than 0.5 % per epoch as a "
+        f"flattened curve: where {baseline}'s falls faster, the budget stops while the models "
+        f"still learn.",
         *([f"- **quiet {bench['device']} bench**: {baseline}'s training tokens/s over the "
            f"system's, from {', '.join(f'`{f}`' for f in bench['files'])}"
            + (f" (the median of the {len(bench['files'])} runs)" if len(bench["files"]) > 1
@@ -1018,6 +1044,7 @@ def markdown(paper, report):
                 if bench:
                     cells.append(fmt(bench["train_time_ratio"].get(name), ".2f"))
                 cells.append(selected)
+                cells.append(mean_std([loss_trend(r.get("valid_curve")) for r in runs], "+.1f"))
                 cells += [c.cell(first) for c in paper.columns]
                 cells += [paper_cell(c, name) for c in columns]
                 lines.append("| " + " | ".join(cells) + " |")

@@ -93,6 +93,8 @@ def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
     assert float(rows["TransF"]["train time ×TransF"]) == 1.0
     # RAN drops W_q and W_k but adds n×n matrices: the two models differ in size.
     assert rows["TransF"]["params"] != rows["RAN-ALL"]["params"]
+    # 3 updates are less than the 3 epochs the loss trend needs: a blank cell, not a number
+    assert rows["TransF"]["valid loss Δ % per epoch (last 3)"] == ""
 
 
 def test_results_match_fairseq_and_sacrebleu(first_run, corpus):
@@ -586,3 +588,19 @@ def test_speed_bench_adds_the_quiet_training_time_column(first_run, corpus, conf
     paths[2].unlink()
     with pytest.raises(ReproError, match="speed_bench .* does not exist"):
         load_config(path)
+
+
+def test_loss_trend_is_the_last_epochs_change_in_percent():
+    """The table's 'valid loss Δ % per epoch': the change over the last three epoch ends per
+    epoch, in percent of the last loss; a short partial last epoch (fairseq validates again when
+    --max-update stops mid-epoch) is left out; too short a curve gives None."""
+    from ran_fairseq.reproduce import loss_trend
+
+    curve = [{"epoch": e, "num_updates": 100 * e, "loss": loss}
+             for e, loss in enumerate([9.0, 6.0, 5.0, 4.5, 4.0], start=1)]
+    assert loss_trend(curve) == pytest.approx(100 * (4.0 - 5.0) / 2 / 4.0)
+    partial = curve + [{"epoch": 6, "num_updates": 510, "loss": 1.0}]
+    assert loss_trend(partial) == loss_trend(curve)
+    flat = [dict(c, loss=4.0) for c in curve]
+    assert loss_trend(flat) == 0.0
+    assert loss_trend(curve[:2]) is None and loss_trend([]) is None and loss_trend(None) is None
