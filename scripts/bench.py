@@ -237,31 +237,25 @@ def load_systems(path):
 NOT_BENCHED_FLAGS = {"--save-dir", "--max-update", "--max-epoch", "--log-format",
                      "--log-interval", "--no-epoch-checkpoints", "--num-workers",
                      "--best-checkpoint-metric", "--maximize-best-checkpoint-metric"}
-VALUELESS_FLAGS = {"--cpu", "--no-epoch-checkpoints", "--maximize-best-checkpoint-metric"}
 
 
 def config_train_flags(path):
     """The training flags of reproduction config ``path`` without those the harness sets or does
     not use, and the config's --max-tokens (or None)."""
-    from ran_fairseq.reproduce import ReproError, config_train_flags, read_config
+    from ran_fairseq.reproduce import ReproError, flag_pairs, read_config
+    from ran_fairseq.reproduce import config_train_flags as engine_train_flags
 
     try:  # only the training flags: the config's other keys (e.g. its speed_bench) may not exist
-        flags = config_train_flags(read_config(path), path)
+        pairs = flag_pairs(engine_train_flags(read_config(path), path))
     except ReproError as e:
         raise BenchError(f"--train-flags-of: {e}") from e
-    kept, max_tokens, i = [], None, 0
-    while i < len(flags):
-        name, inline = flags[i].split("=", 1) if "=" in flags[i] else (flags[i], None)
-        takes_value = inline is None and name not in VALUELESS_FLAGS and i + 1 < len(flags) \
-            and not flags[i + 1].startswith("--")
-        value = inline if inline is not None else (flags[i + 1] if takes_value else None)
-        width = 2 if takes_value else 1
-        if name == "--max-tokens" and value is not None:
-            max_tokens = int(value)
-        elif name not in RESERVED_FLAGS and name not in NOT_BENCHED_FLAGS:
-            kept += flags[i:i + width]
-        i += width
-    return kept, max_tokens
+    max_tokens = pairs.get("--max-tokens")
+    kept = []
+    for flag, value in pairs.items():
+        name = flag.split("=", 1)[0]
+        if name not in RESERVED_FLAGS and name not in NOT_BENCHED_FLAGS:
+            kept += [flag] if value is None else [flag, value]
+    return kept, int(max_tokens) if max_tokens is not None else None
 
 
 def check_flags(flags, where):
