@@ -56,7 +56,7 @@ USER_DIR = REPO / "ran_fairseq"
 CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
                "out", "checkpoints", "select", "train_flags", "generate_flags"}
 OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base",
-                        "set_train_flags", "speed_bench"}
+                        "set_train_flags", "speed_bench", "continues"}
 # select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).
 SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
 SIGNIFICANCE = {"samples": 1000, "level": 0.01}
@@ -404,9 +404,24 @@ def load_config(path):
     paper = dict(paper, columns=[c for c in paper.get("columns", []) if c.get("key") in shown_keys])
     speed = (load_speed_bench(config["speed_bench"], baseline, f"config {path}")
              if "speed_bench" in config else None)
+    continues = continued_config(config["continues"], path) if "continues" in config else None
     return dict(config, path=str(Path(path).resolve()), systems_file=str(systems_file),
                 systems=systems, baseline=baseline, paper_numbers=paper, subsets=subsets,
-                seeds=seeds, significance=significance, speed_bench=speed)
+                seeds=seeds, significance=significance, speed_bench=speed, continues=continues)
+
+
+def continued_config(name, path):
+    """The config whose trainings a config's runs carry on (its ``continues``): where that config
+    keeps its checkpoints and training logs."""
+    where = f"config {path}: continues"
+    if not isinstance(name, str) or not repo_path(name).is_file():
+        raise ReproError(f"{where} must name an existing config (a path from the repository "
+                         f"root, e.g. \"configs/ran/cpu.json\"), not {name!r}")
+    other = read_config(repo_path(name))
+    for key in ("out", "checkpoints"):
+        if not isinstance(other.get(key), str):
+            raise ReproError(f"{where}: {name} has no '{key}'")
+    return {"config": name, "out": other["out"], "checkpoints": other["checkpoints"]}
 
 
 def config_train_flags(config, path):
@@ -527,6 +542,12 @@ class Run:
         self.save_dir = Path(args.checkpoints) / self.pair / slug(trained) / f"seed{seed}"
         self.trains = system["checkpoint_of"] is None
         self.checkpoint = self.save_dir / SELECT[config["select"]]
+        # the same (pair, system, seed) of the config this one continues (its 'continues')
+        cont = config.get("continues")
+        self.continues = None if cont is None else {
+            "config": cont["config"],
+            "save_dir": repo_path(cont["checkpoints"]) / self.pair / slug(trained) / f"seed{seed}",
+            "dir": repo_path(cont["out"]) / self.pair / slug(trained) / f"seed{seed}"}
         common = [str(data), "--user-dir", str(USER_DIR), "--task", "translation",
                   "--source-lang", src, "--target-lang", tgt]
         device = ["--cpu"] if config["device"] == "cpu" else []
@@ -671,7 +692,23 @@ def training_speed(log):
 
 
 # fairseq-train's end-of-epoch line: time in training steps, and wall time since the start
-WALL_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| train_wall ([\d.]+) \|.*?\| wall ([\d.]+)")
+# "| train_wall 39 | wall 4575" on a CPU; a GPU logs "| gb_free 78.3 " between the two
+WALL_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| train_wall ([\d.]+) (?:\|.*?)?\| wall ([\d.]+)")
+RESUMED_RE = re.compile(r"^===== .*: continued \(--resume\) =====$", re.M)
+
+
+def training_wall(log):
+    """Seconds of training by fairseq's end-of-epoch ``wall`` in a training log: a resumed
+    fairseq-train starts its wall clock again, so the log's runs (separated by run_logged's
+    "continued" lines) add up; None without an epoch line."""
+    total, found = 0.0, False
+    for part in RESUMED_RE.split(log):
+        walls = WALL_RE.findall(part)
+        if walls:
+            total, found = total + float(walls[-1][1]), True
+    return total if found else None
+
+
 VALID_RE = re.compile(r"\| valid \| (.*)$", re.M)
 
 
@@ -711,6 +748,58 @@ def loss_trend(curve, epochs=3):
         return None
     (u0, l0), (u1, l1) = points[-epochs], points[-1]
     return 100 * (l1 - l0) / ((u1 - u0) / epoch) / l1 if u1 > u0 and l1 else None
+
+
+STOP_FLAGS = ("--max-update",)
+
+
+def start_from_continued(run, label):
+    """Start ``run``'s training where the continued config's training of the same (pair, system,
+    seed) stopped: copy its checkpoints and its training log. fairseq-train then resumes from
+    checkpoint_last.pt, restoring the model, the optimizer, the learning-rate schedule and the
+    place in the epoch's batches, and seeds dropout by update number. One thing differs from a
+    single run to the larger --max-update: fairseq groups sentences into batches once per process
+    (ties among equal lengths broken by a draw from the seed and the starting epoch), so the
+    batches after the resume group sentences differently. Only a
+    finished training with the same flags except --save-dir and a smaller --max-update is taken;
+    otherwise the run trains from the start, and says why."""
+    cont = run.continues
+    finished = cont["save_dir"] / "train_finished.json"
+    old_log = cont["dir"] / "train.log"
+
+    def comparable(argv):
+        return {k: v for k, v in flag_pairs(argv).items() if k not in STOP_FLAGS + ("--save-dir",)}
+
+    why = None
+    if not finished.is_file() or not (cont["save_dir"] / "checkpoint_last.pt").is_file():
+        why = f"{cont['save_dir']} holds no finished training"
+    elif not old_log.is_file():
+        why = f"{old_log} is missing"
+    else:
+        old = json.loads(finished.read_text())["argv"]
+        if comparable(old) != comparable(run.train_argv):
+            diff = sorted(set(comparable(old).items()) ^ set(comparable(run.train_argv).items()),
+                          key=str)
+            why = (f"its training used other flags "
+                   f"({', '.join(f'{k} {v}' if v else k for k, v in diff[:6])})")
+        else:
+            before, after = (int(flag_pairs(a).get("--max-update") or 0) for a in (old, run.train_argv))
+            if not 0 < before < after:
+                why = f"its --max-update {before or 'unset'} is not below this run's {after}"
+    if why:
+        print(f"reproduce: {label}: trains from the start, not from {cont['config']}'s run: {why}",
+              file=sys.stderr, flush=True)
+        return
+    shutil.copy2(old_log, run.dir / "train.log")
+    (run.dir / "continued_from.json").write_text(json.dumps({
+        "config": cont["config"], "checkpoints": shown(cont["save_dir"]),
+        "train_log": shown(old_log), "max_update": before}))
+    # checkpoint_last.pt last: once it is there, --resume goes on from this run's own files
+    for name in ("checkpoint_best.pt", "checkpoint_last.pt"):
+        if (cont["save_dir"] / name).is_file():
+            shutil.copy2(cont["save_dir"] / name, run.save_dir / name)
+    print(f"reproduce: {label}: continues {cont['config']}'s training from update {before}",
+          file=sys.stderr, flush=True)
 
 
 def selected_checkpoint(path):
@@ -801,6 +890,8 @@ def execute(run, env, trained):
             raise ReproError(f"{run.save_dir} holds checkpoints trained with other flags; delete "
                              f"it or rerun without --resume")
         argv_file.write_text(json.dumps(run.train_argv))
+        if run.continues and not (run.save_dir / "checkpoint_last.pt").is_file():
+            start_from_continued(run, label)
         # A finished training is not restarted: fairseq-train, given a checkpoint at its
         # --max-update, would still take one more step before it stops.
         finished = run.save_dir / "train_finished.json"
@@ -819,16 +910,21 @@ def execute(run, env, trained):
         walls = WALL_RE.findall(log)
         training = {"params": int(params.group(1).replace(",", "")),
                     "params_trained": int(params.group(2).replace(",", "")),
-                    # fairseq's own wall clock, kept in its checkpoints: the whole training even
-                    # when it was resumed; the engine's timing of the last fairseq-train otherwise
-                    "train_seconds": float(walls[-1][1]) if walls else seconds,
+                    # fairseq's own wall clock, summed over the fairseq-train runs of a resumed
+                    # training; the engine's timing of the last fairseq-train without one
+                    "train_seconds": training_wall(log) or seconds,
                     "train_step_seconds": float(walls[-1][0]) if walls else None,
                     "train_words_per_s": training_speed(log),
                     "valid_curve": validation_curve(log)}
+        started = run.dir / "continued_from.json"
+        if started.is_file():
+            training["continued_from"] = json.loads(started.read_text())
     else:
         training = {k: trained.get(k) for k in ("params", "params_trained", "train_seconds",
                                                 "train_step_seconds", "train_words_per_s",
-                                                "valid_curve")}
+                                                "valid_curve", "continued_from")}
+        if training["continued_from"] is None:
+            del training["continued_from"]
     if not run.checkpoint.is_file():
         raise ReproError(f"{label}: training left no {run.checkpoint} (select: "
                          f"{run.checkpoint.name}); see {run.dir / 'train.log'}")
@@ -935,6 +1031,25 @@ def significance_mark(scores_per_seed, level):
     return marks.pop() if len(marks) == 1 else ""
 
 
+def continued_legend(results, max_update):
+    """The legend's line on runs that carried on another config's trainings (its 'continues')."""
+    starts = {}
+    for r in results:
+        if r.get("continued_from") and r.get("checkpoint_of") is None:
+            c = r["continued_from"]
+            starts.setdefault((c["config"], c["max_update"]), []).append(
+                f"{r['system']} (seed {r['seed']})")
+    return [f"- **continued trainings**: {', '.join(names)} went on from the checkpoint_last.pt "
+            f"of the same system and seed trained by `{config}` to update {updates}, instead of "
+            f"starting again. fairseq-train's resume restores the model, the optimizer, the "
+            f"learning-rate schedule and the place in the epoch, and seeds dropout by update "
+            f"number; what differs from one run to {max_update} updates is how sentences of "
+            f"equal length are grouped into batches from then on (fairseq draws that grouping "
+            f"once per process, from the seed and the epoch it starts in). Train words/s, train "
+            f"min and the validation curve cover the whole training."
+            for (config, updates), names in starts.items()]
+
+
 def markdown(paper, report):
     numbers, settings = report["paper"], report["settings"]
     baseline = settings["baseline"]
@@ -988,6 +1103,7 @@ def markdown(paper, report):
         f"value (a partial last epoch left out). We read less than 0.5 % per epoch as a "
         f"flattened curve: where {baseline}'s falls faster, the budget stops while the models "
         f"still learn.",
+        *continued_legend(report["results"], settings["max_update"]),
         *([f"- **quiet {bench['device']} bench**: {baseline}'s training tokens/s over the "
            f"system's, from {', '.join(f'`{f}`' for f in bench['files'])}"
            + (f" (the median of the {len(bench['files'])} runs)" if len(bench["files"]) > 1

@@ -604,3 +604,111 @@ def test_loss_trend_is_the_last_epochs_change_in_percent():
     flat = [dict(c, loss=4.0) for c in curve]
     assert loss_trend(flat) == 0.0
     assert loss_trend(curve[:2]) is None and loss_trend([]) is None and loss_trend(None) is None
+
+
+def test_a_config_continues_another_configs_trainings(corpus, config, tmp_path):
+    """A config with 'continues' starts each training from the continued config's finished one
+    (same flags, fewer updates) and ends where one training to its budget from the start ends:
+    with the whole corpus in one batch and no dropout (fairseq groups and orders sentences anew
+    in a resumed process, so dropout masks fall on other sentences) and a learning rate high from
+    the first update, a resume that lost the model, the optimizer state or the schedule would
+    show. The table says so."""
+    from ran_fairseq.reproduce import training_wall
+
+    _, data = corpus
+    earlier = json.loads(config.read_text())
+    earlier.update(out=str(tmp_path / "earlier"), checkpoints=str(tmp_path / "ckpt-earlier"),
+                   set_train_flags={"--warmup-updates": "1", "--lr": "3e-3",
+                                    "--max-tokens": "100000", "--dropout": "0.0"})
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    longer = {"base": str(tmp_path / "earlier.json"), "continues": str(tmp_path / "earlier.json"),
+              "out": str(tmp_path / "longer"), "checkpoints": str(tmp_path / "ckpt-longer")}
+    (tmp_path / "longer.json").write_text(json.dumps(longer))
+    scratch = dict(earlier, out=str(tmp_path / "scratch"), checkpoints=str(tmp_path / "ckpt-0"))
+    (tmp_path / "scratch.json").write_text(json.dumps(scratch))
+    common = ("--data", data, "--pairs", "de-en", "--systems", "TransF")
+    for name, updates in (("earlier", 2), ("longer", 4), ("scratch", 4)):
+        proc = reproduce("--config", tmp_path / f"{name}.json", *common, "--max-update", updates)
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        if name == "longer":
+            assert "continues" in proc.stderr and "from update 2" in proc.stderr
+    first, run, ref = (json.loads((tmp_path / name / "results.json").read_text())["results"][0]
+                       for name in ("earlier", "longer", "scratch"))
+    assert run["continued_from"]["max_update"] == 2 and "continued_from" not in ref
+    # the earlier training's log comes first, then fairseq-train's resumed one
+    log = (tmp_path / "longer" / "de-en" / "TransF" / "seed1" / "train.log").read_text()
+    old_log = (tmp_path / "earlier" / "de-en" / "TransF" / "seed1" / "train.log").read_text()
+    assert log.startswith(old_log) and "continued (--resume)" in log
+    assert run["selected"]["num_updates"] == ref["selected"]["num_updates"] == 4
+
+    def loss(result, update):
+        return {c["num_updates"]: c["loss"] for c in result["valid_curve"]}[update]
+
+    assert loss(run, 4) == pytest.approx(loss(ref, 4), abs=2e-3)
+    assert abs(loss(ref, 4) - loss(first, 2)) > 0.1  # the last two updates moved the loss
+    assert run["tok_bleu"] == pytest.approx(ref["tok_bleu"], abs=0.05)
+    # fairseq restarts its wall clock on resume: the train time adds both runs'
+    assert run["train_seconds"] == pytest.approx(first["train_seconds"] + training_wall(
+        log[len(old_log):]), abs=0.01)
+    table = (tmp_path / "longer" / "TABLE.md").read_text()
+    assert "**continued trainings**: TransF (seed 1)" in table and "to update 2" in table
+
+
+@pytest.mark.parametrize("change, message", [
+    ({}, None),
+    ({"argv": ["--dropout", "0.2"]}, "other flags (--dropout 0.1, --dropout 0.2)"),
+    ({"updates": 9}, "--max-update 9 is not below this run's 5"),
+    ({"no_checkpoint": True}, "holds no finished training"),
+    ({"no_log": True}, "train.log is missing"),
+])
+def test_continuing_takes_only_a_finished_training_with_the_same_flags(tmp_path, capsys, change,
+                                                                       message):
+    """What a continued training must be (else the run trains from the start, and says why)."""
+    from types import SimpleNamespace
+
+    from ran_fairseq.reproduce import start_from_continued
+
+    flags = ["data", "--arch", "ran_transformer_small", "--dropout", "0.1", "--max-update"]
+    old_dir, old_ckpt = tmp_path / "old", tmp_path / "old-ckpt"
+    old_dir.mkdir()
+    old_ckpt.mkdir()
+    old_argv = flags + [str(change.get("updates", 3)), "--save-dir", str(old_ckpt)]
+    if "argv" in change:
+        old_argv[old_argv.index("--dropout"):old_argv.index("--dropout") + 2] = change["argv"]
+    (old_ckpt / "train_finished.json").write_text(json.dumps({"argv": old_argv, "seconds": 1}))
+    if not change.get("no_checkpoint"):
+        (old_ckpt / "checkpoint_last.pt").write_text("last")
+    if not change.get("no_log"):
+        (old_dir / "train.log").write_text("old log\n")
+    run = SimpleNamespace(
+        continues={"config": "earlier.json", "save_dir": old_ckpt, "dir": old_dir},
+        train_argv=flags + ["5", "--save-dir", str(tmp_path / "new-ckpt")],
+        save_dir=tmp_path / "new-ckpt", dir=tmp_path / "new")
+    run.save_dir.mkdir()
+    run.dir.mkdir()
+    start_from_continued(run, "(de-en, TransF, seed 1)")
+    err = capsys.readouterr().err
+    if message is None:
+        assert (run.save_dir / "checkpoint_last.pt").read_text() == "last"
+        assert (run.dir / "train.log").read_text() == "old log\n"
+        assert json.loads((run.dir / "continued_from.json").read_text())["max_update"] == 3
+    else:
+        assert "trains from the start" in err and message in err, err
+        assert not any(run.save_dir.iterdir()) and not any(run.dir.iterdir())
+
+
+def test_training_wall_adds_the_runs_of_a_resumed_training():
+    """fairseq-train starts its wall clock again when it resumes: the train time of a log with
+    several runs is the sum of each run's last end-of-epoch wall."""
+    from ran_fairseq.reproduce import training_wall
+
+    def epoch(n, wall):
+        # as on a GPU, which logs gb_free between train_wall and wall
+        return f"x | INFO | train | epoch {n:03d} | loss 5 | train_wall 3 | gb_free 9 | wall {wall}\n"
+
+    one = epoch(1, 10) + epoch(2, 21).replace("| gb_free 9 ", "")  # as on a CPU
+    assert training_wall(one) == 21
+    resumed = one + "\n===== fairseq-train (de-en, TransF, seed 1): continued (--resume) =====\n" \
+        + epoch(3, 12) + epoch(4, 25)
+    assert training_wall(resumed) == 21 + 25
+    assert training_wall("no epoch ended\n") is None
