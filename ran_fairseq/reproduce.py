@@ -760,9 +760,9 @@ def start_from_continued(run, label):
     place in the epoch's batches, and seeds dropout by update number. One thing differs from a
     single run to the larger --max-update: fairseq groups sentences into batches once per process
     (ties among equal lengths broken by a draw from the seed and the starting epoch), so the
-    batches after the resume group sentences differently. Only a
-    finished training with the same flags except --save-dir and a smaller --max-update is taken;
-    otherwise the run trains from the start, and says why."""
+    batches after the resume group sentences differently. Only a finished training with the same
+    flags except --save-dir and a smaller --max-update is taken; otherwise the run trains from the
+    start, and says why."""
     cont = run.continues
     finished = cont["save_dir"] / "train_finished.json"
     old_log = cont["dir"] / "train.log"
@@ -783,7 +783,8 @@ def start_from_continued(run, label):
             why = (f"its training used other flags "
                    f"({', '.join(f'{k} {v}' if v else k for k, v in diff[:6])})")
         else:
-            before, after = (int(flag_pairs(a).get("--max-update") or 0) for a in (old, run.train_argv))
+            before, after = (int(flag_pairs(argv).get("--max-update") or 0)
+                             for argv in (old, run.train_argv))
             if not 0 < before < after:
                 why = f"its --max-update {before or 'unset'} is not below this run's {after}"
     if why:
