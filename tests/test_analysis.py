@@ -407,3 +407,38 @@ def test_cli_writes_csv_and_png_for_every_analysis(tiny_checkpoints, loaded, tmp
         main(["length-bleu", *gens, "--ref", str(ref), "--src", str(src), "--out", str(out)])
     with pytest.raises(SystemExit, match="no checkpoint at"):
         main(["entropy", "--checkpoint", str(tmp_path / "none.pt"), "--out", str(out)])
+
+
+def test_validation_curves_of_a_reproduction(tmp_path):
+    """ran_fairseq.analysis.curves: every validation of every training in results.json, one per
+    update (a resumed training logs its last validation again), none for a system that decodes
+    another's checkpoint; a CSV and a PNG from the command line; a missing system is named."""
+    from ran_fairseq.analysis import curves
+
+    def curve(losses, updates):
+        return [{"epoch": i + 1, "num_updates": u, "loss": x}
+                for i, (u, x) in enumerate(zip(updates, losses))]
+
+    report = {"results": [
+        {"pair": "de-en", "system": "A", "seed": 1,
+         "valid_curve": curve([6.0, 5.0, 4.6, 4.5], [10, 20, 20, 30])},
+        {"pair": "de-en", "system": "B", "seed": 1, "valid_curve": curve([6.5, 5.5], [10, 20])},
+        {"pair": "de-en", "system": "B greedy", "seed": 1, "checkpoint_of": "B",
+         "valid_curve": curve([6.5, 5.5], [10, 20])},
+        {"pair": "en-de", "system": "A", "seed": 1, "valid_curve": curve([7.0], [10])},
+    ]}
+    (tmp_path / "results.json").write_text(json.dumps(report))
+    rows = curves.validation_curves(tmp_path, "de-en")
+    assert [(r["system"], r["num_updates"], r["loss"]) for r in rows] == [
+        ("A", 10, 6.0), ("A", 20, 4.6), ("A", 30, 4.5), ("B", 10, 6.5), ("B", 20, 5.5)]
+    assert [r["system"] for r in curves.validation_curves(tmp_path, None, ["B", "A"])] == \
+        ["B", "B", "A", "A", "A", "A"]
+    with pytest.raises(ValueError, match="no result for 'C' on de-en"):
+        curves.validation_curves(tmp_path, "de-en", ["A", "C"])
+    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.analysis.curves", "--results",
+                           str(tmp_path), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=helpers.REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "out" / "valid-curve.csv") as f:
+        assert len(list(csv.DictReader(f))) == 6
+    assert is_png(tmp_path / "out" / "valid-curve.png")

@@ -217,6 +217,34 @@ def plot_speed_sweep(rows, path):
     return _save(fig, path)
 
 
+def plot_valid_curves(rows, path):
+    """Validation loss against training updates, a line per system and seed, a panel per pair.
+    rows: dicts with pair, system, seed, num_updates, loss (ran_fairseq.analysis.curves)."""
+    plt = pyplot()
+    pairs = list(dict.fromkeys(r["pair"] for r in rows))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 3.6), squeeze=False,
+                             layout="constrained")
+    for ax, pair in zip(axes[0], pairs):
+        runs = dict.fromkeys((r["system"], r["seed"]) for r in rows if r["pair"] == pair)
+        several_seeds = len({seed for _, seed in runs}) > 1
+        for system, seed in runs:
+            points = [(r["num_updates"], r["loss"]) for r in rows
+                      if (r["pair"], r["system"], r["seed"]) == (pair, system, seed)]
+            ax.plot(*zip(*points), marker=".",
+                    label=f"{system} (seed {seed})" if several_seeds else system)
+        losses = sorted(r["loss"] for r in rows if r["pair"] == pair)
+        # the first validations sit far above the rest: show the last three quarters of the range
+        ax.set_ylim(losses[0] - 0.05 * (losses[-1] - losses[0]),
+                    losses[min(len(losses) - 1, (3 * len(losses)) // 4)])
+        ax.set_xlabel("training updates")
+        ax.set_ylabel("validation loss")
+        ax.set_title(pair)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle("Validation loss during training")
+    return _save(fig, path)
+
+
 def plot_alignments(alignments, path, title):
     """Fig. 6 of Elbayad et al. (2018): a panel per sentence, generated tokens down and source
     tokens across, shaded by the weight. alignments: :class:`.alignments.Alignment` list. Weights
