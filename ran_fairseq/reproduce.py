@@ -694,21 +694,6 @@ def training_speed(log):
 # fairseq-train's end-of-epoch line: time in training steps, and wall time since the start
 # "| train_wall 39 | wall 4575" on a CPU; a GPU logs "| gb_free 78.3 " between the two
 WALL_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| train_wall ([\d.]+) (?:\|.*?)?\| wall ([\d.]+)")
-RESUMED_RE = re.compile(r"^===== .*: continued \(--resume\) =====$", re.M)
-
-
-def training_wall(log):
-    """Seconds of training by fairseq's end-of-epoch ``wall`` in a training log: a resumed
-    fairseq-train starts its wall clock again, so the log's runs (separated by run_logged's
-    "continued" lines) add up; None without an epoch line."""
-    total, found = 0.0, False
-    for part in RESUMED_RE.split(log):
-        walls = WALL_RE.findall(part)
-        if walls:
-            total, found = total + float(walls[-1][1]), True
-    return total if found else None
-
-
 VALID_RE = re.compile(r"\| valid \| (.*)$", re.M)
 
 
@@ -748,6 +733,22 @@ def loss_trend(curve, epochs=3):
         return None
     (u0, l0), (u1, l1) = points[-epochs], points[-1]
     return 100 * (l1 - l0) / ((u1 - u0) / epoch) / l1 if u1 > u0 and l1 else None
+
+
+def training_seconds(save_dir, walls, seconds):
+    """Wall-clock seconds of a whole training: fairseq's own count, which checkpoint_last.pt keeps
+    across resumes (``previous_training_time``; the ``wall`` of the epoch lines starts again, or
+    stays 0, in a resumed fairseq-train); else the last epoch line's ``wall``; else ``seconds``
+    (the engine's timing of its last fairseq-train)."""
+    import torch
+
+    path = Path(save_dir) / "checkpoint_last.pt"
+    if path.is_file():
+        state = torch.load(path, map_location="cpu")  # safe loading: ran_fairseq.compat
+        total = (state.get("extra_state") or {}).get("previous_training_time")
+        if total:
+            return float(total)
+    return float(walls[-1][1]) if walls else seconds
 
 
 STOP_FLAGS = ("--max-update",)
@@ -911,9 +912,7 @@ def execute(run, env, trained):
         walls = WALL_RE.findall(log)
         training = {"params": int(params.group(1).replace(",", "")),
                     "params_trained": int(params.group(2).replace(",", "")),
-                    # fairseq's own wall clock, summed over the fairseq-train runs of a resumed
-                    # training; the engine's timing of the last fairseq-train without one
-                    "train_seconds": training_wall(log) or seconds,
+                    "train_seconds": training_seconds(run.save_dir, walls, seconds),
                     "train_step_seconds": float(walls[-1][0]) if walls else None,
                     "train_words_per_s": training_speed(log),
                     "valid_curve": validation_curve(log)}

@@ -613,8 +613,6 @@ def test_a_config_continues_another_configs_trainings(corpus, config, tmp_path):
     in a resumed process, so dropout masks fall on other sentences) and a learning rate high from
     the first update, a resume that lost the model, the optimizer state or the schedule would
     show. The table says so."""
-    from ran_fairseq.reproduce import training_wall
-
     _, data = corpus
     earlier = json.loads(config.read_text())
     earlier.update(out=str(tmp_path / "earlier"), checkpoints=str(tmp_path / "ckpt-earlier"),
@@ -647,9 +645,11 @@ def test_a_config_continues_another_configs_trainings(corpus, config, tmp_path):
     assert loss(run, 4) == pytest.approx(loss(ref, 4), abs=2e-3)
     assert abs(loss(ref, 4) - loss(first, 2)) > 0.1  # the last two updates moved the loss
     assert run["tok_bleu"] == pytest.approx(ref["tok_bleu"], abs=0.05)
-    # fairseq restarts its wall clock on resume: the train time adds both runs'
-    assert run["train_seconds"] == pytest.approx(first["train_seconds"] + training_wall(
-        log[len(old_log):]), abs=0.01)
+    # the train time is the whole training's: the earlier run's and the continuation's
+    # (fairseq-train's own count, at most the continuation's process time more than the earlier's)
+    added = json.loads((tmp_path / "ckpt-longer" / "de-en" / "TransF" / "seed1" /
+                        "train_finished.json").read_text())["seconds"]
+    assert first["train_seconds"] < run["train_seconds"] <= first["train_seconds"] + added
     table = (tmp_path / "longer" / "TABLE.md").read_text()
     assert "**continued trainings**: TransF (seed 1)" in table and "to update 2" in table
 
@@ -697,18 +697,19 @@ def test_continuing_takes_only_a_finished_training_with_the_same_flags(tmp_path,
         assert not any(run.save_dir.iterdir()) and not any(run.dir.iterdir())
 
 
-def test_training_wall_adds_the_runs_of_a_resumed_training():
-    """fairseq-train starts its wall clock again when it resumes: the train time of a log with
-    several runs is the sum of each run's last end-of-epoch wall."""
-    from ran_fairseq.reproduce import training_wall
 
-    def epoch(n, wall):
-        # as on a GPU, which logs gb_free between train_wall and wall
-        return f"x | INFO | train | epoch {n:03d} | loss 5 | train_wall 3 | gb_free 9 | wall {wall}\n"
+def test_training_seconds_are_fairseqs_count_of_the_whole_training(tmp_path):
+    """The train time is checkpoint_last.pt's previous_training_time (fairseq keeps it across
+    resumes, while the epoch lines' wall starts again); without a checkpoint, the last epoch
+    line's wall, as a CPU logs it and as a GPU does (gb_free between the two); else the engine's."""
+    import torch
 
-    one = epoch(1, 10) + epoch(2, 21).replace("| gb_free 9 ", "")  # as on a CPU
-    assert training_wall(one) == 21
-    resumed = one + "\n===== fairseq-train (de-en, TransF, seed 1): continued (--resume) =====\n" \
-        + epoch(3, 12) + epoch(4, 25)
-    assert training_wall(resumed) == 21 + 25
-    assert training_wall("no epoch ended\n") is None
+    from ran_fairseq.reproduce import WALL_RE, training_seconds
+
+    cpu = "x | INFO | train | epoch 010 | loss 5 | gnorm 0.7 | train_wall 39 | wall 4575\n"
+    gpu = "x | INFO | train | epoch 010 | loss 5 | train_wall 3 | gb_free 78.3 | wall 212\n"
+    assert training_seconds(tmp_path, WALL_RE.findall(cpu), 9.0) == 4575
+    assert training_seconds(tmp_path, WALL_RE.findall(gpu), 9.0) == 212
+    assert training_seconds(tmp_path, WALL_RE.findall("no epoch line"), 9.0) == 9.0
+    torch.save({"extra_state": {"previous_training_time": 7483.0}}, tmp_path / "checkpoint_last.pt")
+    assert training_seconds(tmp_path, WALL_RE.findall(cpu), 9.0) == 7483.0
