@@ -41,6 +41,7 @@ runs).
 """
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -309,10 +310,19 @@ def fairseq_argv(data, system, common, args, device):
     return argv + args.config_flags + common + system["flags"]
 
 
+def worker_files(workdir, name):
+    """The spec and result files of system ``name``'s worker in ``workdir``: a file name made of
+    the system's (which may hold '/', as 'RAN-ALL w/o LN&RES'), distinct for distinct names."""
+    from ran_fairseq.reproduce import slug
+
+    stem = f"{slug(name)}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    return Path(workdir) / f"{stem}.spec.json", Path(workdir) / f"{stem}.result.json"
+
+
 def run_worker_process(spec, workdir):
     """Run one system's worker; return its result dict or raise BenchError with its stderr."""
-    spec_path = Path(workdir) / f"{spec['name']}.spec.json"
-    spec["result_path"] = str(Path(workdir) / f"{spec['name']}.result.json")
+    spec_path, result_path = worker_files(workdir, spec["name"])
+    spec["result_path"] = str(result_path)
     spec_path.write_text(json.dumps(spec))
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]),
                MKL_NUM_THREADS=str(spec["threads"]), PYTHONUNBUFFERED="1")

@@ -326,3 +326,19 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
                           env=helpers.fairseq_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "--train-flags-of: config" in proc.stderr and "set_train_flags sets --seed" in proc.stderr
+
+
+def test_worker_files_take_any_system_name(tmp_path):
+    """A system's name becomes part of its worker's file names: one with '/' (Zeng et al.'s
+    'RAN-ALL w/o LN&RES') stays a file inside the work folder, and distinct names stay distinct."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    names = ["RAN-ALL w/o LN&RES", "RAN-ALL w-o LN-RES", "TransF", "−Pos-E"]
+    paths = [bench.worker_files(tmp_path, name) for name in names]
+    assert len({p for pair in paths for p in pair}) == 2 * len(names)
+    for spec_path, result_path in paths:
+        assert spec_path.parent == result_path.parent == tmp_path
+        spec_path.write_text("{}")  # a plain file name: writable
