@@ -7,7 +7,7 @@
 # prepared (BPE and word level, both directions: concurrent engines must not prepare one data-bin at
 # the same time). Each command is stopped when SECONDS (counted from this script's start) are up;
 # give the engines --stop-after so that they start no run that cannot finish by then. OUT receives
-# results.tgz (results/*/gpu without the generate dumps) and logs.tgz (each command's output).
+# results.tgz (results/*/gpu* without the generate dumps) and logs.tgz (each command's output).
 # NVIDIA's MPS daemon is started when there is none, so that the processes' kernels share the GPU
 # rather than take turns (measured: 13 small trainings at once finished in 2.1-4.2 minutes under
 # MPS; 19 without it had not finished in 8). PREPARE=0: the data-bins are there already. Prefix
@@ -56,6 +56,6 @@ for f in "$logs"/command-*.log; do
     echo "== $f"
     grep -E "^reproduce-[a-z]+: .*(BLEU|not run|error|skipped)" "$f" | tail -n 30
 done
-tar czf "$out/results.tgz" --exclude='generate*.txt' results/*/gpu 2>/dev/null
+tar czf "$out/results.tgz" --exclude='generate*.txt' results/*/gpu* 2>/dev/null
 tar czf "$out/logs.tgz" -C "$logs" .
 ls -l "$out"
