@@ -442,3 +442,20 @@ def test_validation_curves_of_a_reproduction(tmp_path):
     with open(tmp_path / "out" / "valid-curve.csv") as f:
         assert len(list(csv.DictReader(f))) == 6
     assert is_png(tmp_path / "out" / "valid-curve.png")
+
+
+def test_validation_curves_tell_every_line_apart(tmp_path, monkeypatch):
+    """More systems than the colour cycle has colours: each line still has its own colour and
+    style, and the long legend stands beside the panel, not over the curves."""
+    from ran_fairseq.analysis import plots
+
+    saved = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.setdefault("fig", fig) and path)
+    rows = [{"pair": "de-en", "system": f"S{k}", "seed": 1, "num_updates": u, "loss": 5 - k / 100}
+            for k in range(13) for u in (10, 20)]
+    plots.plot_valid_curves(rows, tmp_path / "c.png")
+    ax = saved["fig"].axes[0]
+    looks = {(line.get_color(), line.get_linestyle()) for line in ax.get_lines()}
+    assert len(ax.get_lines()) == 13 and len(looks) == 13
+    legend = ax.get_legend()
+    assert legend.get_bbox_to_anchor().x0 > ax.get_window_extent().x1

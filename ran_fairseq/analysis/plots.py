@@ -217,20 +217,26 @@ def plot_speed_sweep(rows, path):
     return _save(fig, path)
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def plot_valid_curves(rows, path):
     """Validation loss against training updates, a line per system and seed, a panel per pair.
     rows: dicts with pair, system, seed, num_updates, loss (ran_fairseq.analysis.curves)."""
     plt = pyplot()
     pairs = list(dict.fromkeys(r["pair"] for r in rows))
-    fig, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 3.6), squeeze=False,
-                             layout="constrained")
+    long_legend = max(len({(r["system"], r["seed"]) for r in rows if r["pair"] == pair})
+                      for pair in pairs) > 8
+    fig, axes = plt.subplots(1, len(pairs), squeeze=False, layout="constrained",
+                             figsize=((7.4 if long_legend else 5.2) * len(pairs), 3.6))
     for ax, pair in zip(axes[0], pairs):
         runs = dict.fromkeys((r["system"], r["seed"]) for r in rows if r["pair"] == pair)
         several_seeds = len({seed for _, seed in runs}) > 1
-        for system, seed in runs:
+        for i, (system, seed) in enumerate(runs):
             points = [(r["num_updates"], r["loss"]) for r in rows
                       if (r["pair"], r["system"], r["seed"]) == (pair, system, seed)]
-            ax.plot(*zip(*points), marker=".",
+            # the colour cycle has ten colours: lines beyond them change style, so none look alike
+            ax.plot(*zip(*points), marker=".", linestyle=LINE_STYLES[i // 10 % len(LINE_STYLES)],
                     label=f"{system} (seed {seed})" if several_seeds else system)
         losses = sorted(r["loss"] for r in rows if r["pair"] == pair)
         # the first validations sit far above the rest: show the last three quarters of the range
@@ -240,7 +246,10 @@ def plot_valid_curves(rows, path):
         ax.set_ylabel("validation loss")
         ax.set_title(pair)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        if long_legend:  # it would cover the curves: beside the panel
+            ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
+        else:
+            ax.legend(fontsize="small")
     fig.suptitle("Validation loss during training")
     return _save(fig, path)
 
