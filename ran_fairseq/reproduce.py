@@ -1058,7 +1058,8 @@ def markdown(paper, report):
     # the seeds the table holds (runs of other seeds may be missing: --stop-after)
     seeds = sorted({r["seed"] for r in report["results"]}) or settings["seeds"]
     bench = settings.get("speed_bench")
-    heads = (["paper table", "system", "params", "tok BLEU", "sacreBLEU", "chrF", "TER",
+    heads = (["paper table", "system"] + (["seeds"] if len(seeds) > 1 else [])
+             + ["params", "tok BLEU", "sacreBLEU", "chrF", "TER",
               "decode sent/s", f"sent/s ×{baseline}", "train words/s", "train min",
               f"train time ×{baseline}"]
              + ([f"train time ×{baseline}, quiet {bench['device']} bench"] if bench else [])
@@ -1068,8 +1069,8 @@ def markdown(paper, report):
     # runs side by side: this invocation's --jobs, or those the stored results were made with
     jobs = max([settings.get("jobs", 1)] + [r.get("machine", {}).get("jobs", 1)
                                             for r in report["results"]])
-    spread = (f"mean ± standard deviation over seeds {', '.join(map(str, seeds))}"
-              if len(seeds) > 1 else f"seed {seeds[0]}")
+    spread = (f"mean ± standard deviation over the seeds in a row's 'seeds' column "
+              f"(seeds {', '.join(map(str, seeds))})" if len(seeds) > 1 else f"seed {seeds[0]}")
     lines = [
         f"# {paper.title}: measured beside the paper",
         "",
@@ -1145,7 +1146,9 @@ def markdown(paper, report):
                 times = [r["train_seconds"] for r in runs]
                 selected = "; ".join(f"{r['selected']['epoch']}/{r['selected']['num_updates']}"
                                      for r in runs)
-                cells = [", ".join(first["tables"]), name, params,
+                cells = [", ".join(first["tables"]), name,
+                         *([", ".join(str(r["seed"]) for r in runs)] if len(seeds) > 1 else []),
+                         params,
                          mean_std([s["tok_bleu"] for s in sub], ".2f"),
                          mean_std([s["sacrebleu"] for s in sub], ".2f")
                          + significance_mark(sub, level),

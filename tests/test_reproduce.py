@@ -435,6 +435,7 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     mean = sum(values) / 2
     std = abs(values[0] - values[1]) / math.sqrt(2)
     assert rows["TransF"]["sacreBLEU"] == f"{mean:.2f} ± {std:.2f}"
+    assert rows["TransF"]["seeds"] == "3, 4"
 
 
 @pytest.mark.parametrize("change, message", [
