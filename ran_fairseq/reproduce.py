@@ -1069,6 +1069,14 @@ def markdown(paper, report):
     # runs side by side: this invocation's --jobs, or those the stored results were made with
     jobs = max([settings.get("jobs", 1)] + [r.get("machine", {}).get("jobs", 1)
                                             for r in report["results"]])
+    # runs tabulated together may come from several invocations (--resume): name every thread
+    # count and the span of dates they were made in
+    made = [r["machine"] for r in report["results"] if r.get("machine")]
+    threads = sorted({x["threads"] for x in made}) or [m.get("threads", settings["threads"])]
+    threads = ("/".join(map(str, threads)) + " (each run's in results.json)" if len(threads) > 1
+               else str(threads[0]))
+    days = sorted({x["date"][:10] for x in made})
+    date = f"{days[0]} to {days[-1]}" if len(days) > 1 else m["date"]
     spread = (f"mean ± standard deviation over the seeds in a row's 'seeds' column "
               f"(seeds {', '.join(map(str, seeds))})" if len(seeds) > 1 else f"seed {seeds[0]}")
     lines = [
@@ -1076,11 +1084,10 @@ def markdown(paper, report):
         "",
         f"Scale config `{settings['config']}`; test set: {settings['test_set']}; "
         f"{settings['max_update']} training updates; checkpoint: {settings['select_text']}; "
-        f"{spread}; {m['device']} ({m['device_name']}), {m.get('threads', settings['threads'])} "
-        f"thread(s) per fairseq process"
+        f"{spread}; {m['device']} ({m['device_name']}), {threads} thread(s) per fairseq process"
         + (f", up to {jobs} runs at a time (the speed columns measure a shared machine)"
            if jobs > 1 else "")
-        + f"; {m['date']}.",
+        + f"; {date}.",
         *(["", f"**Not run** (stopped by --stop-after; rerun with --resume): "
            f"{'; '.join(settings['not_run'])}."] if settings.get("not_run") else []),
         "",
@@ -1131,12 +1138,15 @@ def markdown(paper, report):
             for r in report["results"]:
                 if r["pair"] == pair:
                     groups.setdefault(r["system"], []).append(r)
-            base = groups.get(baseline, [])
-            base_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in base]
-            base_sps = sum(base_sps) / len(base_sps) if base_sps else None
-            base_time = [r["train_seconds"] for r in base if r["train_seconds"] is not None]
-            base_time = sum(base_time) / len(base_time) if base_time else None
             for name, runs in groups.items():
+                # speed ratios against the baseline's runs of this row's seeds (rows may have
+                # fewer seeds than the baseline)
+                row_seeds = {r["seed"] for r in runs}
+                base = [r for r in groups.get(baseline, []) if r["seed"] in row_seeds]
+                base_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in base]
+                base_sps = sum(base_sps) / len(base_sps) if base_sps else None
+                base_time = [r["train_seconds"] for r in base if r["train_seconds"] is not None]
+                base_time = sum(base_time) / len(base_time) if base_time else None
                 sub = [r["subsets"][subset] for r in runs]
                 first = runs[0]
                 params = fmt(first["params"], ",d")

@@ -437,6 +437,28 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     assert rows["TransF"]["sacreBLEU"] == f"{mean:.2f} ± {std:.2f}"
     assert rows["TransF"]["seeds"] == "3, 4"
 
+    # a system run with seed 3 only, tabulated with both seeds: its row says so, and its speed
+    # ratios are against TransF's seed 3, not the mean over TransF's two seeds
+    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems", "RAN-ALL",
+                     "--seeds", "3", "--max-update", "2", "--out", out, "--threads", "2")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems",
+                     "TransF,RAN-ALL", "--seeds", "3,4", "--max-update", "2", "--out", out,
+                     "--resume", "--stop-after", "0")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    report = json.loads((out / "results.json").read_text())
+    runs = {(r["system"], r["seed"]): r for r in report["results"]}
+    assert set(runs) == {("TransF", 3), ("TransF", 4), ("RAN-ALL", 3)}
+    assert report["settings"]["not_run"] == ["de-en RAN-ALL seed 4"]
+    table = (out / "TABLE.md").read_text()
+    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
+    assert rows["RAN-ALL"]["seeds"] == "3"
+    time_ratio = runs["RAN-ALL", 3]["train_seconds"] / runs["TransF", 3]["train_seconds"]
+    assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
+    speed = lambda r: r["subsets"]["test"]["decode"]["sentences_per_s"]
+    assert rows["RAN-ALL"]["sent/s ×TransF"] == f"{speed(runs['RAN-ALL', 3]) / speed(runs['TransF', 3]):.2f}"
+    assert "1/2 (each run's in results.json) thread(s)" in table
+
 
 @pytest.mark.parametrize("change, message", [
     ({"checkpoint": "checkpoint_last.pt"}, "'checkpoint' is replaced by 'select'"),
