@@ -529,6 +529,10 @@ def test_a_config_inherits_its_base(tmp_path):
     assert len(cpu) == len(long) and {long[i - 1] for i in changed} == {"--max-epoch",
                                                                          "--force-anneal"}
     assert long[long.index("--max-epoch") + 1] == "12" and long[long.index("--force-anneal") + 1] == "9"
+    # the CPU twin trains with the same flags, on the CPU, into its own directories
+    cpu_long = load_config(CONFIGS / "dynmem" / "cpu-paper-epochs.json")
+    assert cpu_long["train_flags"] == long and cpu_long["device"] == "cpu"
+    assert cpu_long["out"] != load_config(CONFIGS / "dynmem" / "cpu.json")["out"]
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"base": str(b)}))
     b.write_text(json.dumps({"base": str(a)}))
