@@ -1050,6 +1050,18 @@ def continued_legend(results, max_update):
             for (config, updates), names in starts.items()]
 
 
+def _group_not_run(labels):
+    """'de-en HC-SA seed 2; de-en Syn-R seed 2' as 'de-en, seed 2: HC-SA, Syn-R': one group per
+    pair and seed, in the order the runs were listed (a label of another shape stays as it is)."""
+    groups = {}
+    for text in labels:
+        found = re.fullmatch(r"(\S+) (.+) seed (\d+)", text)
+        key, name = ((found[1], found[3]), found[2]) if found else ((text, None), None)
+        groups.setdefault(key, []).extend([name] if name else [])
+    return "; ".join(f"{pair}, seed {seed}: {', '.join(names)}" if names else pair
+                     for (pair, seed), names in groups.items())
+
+
 def markdown(paper, report):
     numbers, settings = report["paper"], report["settings"]
     baseline = settings["baseline"]
@@ -1089,7 +1101,7 @@ def markdown(paper, report):
            if jobs > 1 else "")
         + f"; {date}.",
         *(["", f"**Not run** (stopped by --stop-after; rerun with --resume): "
-           f"{'; '.join(settings['not_run'])}."] if settings.get("not_run") else []),
+           f"{_group_not_run(settings['not_run'])}."] if settings.get("not_run") else []),
         "",
         "- **tok BLEU**: BLEU of the tokenized hypotheses (BPE removed) against the tokenized "
         "reference text (the data-bin's `SUBSET.tok.TGT`), with fairseq's `--scoring bleu` "

@@ -451,6 +451,7 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     assert set(runs) == {("TransF", 3), ("TransF", 4), ("RAN-ALL", 3)}
     assert report["settings"]["not_run"] == ["de-en RAN-ALL seed 4"]
     table = (out / "TABLE.md").read_text()
+    assert "rerun with --resume): de-en, seed 4: RAN-ALL." in table
     rows = helpers.table_rows(table.split("## de-en (valid)")[0])
     assert rows["RAN-ALL"]["seeds"] == "3"
     time_ratio = runs["RAN-ALL", 3]["train_seconds"] / runs["TransF", 3]["train_seconds"]
@@ -740,3 +741,14 @@ def test_training_seconds_are_fairseqs_count_of_the_whole_training(tmp_path):
     assert training_seconds(tmp_path, WALL_RE.findall("no epoch line"), 9.0) == 9.0
     torch.save({"extra_state": {"previous_training_time": 7483.0}}, tmp_path / "checkpoint_last.pt")
     assert training_seconds(tmp_path, WALL_RE.findall(cpu), 9.0) == 7483.0
+
+
+def test_not_run_groups_by_pair_and_seed():
+    """The table's "Not run" line names each pair and seed once, its systems in order."""
+    from ran_fairseq.reproduce import _group_not_run
+
+    labels = ["de-en HC-SA seed 2", "de-en RAN-ALL w/o LN&RES seed 2", "en-de TransF seed 2",
+              "de-en TransF seed 3"]
+    assert _group_not_run(labels) == ("de-en, seed 2: HC-SA, RAN-ALL w/o LN&RES; "
+                                      "en-de, seed 2: TransF; de-en, seed 3: TransF")
+    assert _group_not_run(["something else"]) == "something else"
