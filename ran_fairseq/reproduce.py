@@ -677,6 +677,9 @@ def paired_bootstrap(baseline_hyps, system_hyps, refs, samples):
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
+    from .scoring.evaluate import unk_as_one_word
+
+    baseline_hyps, system_hyps = unk_as_one_word(baseline_hyps), unk_as_one_word(system_hyps)
     test = PairedTest([("baseline", baseline_hyps), ("system", system_hyps)],
                       {"BLEU": BLEU(references=[refs])}, references=None, test_type="bs",
                       n_samples=samples)
@@ -965,6 +968,28 @@ def previous_result(run):
         raise ReproError(f"{path} was made with other settings; rerun without --resume to "
                          f"redo it, or pick another --out")
     return old
+
+
+def rescore(run, old):
+    """Recompute a stored result's sacreBLEU, chrF and TER from its hypotheses with this checkout's
+    scoring (so a fix to scoring reaches finished runs through ``--resume``), in place; True if a
+    value changed. A subset whose hypotheses or references are not here keeps its scores."""
+    from .scoring.evaluate import read_lines, score
+
+    changed = False
+    for subset, scores in old.get("subsets", {}).items():
+        hyps, refs = run.dir / scores.get("hyp_file", ""), run.raw_ref.get(subset)
+        if not (scores.get("hyp_file") and hyps.is_file() and refs and refs.is_file()):
+            continue
+        new = score(read_lines(hyps), read_lines(refs))
+        values = {"sacrebleu": new["bleu"][0], "chrf": new["chrf"][0], "ter": new["ter"][0]}
+        if any(scores.get(k) is None or abs(scores[k] - v) > 1e-9 for k, v in values.items()):
+            scores.update(values, signatures={k: v[1] for k, v in new.items()})
+            changed = True
+    main = old.get("subsets", {}).get(run.subsets[0])
+    if changed and main is not None:
+        old.update({k: main[k] for k in ("sacrebleu", "chrf", "ter", "signatures")})
+    return changed
 
 
 def add_significance(results, baseline, significance, out, refs=None):
@@ -1297,7 +1322,11 @@ def execute_all(runs, args, config, env, paper, name):
         try:
             old = previous_result(run) if args.resume else None
             if old is not None:
-                say(f"{label(run)}: done before, skipped (--resume)")
+                rescored = rescore(run, old)
+                if rescored:
+                    (run.dir / "result.json").write_text(json.dumps(old, indent=2) + "\n")
+                say(f"{label(run)}: done before, skipped (--resume)"
+                    + (f"; rescored: sacreBLEU {old['sacrebleu']:.2f}" if rescored else ""))
                 return old
             if failures or (args.stop_after is not None
                             and time.monotonic() - start > 60 * args.stop_after):

@@ -752,3 +752,30 @@ def test_not_run_groups_by_pair_and_seed():
     assert _group_not_run(labels) == ("de-en, seed 2: HC-SA, RAN-ALL w/o LN&RES; "
                                       "en-de, seed 2: TransF; de-en, seed 3: TransF")
     assert _group_not_run(["something else"]) == "something else"
+
+
+def test_resume_rescores_a_stored_result_with_this_scoring(first_run, corpus, config):
+    """A finished run's sacreBLEU is recomputed from its hypotheses on --resume, so a change of
+    scoring reaches old tables without training again."""
+    _, data = corpus
+    out = first_run.parent / "out-rescore"
+    shutil.copytree(first_run, out)
+    path = out / "de-en" / "TransF" / "seed1" / "result.json"
+    stored = json.loads(path.read_text())
+    right = stored["sacrebleu"]
+    stale = dict(stored, sacrebleu=right + 7.0)
+    stale["subsets"] = {k: dict(v, sacrebleu=v["sacrebleu"] + 7.0)
+                        for k, v in stored["subsets"].items()}
+    path.write_text(json.dumps(stale))
+    proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
+                     ",".join(SYSTEMS), "--max-update", "3", "--out", out, "--resume",
+                     "--stop-after", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"de-en TransF seed 1: done before, skipped (--resume); rescored: sacreBLEU {right:.2f}" \
+        in proc.stderr
+    again = json.loads(path.read_text())
+    assert again["sacrebleu"] == pytest.approx(right)
+    assert all(v["sacrebleu"] == pytest.approx(stored["subsets"][k]["sacrebleu"])
+               for k, v in again["subsets"].items())
+    report = json.loads((out / "results.json").read_text())
+    assert {r["system"]: r["sacrebleu"] for r in report["results"]}["TransF"] == pytest.approx(right)

@@ -100,3 +100,18 @@ def test_ter_is_tercoms_default_case_insensitive():
     assert result["ter"][0] == pytest.approx(0.0)
     assert "case:lc" in result["ter"][1]
     assert result["bleu"][0] < 100  # BLEU stays case-sensitive
+
+
+def test_an_unknown_word_counts_as_one_wrong_word():
+    """sacreBLEU's tokenizer splits "<unk>" into three tokens; scored, it is one wrong word, as in
+    tokenized BLEU: the same score as any other wrong word, and a replacement by the right word
+    gains only that word."""
+    refs = ["Ein Mann mit einem Zwergenhut steht auf der Straße."] * 3
+    unk = ["Ein Mann mit einem <unk> steht auf der Straße."] * 3
+    wrong = ["Ein Mann mit einem Hundehut steht auf der Straße."] * 3
+    right = refs
+    as_unk, as_wrong = (evaluate.score(h, refs)["bleu"][0] for h in (unk, wrong))
+    assert as_unk == pytest.approx(as_wrong)
+    literal = evaluate.score(unk, refs, literal_unk=True)["bleu"][0]
+    assert literal < as_unk < evaluate.score(right, refs)["bleu"][0] == pytest.approx(100)
+    assert evaluate.unk_as_one_word(["a <unk>, b <unk>."]) == ["a \u2047, b \u2047."]

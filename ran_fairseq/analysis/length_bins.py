@@ -41,6 +41,8 @@ def bleu_by_length(systems: Mapping[str, Sequence[str]], refs: Sequence[str],
     words bins a sentence: ``"source"`` or ``"target"`` (the reference)."""
     from sacrebleu.metrics import BLEU
 
+    from ..scoring.evaluate import unk_as_one_word
+
     if by not in LENGTH_OF:
         raise ValueError(f"by must be one of {', '.join(LENGTH_OF)}, got {by!r} (--by)")
     if len(refs) != len(sources):
@@ -57,7 +59,7 @@ def bleu_by_length(systems: Mapping[str, Sequence[str]], refs: Sequence[str],
             members = [i for i, n in enumerate(lengths) if lo <= n < hi]
             bleu = None
             if members:
-                bleu = BLEU().corpus_score([hyps[i] for i in members],
+                bleu = BLEU().corpus_score(unk_as_one_word([hyps[i] for i in members]),
                                            [[refs[i] for i in members]]).score
             rows.append({"by": by, "system": label, "bin": bin_label(lo, hi), "lo": lo,
                          "hi": "" if hi == float("inf") else int(hi), "sentences": len(members),
