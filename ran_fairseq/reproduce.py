@@ -200,6 +200,10 @@ def parse_cli(paper, argv):
     p.add_argument("--resume", action="store_true",
                    help="skip systems whose result exists (made with the same commands) and "
                         "let fairseq-train continue an interrupted run from checkpoint_last.pt")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="train and decode on this device instead of the config's (its recipe "
+                        "unchanged); results made on either device tabulate together "
+                        "(--resume), with speed ratios only between runs on one machine")
     p.add_argument("--dry-run", action="store_true",
                    help="print the commands and run nothing")
     args = p.parse_args(argv)
@@ -956,15 +960,26 @@ def portable(commands, repo):
     return json.dumps(commands).replace(json.dumps(repo)[1:-1], "<REPO>")
 
 
+def device_free(commands):
+    """``commands`` without fairseq's ``--cpu``: the device is where a recipe ran, not part of it,
+    so a GPU config's stored results and a CPU run of the same recipe (``--device``) go together."""
+    if isinstance(commands, dict):
+        return {key: device_free(value) for key, value in commands.items()}
+    if isinstance(commands, list):
+        return [device_free(c) for c in commands if c != "--cpu"]
+    return commands
+
+
 def previous_result(run):
-    """The stored result of ``run`` if it was made by the same commands; error if by others."""
+    """The stored result of ``run`` if it was made by the same commands (on any device); error if
+    by others."""
     path = run.dir / "result.json"
     if not path.is_file():
         return None
     old = json.loads(path.read_text())
     # paths in the commands are the checkout's where the run was made (another machine's, say)
-    if portable(old.get("commands"), old.get("repo", str(REPO))) != \
-            portable(run.recorded(), str(REPO)):
+    if portable(device_free(old.get("commands")), old.get("repo", str(REPO))) != \
+            portable(device_free(run.recorded()), str(REPO)):
         raise ReproError(f"{path} was made with other settings; rerun without --resume to "
                          f"redo it, or pick another --out")
     return old
@@ -1121,7 +1136,7 @@ def markdown(paper, report):
         "",
         f"Scale config `{settings['config']}`; test set: {settings['test_set']}; "
         f"{settings['max_update']} training updates; checkpoint: {settings['select_text']}; "
-        f"{spread}; {m['device']} ({m['device_name']}), {threads} thread(s) per fairseq process"
+        f"{spread}; {machines_text(report['results'], m)}, {threads} thread(s) per fairseq process"
         + (f", up to {jobs} runs at a time (the speed columns measure a shared machine)"
            if jobs > 1 else "")
         + f"; {date}.",
@@ -1142,7 +1157,8 @@ def markdown(paper, report):
         f"fairseq-train's count, and how many are trained where fewer are.",
         f"- **train words/s**: the mean of fairseq-train's end-of-epoch `wps`; **train min**: "
         f"wall-clock minutes of fairseq-train; **train time ×{baseline}**: that time over "
-        f"{baseline}'s (the paper's 'relative training time'); **selected**: the epoch and update "
+        f"{baseline}'s (the paper's 'relative training time'); the two ×{baseline} ratios (decoding, "
+        f"training) are blank for a system made on another machine than {baseline}'s; **selected**: the epoch and update "
         f"of the decoded checkpoint; **valid loss Δ % per epoch**: how much the validation loss "
         f"still changed per epoch over the last three epochs of training, in percent of the last "
         f"value (a partial last epoch left out). We read less than 0.5 % per epoch as a "
@@ -1177,9 +1193,11 @@ def markdown(paper, report):
                     groups.setdefault(r["system"], []).append(r)
             for name, runs in groups.items():
                 # speed ratios against the baseline's runs of this row's seeds (rows may have
-                # fewer seeds than the baseline)
-                row_seeds = {r["seed"] for r in runs}
-                base = [r for r in groups.get(baseline, []) if r["seed"] in row_seeds]
+                # fewer seeds than the baseline), on the row's machine (a GPU's runs and a
+                # CPU's tabulate together, their speeds do not compare)
+                row_seeds, row_machines = {r["seed"] for r in runs}, {machine_of(r) for r in runs}
+                base = [r for r in groups.get(baseline, [])
+                        if r["seed"] in row_seeds and machine_of(r) in row_machines]
                 base_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in base]
                 base_sps = sum(base_sps) / len(base_sps) if base_sps else None
                 base_time = [r["train_seconds"] for r in base if r["train_seconds"] is not None]
@@ -1249,6 +1267,26 @@ def reference_rows(numbers):
               "|---|" + "---:|" * len(keys)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
+
+
+def machine_of(result):
+    """(device, its name) where a stored result was made; (None, None) when not recorded."""
+    machine = result.get("machine") or {}
+    return machine.get("device"), machine.get("device_name")
+
+
+def machines_text(results, default):
+    """'cuda (NVIDIA H100)' for a table made on one machine; with several, each machine and the
+    systems made on it (a system on several: each of its seeds' machines)."""
+    made = {}
+    for r in results:
+        if r.get("machine"):
+            made.setdefault(machine_of(r), []).append(r["system"])
+    if len(made) < 2:
+        device, name = next(iter(made), (default["device"], default["device_name"]))
+        return f"{device} ({name})"
+    return "; ".join(f"{device} ({name}) for {', '.join(dict.fromkeys(systems))}"
+                     for (device, name), systems in made.items())
 
 
 def machine_info(device, threads):
@@ -1373,6 +1411,8 @@ def execute_all(runs, args, config, env, paper, name):
 
 def run_all(paper, args):
     config = load_config(args.config)
+    if args.device:
+        config["device"] = args.device
     pairs = parse_pairs(args.pairs or ",".join(config["pairs"]))
     systems = select_systems(config["systems"], args.systems, config["systems_file"])
     seeds = args.seeds or config["seeds"]

@@ -781,3 +781,41 @@ def test_resume_rescores_a_stored_result_with_this_scoring(first_run, corpus, co
                for k, v in again["subsets"].items())
     report = json.loads((out / "results.json").read_text())
     assert {r["system"]: r["sacrebleu"] for r in report["results"]}["TransF"] == pytest.approx(right)
+
+
+def test_runs_made_on_two_devices_tabulate_together(first_run, corpus, config, tmp_path):
+    """A GPU config's stored run (no --cpu in its commands) is taken by --resume of the same recipe
+    on the CPU (--device), and back; the table names each machine with its systems and leaves
+    the speed ratios blank between machines. --device changes only fairseq's --cpu."""
+    _, data = corpus
+    out = tmp_path / "out"
+    shutil.copytree(first_run, out)
+    path = out / "de-en" / "RAN-ALL" / "seed1" / "result.json"
+    result = json.loads(path.read_text())
+    gpu = json.loads(json.dumps(result["commands"]).replace('"--cpu", ', ""))
+    assert gpu != result["commands"] and "--cpu" not in json.dumps(gpu)
+    path.write_text(json.dumps(dict(result, commands=gpu, machine=dict(
+        result["machine"], device="cuda", device_name="Fake GPU"))))
+    args = ["--config", config, "--data", data, "--pairs", "de-en", "--systems",
+            ",".join(SYSTEMS), "--max-update", "3", "--out", out, "--resume", "--stop-after", "0"]
+    for device in ([], ["--device", "cuda"]):  # stored runs of both devices, taken either way
+        proc = reproduce(*args, *device)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stderr.count("skipped (--resume)") == len(SYSTEMS)
+    table = (out / "TABLE.md").read_text()
+    cpu_name = result["machine"]["device_name"]
+    assert (f"cpu ({cpu_name}) for TransF, RAN-ALL greedy; cuda (Fake GPU) for RAN-ALL"
+            in table), table.splitlines()[2]
+    heads = next(line for line in table.splitlines() if line.startswith("| ")).split(" | ")
+    rows = {cells[1]: cells for cells in (line.split(" | ") for line in table.splitlines()
+                                          if line.startswith("| ") and " | TransF" in line
+                                          or " | RAN-ALL" in line)}
+    for column in ("sent/s ×TransF", "train time ×TransF"):
+        at = heads.index(column)
+        assert rows["TransF"][at] == "1.00" and rows["RAN-ALL"][at] == ""
+        assert rows["RAN-ALL greedy"][at] != ""
+    # the flag itself: the same commands but fairseq's --cpu
+    dry = [reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
+                     "TransF", "--dry-run", *device).stdout for device in ([], ["--device", "cuda"])]
+    assert "--cpu" in dry[0] and "--cpu" not in dry[1]
+    assert dry[0].replace(" --cpu", "") == dry[1]
