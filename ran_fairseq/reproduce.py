@@ -985,6 +985,46 @@ def previous_result(run):
     return old
 
 
+def stored_result(run):
+    """(``run``'s stored result, rescored in place and on disk by :func:`rescore`, True if that
+    changed it), or (None, False) where it has none; error if made by other commands."""
+    old = previous_result(run)
+    if old is None:
+        return None, False
+    rescored = rescore(run, old)
+    if rescored:
+        (run.dir / "result.json").write_text(json.dumps(old, indent=2) + "\n")
+    return old, rescored
+
+
+def finished_beside(args, config, runs, data_template, name):
+    """The stored results in --out of the config's other runs, those this invocation did not
+    select (every system of its systems file, its pairs and seeds and these), made by the same
+    commands: [(run, result)]. So the table holds every finished run of its folder, and two
+    engines training different systems into one folder each leave a table of both."""
+    chosen = {(run.pair, run.system["name"], run.seed) for run in runs}
+    pairs = list(dict.fromkeys(parse_pairs(",".join(config["pairs"]))
+                               + [(run.src, run.tgt) for run in runs]))
+    seeds = list(dict.fromkeys(list(config["seeds"]) + [run.seed for run in runs]))
+    found = []
+    for src, tgt in pairs:
+        data = Path(data_template.format(src=src, tgt=tgt)).resolve()
+        for seed in seeds:
+            for system in config["systems"].values():
+                run = Run(args, config, (src, tgt), system, data, seed)
+                if (run.pair, system["name"], seed) in chosen \
+                        or not (run.dir / "result.json").is_file():
+                    continue
+                try:
+                    old, _ = stored_result(run)
+                except ReproError:
+                    print(f"{name}: {shown(run.dir / 'result.json')} left out of the table: made "
+                          f"with other settings", file=sys.stderr)
+                    continue
+                found.append((run, old))
+    return found
+
+
 def rescore(run, old):
     """Recompute a stored result's sacreBLEU, chrF and TER from its hypotheses with this checkout's
     scoring (so a fix to scoring reaches finished runs through ``--resume``), in place; True if a
@@ -1358,11 +1398,8 @@ def execute_all(runs, args, config, env, paper, name):
         if trainer is not None and trained is None:
             return None  # its checkpoint's training did not run
         try:
-            old = previous_result(run) if args.resume else None
+            old, rescored = stored_result(run) if args.resume else (None, False)
             if old is not None:
-                rescored = rescore(run, old)
-                if rescored:
-                    (run.dir / "result.json").write_text(json.dumps(old, indent=2) + "\n")
                 say(f"{label(run)}: done before, skipped (--resume)"
                     + (f"; rescored: sacreBLEU {old['sacrebleu']:.2f}" if rescored else ""))
                 return old
@@ -1438,7 +1475,19 @@ def run_all(paper, args):
     results, not_run = execute_all(runs, args, config, env, paper, name)
     if not results:
         raise ReproError("no run finished before --stop-after; nothing to tabulate")
-    refs = {(run.pair, subset): run.raw_ref[subset] for run in runs for subset in run.subsets}
+    beside = finished_beside(args, config, runs, data_template, name)
+    if beside:
+        found = "; ".join(f"{run.pair} {run.system['name']} seed {run.seed}" for run, _ in beside)
+        print(f"{name}: tabulated beside this invocation's runs, the finished ones in "
+              f"{shown(args.out)}: {found}", file=sys.stderr)
+    every = runs + [run for run, _ in beside]
+    results += [old for _, old in beside]
+    # rows in the systems file's order, each system's seeds together
+    order = {name: i for i, name in enumerate(config["systems"])}
+    pair_order = {pair: i for i, pair in enumerate(dict.fromkeys(run.pair for run in every))}
+    results.sort(key=lambda r: (pair_order[r["pair"]], order.get(r["system"], len(order)),
+                                r["seed"]))
+    refs = {(run.pair, subset): run.raw_ref[subset] for run in every for subset in run.subsets}
     add_significance(results, config["baseline"], config["significance"], args.out, refs)
 
     train_argv = runs[0].train_argv
@@ -1448,8 +1497,10 @@ def run_all(paper, args):
         "settings": {
             "config": shown(config["path"]), "test_set": config["test_set"],
             "paper_file": shown(repo_path(config["paper"])), "baseline": config["baseline"],
-            "data": data_template, "pairs": [f"{s}-{t}" for s, t in pairs],
-            "systems": [s["name"] for s in systems], "seeds": seeds,
+            "data": data_template, "pairs": list(pair_order),
+            "systems": [name for name in config["systems"]
+                        if any(run.system["name"] == name for run in every)],
+            "seeds": sorted({run.seed for run in every}),
             "subsets": config["subsets"], "select": config["select"],
             "select_text": SELECT_TEXT[config["select"]],
             "significance": config["significance"],

@@ -513,6 +513,39 @@ def test_jobs_keep_the_order_and_stop_after_names_what_did_not_run(first_run, co
     assert proc.returncode != 0 and "no run finished before --stop-after" in proc.stderr
 
 
+def test_the_table_holds_the_finished_runs_of_other_invocations(first_run, corpus, config):
+    """An invocation that selects some systems tabulates the other finished runs in its --out
+    beside them (so two engines training different systems into one folder leave one table),
+    with significance against the baseline, in the systems file's order; a stored result made
+    with other settings is left out, and said so."""
+    _, data = corpus
+    out = first_run.parent / "out-beside"
+    shutil.copytree(first_run, out)
+    args = ("--config", config, "--data", data, "--pairs", "de-en", "--systems", "RAN-ALL",
+            "--max-update", "3", "--out", out, "--resume")
+    proc = reproduce(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("skipped (--resume)") == 1
+    assert "de-en TransF seed 1; de-en RAN-ALL greedy seed 1" in proc.stderr
+    report = json.loads((out / "results.json").read_text())
+    assert [r["system"] for r in report["results"]] == SYSTEMS
+    assert report["settings"]["systems"] == SYSTEMS
+    by_name = {r["system"]: r for r in report["results"]}
+    assert 0 < by_name["RAN-ALL"]["subsets"]["test"]["p_value"] <= 1  # against TransF, merged
+    assert list(helpers.table_rows((out / "TABLE.md").read_text())) == SYSTEMS
+
+    stored = out / "de-en" / "RAN-ALL_greedy" / "seed1" / "result.json"
+    other = json.loads(stored.read_text())
+    other["commands"]["generate"]["test"].append("--nbest")
+    stored.write_text(json.dumps(other))
+    proc = reproduce(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RAN-ALL_greedy/seed1/result.json left out of the table: made with other settings" \
+        in proc.stderr
+    report = json.loads((out / "results.json").read_text())
+    assert [r["system"] for r in report["results"]] == SYSTEMS[:2]
+
+
 def test_a_config_inherits_its_base(tmp_path):
     """A config's 'base' fills in the keys it does not set (the GPU configs are their CPU configs on
     another device); a base that leads back to the config is an error."""
