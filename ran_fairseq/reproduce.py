@@ -21,8 +21,8 @@ loaded:
    pipeline keeps in the data-bin (``SUBSET.tok.TGT``), so a hypothesis word that a postprocess put in
    place of ``<unk>`` can match; the hypotheses detokenized with fairseq's Moses tokenizer and scored
    against the raw references with sacreBLEU (BLEU, chrF, TER); paired bootstrap resampling
-   (sacrebleu's, ``significance.samples``) of each system's sacreBLEU against the baseline's on the
-   same pair, subset and seed;
+   (sacrebleu's, ``significance.samples``) of each system's sacreBLEU and TER against the
+   baseline's on the same pair, subset and seed;
 5. parameter count, training speed (fairseq-train's words/s) and wall time, the validation curve and
    the selected checkpoint's epoch and update, and decoding speed (fairseq-generate's own timing line).
 
@@ -675,20 +675,28 @@ def tokenized_bleu(hyps, refs):
     return BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(hyps, [refs]).score
 
 
-def paired_bootstrap(baseline_hyps, system_hyps, refs, samples):
-    """sacreBLEU's paired bootstrap resampling of ``system_hyps`` against ``baseline_hyps``:
-    ``(p_value, (mean, 95% half-width) of the system, of the baseline)``."""
-    from sacrebleu.metrics import BLEU
+BOOTSTRAP_METRICS = ("BLEU", "TER")
+
+
+def paired_bootstrap(baseline_hyps, system_hyps, refs, samples, metric="BLEU"):
+    """sacreBLEU's paired bootstrap resampling of ``system_hyps`` against ``baseline_hyps`` on
+    ``metric`` (one of :data:`BOOTSTRAP_METRICS`, each with sacrebleu's default settings, as
+    ``ran_fairseq.scoring.evaluate`` scores them): ``(p_value, (mean, 95% half-width) of the
+    system, of the baseline)``."""
+    from sacrebleu.metrics import BLEU, TER
     from sacrebleu.significance import PairedTest
 
     from .scoring.evaluate import unk_as_one_word
 
+    if metric not in BOOTSTRAP_METRICS:
+        raise ValueError(f"no paired bootstrap for {metric!r}: the metric must be one of "
+                         f"{', '.join(BOOTSTRAP_METRICS)}")
     baseline_hyps, system_hyps = unk_as_one_word(baseline_hyps), unk_as_one_word(system_hyps)
+    scorer = (BLEU if metric == "BLEU" else TER)(references=[refs])
     test = PairedTest([("baseline", baseline_hyps), ("system", system_hyps)],
-                      {"BLEU": BLEU(references=[refs])}, references=None, test_type="bs",
-                      n_samples=samples)
+                      {metric: scorer}, references=None, test_type="bs", n_samples=samples)
     _, scores = test()
-    base, system = scores["BLEU"]
+    base, system = scores[metric]
     return system.p_value, (system.mean, system.ci), (base.mean, base.ci)
 
 
@@ -1048,14 +1056,16 @@ def rescore(run, old):
 
 
 def add_significance(results, baseline, significance, out, refs=None):
-    """Paired bootstrap of every result against the baseline's on the same pair, subset and seed:
-    ``p_value`` and ``better`` (sacreBLEU above the baseline's) per subset, in place. ``refs``:
-    (pair, subset) -> the raw references here (a result's own path may be another machine's)."""
+    """Paired bootstrap of every result against the baseline's on the same pair, subset and seed,
+    per subset, in place: ``p_value`` and ``better`` (sacreBLEU above the baseline's), and
+    ``ter_p_value`` and ``ter_better`` (TER below the baseline's). ``refs``: (pair, subset) ->
+    the raw references here (a result's own path may be another machine's)."""
     by_key = {(r["pair"], r["system"], r["seed"]): r for r in results}
     for r in results:
         base = by_key.get((r["pair"], baseline, r["seed"]))
         for subset, scores in r["subsets"].items():
-            scores["p_value"] = scores["better"] = None
+            for key in ("p_value", "better", "ter_p_value", "ter_better"):
+                scores[key] = None
             if base is None or r is base:
                 continue
             run_dir = Path(out) / r["pair"]
@@ -1065,13 +1075,13 @@ def add_significance(results, baseline, significance, out, refs=None):
             ref_file = Path((refs or {}).get((r["pair"], subset), scores["raw_ref"]))
             if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
                 continue
-            p, _, _ = paired_bootstrap(base_hyps.read_text(encoding="utf-8").splitlines(),
-                                       hyps.read_text(encoding="utf-8").splitlines(),
-                                       ref_file.read_text(encoding="utf-8").splitlines(),
-                                       significance["samples"])
-            scores["p_value"] = p
+            texts = [f.read_text(encoding="utf-8").splitlines() for f in (base_hyps, hyps, ref_file)]
+            scores["p_value"], _, _ = paired_bootstrap(*texts, significance["samples"])
             delta = scores["sacrebleu"] - base["subsets"][subset]["sacrebleu"]
             scores["better"] = None if delta == 0 else delta > 0
+            scores["ter_p_value"], _, _ = paired_bootstrap(*texts, significance["samples"], "TER")
+            delta = scores["ter"] - base["subsets"][subset]["ter"]
+            scores["ter_better"] = None if delta == 0 else delta < 0  # TER: lower is better
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1098,16 +1108,19 @@ def mean_std(values, spec):
     return f"{format(mean, spec)} ± {format(std, spec)}"
 
 
-def significance_mark(scores_per_seed, level):
+def significance_mark(scores_per_seed, level, metric=""):
     """'†' when every seed's system is significantly better than the baseline's (p < level),
-    '↓' when every seed's is significantly worse, else ''. (sacrebleu gives a system equal to the
-    baseline a small p-value, so a system with the baseline's score gets no mark.)"""
+    '↓' when every seed's is significantly worse, else ''; ``metric`` "" for sacreBLEU (the keys
+    ``p_value``, ``better``), "ter" for TER (``ter_p_value``, ``ter_better``). (sacrebleu gives a
+    system equal to the baseline a small p-value, so a system with the baseline's score gets no
+    mark.)"""
+    prefix = f"{metric}_" if metric else ""
     marks = set()
     for scores in scores_per_seed:
-        p = scores.get("p_value")
-        if p is None or p >= level or scores.get("better") is None:
+        p, better = scores.get(f"{prefix}p_value"), scores.get(f"{prefix}better")
+        if p is None or p >= level or better is None:
             return ""
-        marks.add("†" if scores["better"] else "↓")
+        marks.add("†" if better else "↓")
     return marks.pop() if len(marks) == 1 else ""
 
 
@@ -1189,7 +1202,8 @@ def markdown(paper, report):
         f"- **sacreBLEU, chrF, TER**: the hypotheses detokenized by fairseq's Moses tokenizer "
         f"against the raw references (`ran_fairseq.scoring.evaluate`), "
         f"`{settings['signatures'].get('bleu', '')}`, `{settings['signatures'].get('ter', '')}`. "
-        f"**†** / **↓**: sacreBLEU significantly above / below {baseline}'s (paired bootstrap "
+        f"**†** / **↓** on sacreBLEU and TER: significantly better / worse than {baseline}'s "
+        f"(sacreBLEU above / below, TER below / above; paired bootstrap "
         f"resampling, sacrebleu's, {settings['significance']['samples']} samples, p < {level}"
         f"{', in every seed' if len(seeds) > 1 else ''}).",
         f"- **decode**: fairseq-generate's own timing line (`{shlex.join(settings['generate_flags'])}`"
@@ -1258,7 +1272,8 @@ def markdown(paper, report):
                          mean_std([s["sacrebleu"] for s in sub], ".2f")
                          + significance_mark(sub, level),
                          mean_std([s["chrf"] for s in sub], ".2f"),
-                         mean_std([s["ter"] for s in sub], ".2f"),
+                         mean_std([s["ter"] for s in sub], ".2f")
+                         + significance_mark(sub, level, "ter"),
                          mean_std(sps, ".2f"),
                          fmt(ratio(sum(sps) / len(sps), base_sps), ".2f"),
                          mean_std([r["train_words_per_s"] for r in runs], ",.0f"),

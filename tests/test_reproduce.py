@@ -338,6 +338,11 @@ def test_significance_against_the_baseline_is_sacrebleus_paired_bootstrap(first_
         base_bleu = by_name["TransF"]["sacrebleu"]
         assert scores["better"] == (None if scores["sacrebleu"] == base_bleu
                                     else scores["sacrebleu"] > base_bleu)
+        p_ter, _, _ = paired_bootstrap(base, hyps, refs, 1000, "TER")
+        assert scores["ter_p_value"] == pytest.approx(p_ter) and 0 < p_ter <= 1
+        base_ter = by_name["TransF"]["subsets"]["test"]["ter"]
+        assert scores["ter_better"] == (None if scores["ter"] == base_ter
+                                        else scores["ter"] < base_ter)
 
 
 def test_paired_bootstrap_separates_a_better_system_from_a_copy():
@@ -349,6 +354,12 @@ def test_paired_bootstrap_separates_a_better_system_from_a_copy():
     p_better, _, _ = paired_bootstrap(worse, refs, refs, 1000)
     p_nearly, _, _ = paired_bootstrap(worse, nearly, refs, 1000)
     assert p_better < 0.01 and p_nearly > 0.05
+    # TER, where lower is better: the same separation, and the means say which way
+    p_better, (system_ter, _), (base_ter, _) = paired_bootstrap(worse, refs, refs, 1000, "TER")
+    p_nearly, _, _ = paired_bootstrap(worse, nearly, refs, 1000, "TER")
+    assert p_better < 0.01 and p_nearly > 0.05 and system_ter < base_ter
+    with pytest.raises(ValueError, match="chrF"):
+        paired_bootstrap(worse, refs, refs, 1000, "chrF")
 
 
 def test_significance_mark_needs_every_seed():
@@ -362,6 +373,11 @@ def test_significance_mark_needs_every_seed():
     assert significance_mark([{"p_value": None, "better": None}], 0.01) == ""
     # sacrebleu gives a system identical to the baseline a small p-value: no mark without a gain
     assert significance_mark([{"p_value": 0.001, "better": None}], 0.01) == ""
+    # TER's keys: its own p-value and direction, independent of sacreBLEU's
+    ter = {"p_value": 0.5, "better": True, "ter_p_value": 0.001, "ter_better": False}
+    assert significance_mark([ter], 0.01) == "" and significance_mark([ter], 0.01, "ter") == "↓"
+    assert significance_mark([dict(ter, ter_better=True)] * 2, 0.01, "ter") == "†"
+    assert significance_mark([better], 0.01, "ter") == ""  # no TER test stored: no mark
 
 
 def test_tokenized_bleu_rewards_a_restored_unknown_word():

@@ -25,7 +25,7 @@ reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
 
 
 def number(cell):
-    return float(cell.replace(",", ""))
+    return float(cell.replace(",", "").rstrip("†↓"))  # a significance mark
 
 
 @pytest.fixture(scope="module")
