@@ -515,6 +515,34 @@ def select_systems(systems, wanted, config_path):
     return [s for name, s in systems.items() if name in names]
 
 
+# fairseq's fp16 optimizers keep their fp32 copy of the parameters on the current CUDA device
+GPU_ONLY_FLAGS = ("--fp16", "--memory-efficient-fp16")
+
+
+def gpu_only_flags(flags):
+    """The flags of ``flags`` that fairseq can only train with on a CUDA GPU."""
+    return [f for f in flags if f.split("=", 1)[0] in GPU_ONLY_FLAGS]
+
+
+def check_device_flags(device, train_flags, systems, where, change):
+    """A CPU training with --fp16 fails deep in fairseq ('Torch not compiled with CUDA enabled'):
+    say so first, naming the flag, where it comes from, and ``change`` (what to do instead)."""
+    if device != "cpu":
+        return
+    found = gpu_only_flags(train_flags)
+    origin = where
+    if not found:
+        for system in systems:
+            found = gpu_only_flags(system["flags"])
+            if found:
+                origin = f"system {system['name']!r}"
+                break
+    if found:
+        raise ReproError(f"{origin} trains with {found[0]}, which fairseq runs only on a CUDA "
+                         f"GPU (its fp16 optimizer keeps the parameters on the GPU), and this run "
+                         f"is on the CPU: {change}")
+
+
 def set_flag(flags, flag, value):
     """``flags`` with ``flag``'s value replaced by ``value`` (appended if absent)."""
     flags = list(flags)
@@ -1467,6 +1495,12 @@ def run_all(paper, args):
         config["device"] = args.device
     pairs = parse_pairs(args.pairs or ",".join(config["pairs"]))
     systems = select_systems(config["systems"], args.systems, config["systems_file"])
+    cpu_config = Path(args.config).with_name("cpu.json")
+    check_device_flags(config["device"], config["train_flags"], systems, f"config {args.config}",
+                       "run it on a GPU (--device cuda, or the config's 'device'), or on the CPU "
+                       "with a config without the flag"
+                       + (f" (e.g. {shown(cpu_config)})" if cpu_config.is_file()
+                          else ""))
     seeds = args.seeds or config["seeds"]
     args.out = Path(args.out or repo_path(config["out"])).resolve()
     args.checkpoints = Path(args.checkpoints or repo_path(config["checkpoints"])).resolve()

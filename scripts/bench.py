@@ -129,7 +129,9 @@ def parse_cli(argv):
                         "configs/recurrent_cross/cpu.json, its 'base' and 'set_train_flags' "
                         "applied) before the systems file's common flags, so that the benchmark "
                         "trains as the reproduction does; flags the harness sets itself are "
-                        "left out, and the config's --max-tokens is the default of --max-tokens")
+                        "left out, and the config's --max-tokens is the default of --max-tokens; "
+                        "a config with an 'arch' (the full-size ones) trains every system at "
+                        "that architecture, as the reproduction does")
     p.add_argument("--systems-only",
                    help="comma-separated system names to run; the baseline is always included")
     p.add_argument("--train-updates", type=int, default=20, help="timed training updates")
@@ -177,10 +179,11 @@ def parse_cli(argv):
                         "memory in use, as CUDA's max_memory_allocated does, instead of also "
                         "holding freed heap (allocation gets slower)" % LIVE_MEMORY_MMAP_THRESHOLD)
     args = p.parse_args(argv)
-    args.config_flags, args.config_max_tokens = [], None
+    args.config_flags, args.config_max_tokens, args.config_arch = [], None, None
     if args.train_flags_of:
         try:
-            args.config_flags, args.config_max_tokens = config_train_flags(args.train_flags_of)
+            args.config_flags, args.config_max_tokens, args.config_arch = \
+                config_train_flags(args.train_flags_of)
         except BenchError as e:
             p.error(str(e))
     if args.max_tokens is None:
@@ -242,12 +245,15 @@ NOT_BENCHED_FLAGS = {"--save-dir", "--max-update", "--max-epoch", "--log-format"
 
 def config_train_flags(path):
     """The training flags of reproduction config ``path`` without those the harness sets or does
-    not use, and the config's --max-tokens (or None)."""
+    not use, the config's --max-tokens (or None), and its ``arch`` (or None): a full-size config
+    such as configs/recurrent_cross/full-wmt16-ro-en.json trains every system of its systems file
+    at that architecture, and so does the benchmark."""
     from ran_fairseq.reproduce import ReproError, flag_pairs, read_config
     from ran_fairseq.reproduce import config_train_flags as engine_train_flags
 
     try:  # only the training flags: the config's other keys (e.g. its speed_bench) may not exist
-        pairs = flag_pairs(engine_train_flags(read_config(path), path))
+        config = read_config(path)
+        pairs = flag_pairs(engine_train_flags(config, path))
     except ReproError as e:
         raise BenchError(f"--train-flags-of: {e}") from e
     max_tokens = pairs.get("--max-tokens")
@@ -256,7 +262,11 @@ def config_train_flags(path):
         name = flag.split("=", 1)[0]
         if name not in RESERVED_FLAGS and name not in NOT_BENCHED_FLAGS:
             kept += [flag] if value is None else [flag, value]
-    return kept, int(max_tokens) if max_tokens is not None else None
+    arch = config.get("arch")
+    if arch is not None and not (isinstance(arch, str) and arch):
+        raise BenchError(f"--train-flags-of: config {path}: 'arch' must be an architecture name, "
+                         f"not {arch!r}")
+    return kept, int(max_tokens) if max_tokens is not None else None, arch
 
 
 def check_flags(flags, where):
@@ -395,7 +405,9 @@ def markdown(report):
               f"Training: {s['train_updates']} timed updates after {s['warmup_updates']} untimed, "
               f"--max-tokens {s['max_tokens']}"
               + (f", the training flags of `{s['train_flags_of']}`" if s.get("train_flags_of")
-                 else "") + f". Decoding: first {s['decode_sentences']} sentences "
+                 else "")
+              + (f" and its architecture (every system trained as `{s['config_arch']}`)"
+                 if s.get("config_arch") else "") + f". Decoding: first {s['decode_sentences']} sentences "
               f"of `{s['gen_subset']}`, beam {s['beam']}, {s['decode_batch_size']} sentences per "
               f"batch, " + (f"every hypothesis forced to {s['decode_length']} tokens + EOS"
                             if s.get("decode_length") else
@@ -486,14 +498,27 @@ def run_parent(args):
 def run_benchmark(args, out):
     """One benchmark run of every selected system into ``out``; returns the report."""
     baseline, common, systems = load_systems(args.systems)
+    if args.config_arch:  # as the reproduction engine trains a config with an 'arch'
+        for system in systems.values():
+            system["arch"] = args.config_arch
     selected = select_systems(systems, baseline, args.systems_only)
     data = check_data(args.data, args.source_lang, args.target_lang)
     device = resolve_device(args.device)
+    from ran_fairseq.reproduce import ReproError, check_device_flags
+
+    change = ("time it on a GPU (--device cuda), or on the CPU without the flag (a config or "
+              "systems file without it)")
+    try:
+        check_device_flags(device, args.config_flags, [], f"--train-flags-of {args.train_flags_of}",
+                           change)
+        check_device_flags(device, common, selected, f"{args.systems} (common_flags)", change)
+    except ReproError as e:
+        raise BenchError(str(e)) from e
     settings = {
         "data": str(data), "systems_file": str(Path(args.systems).resolve()),
         "baseline": baseline, "common_flags": common,
         "train_flags_of": args.train_flags_of, "config_flags": args.config_flags,
-        "source_lang": args.source_lang, "target_lang": args.target_lang,
+        "config_arch": args.config_arch, "source_lang": args.source_lang, "target_lang": args.target_lang,
         "train_updates": args.train_updates, "warmup_updates": args.warmup_updates,
         "max_tokens": args.max_tokens, "beam": args.beam,
         "decode_batch_size": args.decode_batch_size, "decode_sentences": args.decode_sentences,

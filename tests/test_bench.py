@@ -287,14 +287,15 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     spec = importlib.util.spec_from_file_location("bench", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    flags, max_tokens = bench.config_train_flags(str(helpers.REPO / "configs/recurrent_cross/cpu.json"))
-    assert max_tokens == 4096
+    flags, max_tokens, arch = bench.config_train_flags(
+        str(helpers.REPO / "configs/recurrent_cross/cpu.json"))
+    assert max_tokens == 4096 and arch is None
     assert flags[flags.index("--adam-betas") + 1] == "(0.9, 0.98)"
     assert "--share-all-embeddings" in flags and "--lr-scheduler" in flags
     for dropped in ("--max-tokens", "--max-update", "--log-format", "--num-workers",
                     "--no-epoch-checkpoints", "4096", "1300", "simple"):
         assert dropped not in flags
-    flags, max_tokens = bench.config_train_flags(
+    flags, max_tokens, arch = bench.config_train_flags(
         str(helpers.REPO / "configs/dynmem/gpu-paper-epochs.json"))
     assert max_tokens is None and "--max-epoch" not in flags and "12" not in flags
     assert flags[flags.index("--init-range") + 1] == "0.1"
@@ -319,6 +320,35 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     assert report["settings"]["max_tokens"] == 300
     assert report["settings"]["config_flags"] == ["--label-smoothing", "0.2"]
     assert f"the training flags of `{path}`" in (out / "bench.md").read_text()
+    assert report["settings"]["config_arch"] is None
+    assert [r["arch"] for r in report["systems"]] == ["transformer"]
+    # a full-size config's 'arch' (e.g. the GPU timing at base size of Rosendahl et al.'s systems)
+    # replaces every system's, as the reproduction engine does; the systems' flags still apply
+    path.write_text(json.dumps(dict(cfg, arch="transformer_iwslt_de_en")))
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--data", str(data_bin), "--systems", str(systems_file),
+         "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
+         "--train-flags-of", str(path), "--systems-only", "transformer", "--train-updates", "1",
+         "--warmup-updates", "0", "--beam", "1", "--decode-sentences", "2", "--device", "cpu",
+         "--threads", "1"], env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    arch_report = json.loads((out / "bench.json").read_text())
+    assert arch_report["settings"]["config_arch"] == "transformer_iwslt_de_en"
+    assert [r["arch"] for r in arch_report["systems"]] == ["transformer_iwslt_de_en"]
+    assert arch_report["systems"][0]["metrics"]["params"] == report["systems"][0]["metrics"]["params"]
+    assert "every system trained as `transformer_iwslt_de_en`" in (out / "bench.md").read_text()
+    flags, _, arch = bench.config_train_flags(
+        str(helpers.REPO / "configs/recurrent_cross/full-wmt16-ro-en.json"))
+    assert arch == "recurrent_cross_transformer" and "--fp16" in flags
+    # ... whose --fp16 fairseq trains only on a GPU: on the CPU, a clear error first
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--data", str(data_bin), "--systems", str(systems_file),
+         "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
+         "--train-flags-of", str(helpers.REPO / "configs/recurrent_cross/full-wmt16-ro-en.json"),
+         "--device", "cpu"], env=helpers.fairseq_env(), capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode != 0 and "trains with --fp16" in proc.stderr, proc.stderr[-2000:]
+    assert "--device cuda" in proc.stderr
     # training flags the engine refuses are the harness's error, naming the flag
     path.write_text(json.dumps(dict(cfg, set_train_flags={"--seed": "3"})))
     proc = subprocess.run([sys.executable, str(BENCH), "--data", str(data_bin), "--systems",

@@ -224,6 +224,21 @@ def test_full_settings_print_base_model_commands_on_wmt14():
     assert "--beam 4" in generate
 
 
+def test_fp16_on_the_cpu_is_refused_before_fairseq_runs():
+    """fairseq trains --fp16 only on a CUDA GPU (on a CPU it fails deep in its fp16 optimizer):
+    the engine says so first, naming the flag, where it comes from and the CPU recipe."""
+    from ran_fairseq.reproduce import ReproError, check_device_flags
+
+    proc = reproduce("--full", "--systems", "RAN-D", "--device", "cpu", "--dry-run")
+    assert proc.returncode != 0
+    assert "trains with --fp16" in proc.stderr and "configs/ran/cpu.json" in proc.stderr
+    systems = [{"name": "a", "flags": []}, {"name": "b", "flags": ["--memory-efficient-fp16"]}]
+    with pytest.raises(ReproError, match="system 'b' trains with --memory-efficient-fp16"):
+        check_device_flags("cpu", ["--lr", "1e-3"], systems, "config c", "change")
+    check_device_flags("cuda", ["--fp16"], systems, "config c", "change")  # a GPU trains it
+    check_device_flags("cpu", ["--fp16-init-scale", "4"], systems[:1], "config c", "change")
+
+
 def test_configs_agree():
     systems = json.loads((CONFIGS / "ran" / "systems.json").read_text())["systems"]
     paper = json.loads((CONFIGS / "ran" / "paper.json").read_text())
