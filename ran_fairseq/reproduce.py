@@ -515,33 +515,28 @@ def select_systems(systems, wanted, config_path):
     return [s for name, s in systems.items() if name in names]
 
 
-# fairseq's FP16Optimizer keeps its fp32 copy of the parameters on the current CUDA device
-# (--memory-efficient-fp16 keeps none and trains on a CPU too: the conformance suite runs it)
-GPU_ONLY_FLAGS = ("--fp16",)
-
-
-def gpu_only_flags(flags):
-    """The flags of ``flags`` that fairseq can only train with on a CUDA GPU."""
-    return [f for f in flags if f.split("=", 1)[0] in GPU_ONLY_FLAGS]
+# fairseq's FP16Optimizer keeps its flat fp32 copy of the parameters on the current CUDA device;
+# with --fp16-no-flatten-grads it keeps them where the model is, and --memory-efficient-fp16 keeps
+# none: both train on a CPU (the conformance suite runs the latter)
+GPU_ONLY_FLAG, CPU_FP16_FLAG = "--fp16", "--fp16-no-flatten-grads"
 
 
 def check_device_flags(device, train_flags, systems, where, change):
-    """A CPU training with --fp16 fails deep in fairseq ('Torch not compiled with CUDA enabled'):
-    say so first, naming the flag, where it comes from, and ``change`` (what to do instead)."""
+    """A CPU training with --fp16 (flattened, fairseq's default) fails deep in fairseq ('Torch not
+    compiled with CUDA enabled'): say so first, naming the flag, where it comes from, and
+    ``change`` (what to do instead). ``systems``: dicts with 'name' and 'flags', trained with
+    ``train_flags`` before their own."""
     if device != "cpu":
         return
-    found = gpu_only_flags(train_flags)
-    origin = where
-    if not found:
-        for system in systems:
-            found = gpu_only_flags(system["flags"])
-            if found:
-                origin = f"system {system['name']!r}"
-                break
-    if found:
-        raise ReproError(f"{origin} trains with {found[0]}, which fairseq runs only on a CUDA "
-                         f"GPU (its fp16 optimizer keeps the parameters on the GPU), and this run "
-                         f"is on the CPU: {change}")
+    for system in systems or [{"name": None, "flags": []}]:
+        names = {f.split("=", 1)[0] for f in list(train_flags) + list(system["flags"])}
+        if GPU_ONLY_FLAG in names and CPU_FP16_FLAG not in names:
+            origin = where if GPU_ONLY_FLAG in {f.split("=", 1)[0] for f in train_flags} \
+                else f"system {system['name']!r}"
+            raise ReproError(f"{origin} trains with {GPU_ONLY_FLAG}, which fairseq runs only on a "
+                             f"CUDA GPU (its fp16 optimizer keeps a flat copy of the parameters "
+                             f"there; {CPU_FP16_FLAG} or --memory-efficient-fp16 instead train on "
+                             f"a CPU too), and this run is on the CPU: {change}")
 
 
 def set_flag(flags, flag, value):

@@ -509,9 +509,10 @@ def run_benchmark(args, out):
     change = ("time it on a GPU (--device cuda), or on the CPU without the flag (a config or "
               "systems file without it)")
     try:
-        check_device_flags(device, args.config_flags, [], f"--train-flags-of {args.train_flags_of}",
-                           change)
-        check_device_flags(device, common, selected, f"{args.systems} (common_flags)", change)
+        where = (f"--train-flags-of {args.train_flags_of}" if args.train_flags_of
+                 and any(f.split("=", 1)[0] == "--fp16" for f in args.config_flags)
+                 else f"{args.systems} (common_flags)")
+        check_device_flags(device, args.config_flags + common, selected, where, change)
     except ReproError as e:
         raise BenchError(str(e)) from e
     settings = {

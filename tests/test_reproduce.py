@@ -236,9 +236,13 @@ def test_fp16_on_the_cpu_is_refused_before_fairseq_runs():
     with pytest.raises(ReproError, match="system 'b' trains with --fp16"):
         check_device_flags("cpu", ["--lr", "1e-3"], systems, "config c", "change")
     check_device_flags("cuda", ["--fp16"], systems, "config c", "change")  # a GPU trains it
-    # fairseq's memory-efficient fp16 trains on a CPU (tests/test_conformance.py runs it)
+    with pytest.raises(ReproError, match="config c trains with --fp16"):
+        check_device_flags("cpu", ["--fp16"], systems[:1], "config c", "change")
+    # fairseq's memory-efficient fp16 trains on a CPU (tests/test_conformance.py runs it), and so
+    # does its fp16 optimizer without the flat fp32 copy
     check_device_flags("cpu", ["--fp16-init-scale", "4", "--memory-efficient-fp16"], systems[:1],
                        "config c", "change")
+    check_device_flags("cpu", ["--fp16-no-flatten-grads"], systems, "config c", "change")
 
 
 def test_configs_agree():
