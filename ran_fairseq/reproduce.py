@@ -515,6 +515,11 @@ def select_systems(systems, wanted, config_path):
     return [s for name, s in systems.items() if name in names]
 
 
+def flag_names(flags):
+    """The set of option names among command-line ``flags`` (``--a=1`` counts as ``--a``)."""
+    return {f.split("=", 1)[0] for f in flags if f.startswith("-")}
+
+
 # fairseq's FP16Optimizer keeps its flat fp32 copy of the parameters on the current CUDA device;
 # with --fp16-no-flatten-grads it keeps them where the model is, and --memory-efficient-fp16 keeps
 # none: both train on a CPU (the conformance suite runs the latter)
@@ -529,10 +534,10 @@ def check_device_flags(device, train_flags, systems, where, change):
     if device != "cpu":
         return
     for system in systems or [{"name": None, "flags": []}]:
-        names = {f.split("=", 1)[0] for f in list(train_flags) + list(system["flags"])}
+        names = flag_names(list(train_flags) + list(system["flags"]))
         if GPU_ONLY_FLAG in names and CPU_FP16_FLAG not in names:
-            origin = where if GPU_ONLY_FLAG in {f.split("=", 1)[0] for f in train_flags} \
-                else f"system {system['name']!r}"
+            origin = (where if GPU_ONLY_FLAG in flag_names(train_flags)
+                      else f"system {system['name']!r}")
             raise ReproError(f"{origin} trains with {GPU_ONLY_FLAG}, which fairseq runs only on a "
                              f"CUDA GPU (its fp16 optimizer keeps a flat copy of the parameters "
                              f"there; {CPU_FP16_FLAG} or --memory-efficient-fp16 instead train on "

@@ -407,8 +407,9 @@ def markdown(report):
               + (f", the training flags of `{s['train_flags_of']}`" if s.get("train_flags_of")
                  else "")
               + (f" and its architecture (every system trained as `{s['config_arch']}`)"
-                 if s.get("config_arch") else "") + f". Decoding: first {s['decode_sentences']} sentences "
-              f"of `{s['gen_subset']}`, beam {s['beam']}, {s['decode_batch_size']} sentences per "
+                 if s.get("config_arch") else "")
+              + f". Decoding: first {s['decode_sentences']} sentences of `{s['gen_subset']}`, "
+              f"beam {s['beam']}, {s['decode_batch_size']} sentences per "
               f"batch, " + (f"every hypothesis forced to {s['decode_length']} tokens + EOS"
                             if s.get("decode_length") else
                             f"max length {s['max_len_a']}·src+{s['max_len_b']}")
@@ -504,22 +505,22 @@ def run_benchmark(args, out):
     selected = select_systems(systems, baseline, args.systems_only)
     data = check_data(args.data, args.source_lang, args.target_lang)
     device = resolve_device(args.device)
-    from ran_fairseq.reproduce import ReproError, check_device_flags
+    from ran_fairseq.reproduce import GPU_ONLY_FLAG, ReproError, check_device_flags, flag_names
 
-    change = ("time it on a GPU (--device cuda), or on the CPU without the flag (a config or "
-              "systems file without it)")
+    where = (f"--train-flags-of {args.train_flags_of}" if GPU_ONLY_FLAG in
+             flag_names(args.config_flags) else f"{args.systems} (common_flags)")
     try:
-        where = (f"--train-flags-of {args.train_flags_of}" if args.train_flags_of
-                 and any(f.split("=", 1)[0] == "--fp16" for f in args.config_flags)
-                 else f"{args.systems} (common_flags)")
-        check_device_flags(device, args.config_flags + common, selected, where, change)
+        check_device_flags(device, args.config_flags + common, selected, where,
+                           "time it on a GPU (--device cuda), or on the CPU without the flag (a "
+                           "config or systems file without it)")
     except ReproError as e:
         raise BenchError(str(e)) from e
     settings = {
         "data": str(data), "systems_file": str(Path(args.systems).resolve()),
         "baseline": baseline, "common_flags": common,
         "train_flags_of": args.train_flags_of, "config_flags": args.config_flags,
-        "config_arch": args.config_arch, "source_lang": args.source_lang, "target_lang": args.target_lang,
+        "config_arch": args.config_arch,
+        "source_lang": args.source_lang, "target_lang": args.target_lang,
         "train_updates": args.train_updates, "warmup_updates": args.warmup_updates,
         "max_tokens": args.max_tokens, "beam": args.beam,
         "decode_batch_size": args.decode_batch_size, "decode_sentences": args.decode_sentences,
