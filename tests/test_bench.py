@@ -309,12 +309,17 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps(cfg))
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--data", str(data_bin), "--systems", str(systems_file),
-         "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
-         "--train-flags-of", str(path), "--systems-only", "transformer", "--train-updates", "1",
-         "--warmup-updates", "0", "--beam", "1", "--decode-sentences", "2", "--device", "cpu",
-         "--threads", "1"], env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
+
+    def bench_with_config():  # the tiny transformer, one timed update, flags of the config at path
+        return subprocess.run(
+            [sys.executable, str(BENCH), "--data", str(data_bin), "--systems", str(systems_file),
+             "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
+             "--train-flags-of", str(path), "--systems-only", "transformer", "--train-updates",
+             "1", "--warmup-updates", "0", "--beam", "1", "--decode-sentences", "2", "--device",
+             "cpu", "--threads", "1"], env=helpers.fairseq_env(), capture_output=True, text=True,
+            timeout=300)
+
+    proc = bench_with_config()
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads((out / "bench.json").read_text())
     assert report["settings"]["max_tokens"] == 300
@@ -325,12 +330,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     # a full-size config's 'arch' (e.g. the GPU timing at base size of Rosendahl et al.'s systems)
     # replaces every system's, as the reproduction engine does; the systems' flags still apply
     path.write_text(json.dumps(dict(cfg, arch="transformer_iwslt_de_en")))
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--data", str(data_bin), "--systems", str(systems_file),
-         "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
-         "--train-flags-of", str(path), "--systems-only", "transformer", "--train-updates", "1",
-         "--warmup-updates", "0", "--beam", "1", "--decode-sentences", "2", "--device", "cpu",
-         "--threads", "1"], env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
+    proc = bench_with_config()
     assert proc.returncode == 0, proc.stderr[-4000:]
     arch_report = json.loads((out / "bench.json").read_text())
     assert arch_report["settings"]["config_arch"] == "transformer_iwslt_de_en"
