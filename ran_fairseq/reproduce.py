@@ -176,8 +176,8 @@ def parse_cli(paper, argv):
                            help=f"full-size settings for GPUs: --config "
                                 f"{shown(paper.full_config)} ({paper.full_help})")
     p.add_argument("--pairs", help="comma-separated SRC-TGT pairs (default: the config's)")
-    p.add_argument("--systems", help="comma-separated system names (default: all of the "
-                                     "config's systems file)")
+    p.add_argument("--systems", help="comma-separated system names, their runs started in "
+                                     "this order (default: all of the config's systems file)")
     p.add_argument("--max-update", type=int, help="training updates (overrides the config's)")
     p.add_argument("--seeds", help="comma-separated training seeds, each system trained once per "
                                    "seed (default: the config's 'seeds', else 1); the table shows "
@@ -503,7 +503,9 @@ def parse_pairs(text):
 
 
 def select_systems(systems, wanted, config_path):
-    """The wanted systems in file order, with the systems whose checkpoints they decode."""
+    """The wanted systems in the order ``wanted`` names them (all of them, in file order, where it
+    is None), each system whose checkpoint another decodes just before that one unless named
+    earlier: the order in which their runs start (the table keeps the file's order)."""
     if wanted is None:
         return list(systems.values())
     names = [n.strip() for n in wanted.split(",") if n.strip()]
@@ -511,8 +513,12 @@ def select_systems(systems, wanted, config_path):
     if unknown or not names:
         raise ReproError(f"--systems: unknown system(s) {', '.join(map(repr, unknown)) or '(none)'}"
                          f"; {config_path} has: {', '.join(systems)}")
-    names += [systems[n]["checkpoint_of"] for n in names if systems[n]["checkpoint_of"]]
-    return [s for name, s in systems.items() if name in names]
+    ordered = []
+    for name in names:
+        for n in (systems[name]["checkpoint_of"], name):  # a trainer before its decoders
+            if n and n not in ordered:
+                ordered.append(n)
+    return [systems[n] for n in ordered]
 
 
 def flag_names(flags):
@@ -1241,7 +1247,9 @@ def markdown(paper, report):
         f"- **train words/s**: the mean of fairseq-train's end-of-epoch `wps`; **train min**: "
         f"wall-clock minutes of fairseq-train; **train time ×{baseline}**: that time over "
         f"{baseline}'s (the paper's 'relative training time'); the two ×{baseline} ratios (decoding, "
-        f"training) are blank for a system made on another machine than {baseline}'s; "
+        f"training) divide by {baseline}'s runs of the row's seeds on the row's machine, or, "
+        f"marked **°**, by its runs of other seeds on that machine where it has none of the "
+        f"row's there, and are blank for a system made on a machine {baseline} never ran on; "
         f"**selected**: the epoch and update of the decoded checkpoint; **valid loss Δ % per epoch**: how much the validation loss "
         f"still changed per epoch over the last three epochs of training, in percent of the last "
         f"value (a partial last epoch left out). We read less than 0.5 % per epoch as a "
@@ -1275,12 +1283,9 @@ def markdown(paper, report):
                 if r["pair"] == pair:
                     groups.setdefault(r["system"], []).append(r)
             for name, runs in groups.items():
-                # speed ratios against the baseline's runs of this row's seeds (rows may have
-                # fewer seeds than the baseline), on the row's machine (a GPU's runs and a
-                # CPU's tabulate together, their speeds do not compare)
-                row_seeds, row_machines = {r["seed"] for r in runs}, {machine_of(r) for r in runs}
-                base = [r for r in groups.get(baseline, [])
-                        if r["seed"] in row_seeds and machine_of(r) in row_machines]
+                # speed ratios against the baseline's runs on the row's machine (rows may have
+                # fewer seeds than the baseline, or seeds made elsewhere)
+                base, other_seeds = speed_baseline(runs, groups.get(baseline, []))
                 base_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in base]
                 base_sps = sum(base_sps) / len(base_sps) if base_sps else None
                 base_time = [r["train_seconds"] for r in base if r["train_seconds"] is not None]
@@ -1304,11 +1309,11 @@ def markdown(paper, report):
                          mean_std([s["ter"] for s in sub], ".2f")
                          + significance_mark(sub, level, "ter"),
                          mean_std(sps, ".2f"),
-                         fmt(ratio(sum(sps) / len(sps), base_sps), ".2f"),
+                         marked(fmt(ratio(sum(sps) / len(sps), base_sps), ".2f"), other_seeds),
                          mean_std([r["train_words_per_s"] for r in runs], ",.0f"),
                          mean_std([t / 60 if t is not None else None for t in times], ".1f"),
-                         fmt(ratio(sum(times) / len(times) if None not in times else None,
-                                   base_time), ".2f")]
+                         marked(fmt(ratio(sum(times) / len(times) if None not in times else None,
+                                          base_time), ".2f"), other_seeds)]
                 if bench:
                     cells.append(fmt(bench["train_time_ratio"].get(name), ".2f"))
                 cells.append(selected)
@@ -1351,6 +1356,25 @@ def reference_rows(numbers):
               "|---|" + "---:|" * len(keys)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
+
+
+def speed_baseline(runs, baseline_runs):
+    """The baseline's runs that a row's speed ratios divide by, and whether they are of other
+    seeds: its runs of the row's seeds on the row's machines; where it has none of those there,
+    its runs of any seed on those machines (a run's speed depends on the machine, not on the
+    seed beyond the order of its batches); none where it never ran on the row's machines (a
+    GPU's runs and a CPU's tabulate together, their speeds do not compare)."""
+    seeds, machines = {r["seed"] for r in runs}, {machine_of(r) for r in runs}
+    there = [r for r in baseline_runs if machine_of(r) in machines]
+    same_seeds = [r for r in there if r["seed"] in seeds]
+    if same_seeds or not there:
+        return same_seeds, False
+    return there, True
+
+
+def marked(cell, other_seeds):
+    """A speed ratio against the baseline's runs of other seeds: '°' after it."""
+    return f"{cell}°" if cell and other_seeds else cell
 
 
 def machine_of(result):

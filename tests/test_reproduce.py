@@ -162,6 +162,22 @@ def test_bad_system_name_is_a_clear_error(config):
     assert "RAN-ALL w/o LN&RES" in proc.stderr  # lists the valid names
 
 
+def test_runs_start_in_the_order_systems_names_them(config):
+    """--systems orders the runs (a plan puts the systems that matter most first), and a system
+    that decodes another's checkpoint comes after the training it waits for; without --systems,
+    the file's order."""
+    def started(*systems):
+        proc = reproduce("--config", config, *systems, "--dry-run")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return re.findall(r"^# de-en (.+) seed 1$", proc.stdout, re.M)
+
+    assert started("--systems", "RAN-ALL greedy,TransF") == ["RAN-ALL", "RAN-ALL greedy", "TransF"]
+    assert started("--systems", "RAN-D,TransF,RAN-ALL greedy,RAN-ALL") == [
+        "RAN-D", "TransF", "RAN-ALL", "RAN-ALL greedy"]
+    everything = started()
+    assert everything[:2] == ["TransF", "HC-SA"] and everything[-1] == "RAN-ALL greedy"
+
+
 @pytest.mark.parametrize("change, message", [
     ({"baseline": "RAN-Z"}, "'baseline' must name one of its systems"),
     ({"extra_system": {"name": "X", "arch": "ran_transformer_small", "checkpoint_of": "RAN-Z"}},
@@ -889,3 +905,42 @@ def test_runs_made_on_two_devices_tabulate_together(first_run, corpus, config, t
                      "TransF", "--dry-run", *device).stdout for device in ([], ["--device", "cuda"])]
     assert "--cpu" in dry[0] and "--cpu" not in dry[1]
     assert dry[0].replace(" --cpu", "") == dry[1]
+
+
+def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_run, corpus,
+                                                                          config, tmp_path):
+    """A system run on a machine where the baseline ran only another seed (seed 1 moved to a new
+    machine, the baseline's seed 1 made elsewhere) gets its speed ratios against the baseline's
+    run of the other seed there, marked '°'; where the baseline has the row's seed on the row's
+    machine, that run is used and nothing is marked."""
+    _, data = corpus
+    out = tmp_path / "out"
+    shutil.copytree(first_run, out)
+    base1 = out / "de-en" / "TransF" / "seed1"
+    shutil.copytree(base1, out / "de-en" / "TransF" / "seed2")
+    moved = {"TransF/seed2": 100.0, "RAN-ALL/seed1": 150.0}
+    for run, seconds in moved.items():
+        path = out / "de-en" / run / "result.json"
+        result = json.loads(path.read_text())
+        if run.endswith("seed2"):  # the commands of seed 2: its --seed and its folder
+            result = json.loads(json.dumps(result).replace('"--seed", "1"', '"--seed", "2"')
+                                .replace("/seed1", "/seed2"))
+        path.write_text(json.dumps(dict(
+            result, seed=int(run[-1]), train_seconds=seconds,
+            machine=dict(result["machine"], device_name="Other CPU"))))
+    proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
+                     ",".join(SYSTEMS), "--seeds", "1,2", "--max-update", "3", "--out", out,
+                     "--resume", "--stop-after", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (out / "TABLE.md").read_text()
+    heads = next(line for line in table.splitlines() if line.startswith("| ")).split(" | ")
+    rows = {cells[1]: cells for cells in (line.split(" | ") for line in table.splitlines()
+                                          if line.startswith("| ") and " | TransF" in line
+                                          or " | RAN-ALL" in line)}
+    at = heads.index("train time ×TransF")
+    assert "skipped (--resume)" in proc.stderr and "TransF seed 2" in proc.stderr, proc.stderr
+    assert rows["RAN-ALL"][at] == "1.50°", rows["RAN-ALL"]
+    assert rows["RAN-ALL"][heads.index("sent/s ×TransF")].endswith("°")
+    assert rows["TransF"][at] == "1.00" and not rows["RAN-ALL greedy"][at].endswith("°")
+    assert rows["RAN-ALL greedy"][at] != ""
+    assert "marked **°**" in table
