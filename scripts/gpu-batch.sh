@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run several reproduction commands side by side on one GPU for a fixed time, then pack what
 # finished: for a machine held for a limited time (a lease, a job slot).
-#   scripts/gpu-batch.sh SECONDS PLAN OUT
+#   scripts/gpu-batch.sh SECONDS PLAN OUT      (or @EPOCH: stop at that time, e.g. set before a
+#                                               build that comes first: @$(( $(date +%s) + 570 )))
 # PLAN: a file with one command per line (e.g. `python3 scripts/reproduce-dynmem.py --config
 # configs/dynmem/gpu.json --jobs 3 --resume`), all started at once after the Multi30k data-bins are
 # prepared (BPE and word level, both directions: concurrent engines must not prepare one data-bin at
@@ -14,8 +15,14 @@
 # with `scripts/offline-gpu.sh run DIR --` on a machine without a package index.
 set -u
 start=$(date +%s)
-[ $# -eq 3 ] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,17p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
 hard=$1 plan=$2 out=$3
+case $hard in
+    @*) hard=$(( ${hard#@} - start )) ;;  # a deadline given as a time
+esac
+[[ $hard =~ ^[0-9]+$ ]] && [ "$hard" -gt 0 ] || {
+    echo "gpu-batch: the time left must be a positive number of seconds or a later @EPOCH; got $1" >&2
+    exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 mkdir -p "$out"

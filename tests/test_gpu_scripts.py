@@ -34,6 +34,26 @@ def test_batch_runs_commands_side_by_side_and_stops_them_at_the_deadline(tmp_pat
     assert (out / "results.tgz").is_file()
 
 
+def test_batch_takes_a_deadline_as_a_time_and_refuses_one_past(tmp_path):
+    # @EPOCH: the deadline fixed before whatever precedes the batch (a build), as in the plans'
+    # README; the batch stops its commands there, not SECONDS after its own start
+    import time
+    plan = tmp_path / "plan"
+    plan.write_text(f"sleep 60; touch {tmp_path}/late\n")
+    env = dict(os.environ, PREPARE="0")
+    t0 = time.time()
+    proc = subprocess.run(["bash", str(BATCH), f"@{int(t0) + 5}", str(plan), str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    ended = int(proc.stdout.split("commands ended at ")[1].split()[0])  # s after the batch's start
+    assert ended <= 15 and not (tmp_path / "late").exists(), proc.stdout
+    for when in (f"@{int(t0) - 10}", "0", "ten"):
+        proc = subprocess.run(["bash", str(BATCH), when, str(plan), str(tmp_path / "out2")], env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and "positive number of seconds" in proc.stderr, (when, proc)
+        assert not (tmp_path / "out2").exists()
+
+
 def test_usage_errors_exit_2_and_say_how():
     for script, args in ((BATCH, []), (BATCH, ["5", "plan"]), (OFFLINE, []), (OFFLINE, ["nope", "x"])):
         proc = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=30)
