@@ -4,6 +4,7 @@ on the lent H100 that made results/*/gpu; it builds fairseq, minutes on 2 cores)
 import os
 import subprocess
 import tarfile
+import time
 
 import helpers
 
@@ -37,7 +38,6 @@ def test_batch_runs_commands_side_by_side_and_stops_them_at_the_deadline(tmp_pat
 def test_batch_takes_a_deadline_as_a_time_and_refuses_one_past(tmp_path):
     # @EPOCH: the deadline fixed before whatever precedes the batch (a build), as in the plans'
     # README; the batch stops its commands there, not SECONDS after its own start
-    import time
     plan = tmp_path / "plan"
     plan.write_text(f"sleep 60; touch {tmp_path}/late\n")
     env = dict(os.environ, PREPARE="0")
