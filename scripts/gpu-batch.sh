@@ -29,7 +29,9 @@ mkdir -p "$out"
 logs=$(mktemp -d)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$logs/gpu.txt" 2>&1
 if command -v nvidia-cuda-mps-control >/dev/null; then
-    if pgrep -x nvidia-cuda-mps-control >/dev/null; then
+    # by its command line: the daemon's name is longer than the 15 characters `pgrep -x` compares,
+    # and a daemon left by an earlier batch on a machine still held is used, not stopped
+    if pgrep -f '(^|/)nvidia-cuda-mps-control( |$)' >/dev/null; then
         echo "gpu-batch: MPS already running" | tee -a "$logs/gpu.txt"
     elif nvidia-cuda-mps-control -d && timeout 60 python3 -c \
             "import torch; assert torch.ones(3, device='cuda').sum().item() == 3"; then
@@ -39,15 +41,35 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
         echo "gpu-batch: MPS unavailable; processes take turns on the GPU" | tee -a "$logs/gpu.txt"
     fi
 fi
+pack() {
+    tar czf "$out/results.tgz" --exclude='generate*.txt' results/*/gpu* 2>/dev/null
+    tar czf "$out/logs.tgz" -C "$logs" .
+    ls -l "$out"
+}
 t=$(date +%s)
+pids=() names=()
 [ "${PREPARE:-1}" = 0 ] || for pair in "de en" "en de"; do
     set -- $pair
     scripts/prepare-multi30k.sh "$1" "$2" > "$logs/prepare-$1-$2.log" 2>&1 &
+    pids+=($!) names+=("prepare-$1-$2")
     scripts/prepare-multi30k.sh "$1" "$2" --bpe-merges 0 --nwords-src 10004 --nwords-tgt 10004 \
         --no-joined-dictionary --out "data-bin/multi30k-word.$1-$2" \
         > "$logs/prepare-word-$1-$2.log" 2>&1 &
+    pids+=($!) names+=("prepare-word-$1-$2")
 done
-wait
+failed=0
+for k in "${!pids[@]}"; do
+    wait "${pids[$k]}" && continue
+    failed=1
+    echo "gpu-batch: ${names[$k]} failed; the end of its log:" >&2
+    tail -n 5 "$logs/${names[$k]}.log" >&2
+done
+if [ "$failed" = 1 ]; then
+    # every command would fail the same way: stop before spending the machine's time
+    echo "gpu-batch: no command started (the data-bins could not be made; raw Multi30k is read from \$MULTI30K_DIR, else ../shared/data/multi30k, which a lent machine may not have: scripts/offline-gpu.sh data DIR copies it into DIR)" >&2
+    pack
+    exit 1
+fi
 echo "gpu-batch: data prepared in $(( $(date +%s) - t )) s"
 left=$(( hard - ($(date +%s) - start) ))
 i=0
@@ -63,6 +85,4 @@ for f in "$logs"/command-*.log; do
     echo "== $f"
     grep -E "^reproduce-[a-z]+: .*(BLEU|not run|error|skipped)" "$f" | tail -n 30
 done
-tar czf "$out/results.tgz" --exclude='generate*.txt' results/*/gpu* 2>/dev/null
-tar czf "$out/logs.tgz" -C "$logs" .
-ls -l "$out"
+pack

@@ -59,3 +59,116 @@ def test_usage_errors_exit_2_and_say_how():
         proc = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2, (script.name, args, proc.stderr)
         assert script.name in proc.stderr or "scripts/" in proc.stderr, proc.stderr
+
+
+def _fake_root(tmp_path, prepare_body):
+    """A checkout holding gpu-batch.sh and a stand-in for prepare-multi30k.sh."""
+    root = tmp_path / "root"
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "gpu-batch.sh").write_text(BATCH.read_text())
+    prep = root / "scripts" / "prepare-multi30k.sh"
+    prep.write_text("#!/usr/bin/env bash\n" + prepare_body)
+    prep.chmod(0o755)
+    return root
+
+
+def test_batch_starts_no_command_when_a_data_bin_cannot_be_made(tmp_path):
+    # as on a lent machine without ../shared: one prepare fails, the plan must not start
+    root = _fake_root(tmp_path, 'if [ "$1 $2 $3" = "de en " ]; then\n'
+                                '  echo "prepare: error: Multi30k raw files not found" >&2; exit 1\nfi\n')
+    plan = tmp_path / "plan"
+    plan.write_text(f"touch {tmp_path}/started\n")
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu-batch.sh"), "30", str(plan), str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert not (tmp_path / "started").exists()
+    assert "prepare-de-en failed" in proc.stderr and "raw files not found" in proc.stderr
+    assert "prepare-en-de" not in proc.stderr and "offline-gpu.sh data" in proc.stderr
+    assert "data prepared" not in proc.stdout
+    with tarfile.open(out / "logs.tgz") as tar:  # the logs still come back
+        assert "prepare-de-en.log" in {os.path.basename(n) for n in tar.getnames()}
+    # the same batch with every data-bin made runs its plan
+    root = _fake_root(tmp_path / "ok", "exit 0\n")
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu-batch.sh"), "30", str(plan), str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and (tmp_path / "started").exists(), proc.stderr
+
+
+def test_batch_uses_an_mps_daemon_already_running_and_starts_one_otherwise(tmp_path):
+    # a second batch on a machine still held found the first's daemon: `pgrep -x` cannot see it
+    # (its name is over 15 characters), `-d` then failed and the batch stopped the daemon
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    calls = tmp_path / "calls"
+    ctl = bin_ / "nvidia-cuda-mps-control"
+    ctl.write_text(f'#!/usr/bin/env bash\necho "args:$*" >> {calls}\n'
+                   f'[ -t 0 ] || {{ read -r line && echo "stdin:$line" >> {calls}; }}\nexit 0\n')
+    ctl.chmod(0o755)
+    env = dict(os.environ, PREPARE="0", PATH=f"{bin_}:{os.environ['PATH']}")
+    plan = tmp_path / "plan"
+    plan.write_text("true\n")
+
+    def batch():
+        return subprocess.run(["bash", str(BATCH), "20", str(plan), str(tmp_path / "out")], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+    daemon = subprocess.Popen(["bash", "-c", "exec -a nvidia-cuda-mps-control sleep 60"])
+    try:
+        time.sleep(0.3)
+        proc = batch()
+    finally:
+        daemon.kill()
+        daemon.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert "MPS already running" in proc.stdout
+    assert not calls.exists(), calls.read_text()  # neither started nor stopped
+    # no daemon: one is started, and stopped again where CUDA does not answer through it (here)
+    proc = batch()
+    assert proc.returncode == 0, proc.stderr
+    log = calls.read_text()
+    assert "args:-d" in log
+    import torch
+    if not torch.cuda.is_available():
+        assert "stdin:quit" in log and "MPS unavailable" in proc.stdout, (log, proc.stdout)
+
+
+def test_offline_data_copies_multi30k_and_run_points_the_scripts_at_it(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("train.de.gz", "val.en.gz", "notes.txt"):
+        (raw / name).write_bytes(b"x")
+    (raw / "train.de.gz").chmod(0o444)  # as in ../shared: read-only
+    wheels = tmp_path / "wheels"
+    for _ in range(2):  # a second copy overwrites the first
+        proc = subprocess.run(["bash", str(OFFLINE), "data", str(wheels)], capture_output=True,
+                              text=True, timeout=30, env=dict(os.environ, MULTI30K_DIR=str(raw)))
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (wheels / "multi30k").iterdir()) == ["train.de.gz", "val.en.gz"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run(["bash", str(OFFLINE), "data", str(tmp_path / "w2")], capture_output=True,
+                          text=True, timeout=30, env=dict(os.environ, MULTI30K_DIR=str(empty)))
+    assert proc.returncode == 1 and "MULTI30K_DIR" in proc.stderr and str(empty) in proc.stderr
+
+    # `run` with a stand-in interpreter (installs nothing) and fairseq's wheel from an earlier
+    # build in the cache: no build, and the command sees MULTI30K_DIR=DIR/multi30k
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho fake-python\n")
+    fake.chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "fairseq_fixed-0.12.3.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
+    env = {k: v for k, v in os.environ.items() if k != "MULTI30K_DIR"}
+    env.update(PYTHON=str(fake), WHEEL_CACHE=str(cache), SITE=str(tmp_path / "site"))
+    proc = subprocess.run(["bash", str(OFFLINE), "run", str(wheels), "--", "bash", "-c",
+                           'echo "data=$MULTI30K_DIR"'], capture_output=True, text=True, timeout=30,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"data={wheels / 'multi30k'}" in proc.stdout
+    assert "earlier build" in proc.stderr and "building" not in proc.stderr
+    env["MULTI30K_DIR"] = str(raw)  # one the user set wins
+    proc = subprocess.run(["bash", str(OFFLINE), "run", str(wheels), "--", "bash", "-c",
+                           'echo "data=$MULTI30K_DIR"'], capture_output=True, text=True, timeout=30,
+                          env=env)
+    assert f"data={raw}" in proc.stdout, proc.stderr
