@@ -1246,9 +1246,9 @@ def markdown(paper, report):
         f"fairseq-train's count, and how many are trained where fewer are.",
         f"- **train words/s**: the mean of fairseq-train's end-of-epoch `wps`; **train min**: "
         f"wall-clock minutes of fairseq-train; **train time ×{baseline}**: that time over "
-        f"{baseline}'s (the paper's 'relative training time'); the two ×{baseline} ratios (decoding, "
-        f"training) divide by {baseline}'s runs of the row's seeds on the row's machine, or, "
-        f"marked **°**, by its runs of other seeds on that machine where it has none of the "
+        f"{baseline}'s (a paper's 'relative training time', where its table has one); the two "
+        f"×{baseline} ratios (decoding, training) divide by {baseline}'s runs of the row's "
+        f"seeds on the row's machine, or, marked **°**, by its runs of other seeds on that machine where it has none of the "
         f"row's there, and are blank for a system made on a machine {baseline} never ran on; "
         f"**selected**: the epoch and update of the decoded checkpoint; **valid loss Δ % per epoch**: how much the validation loss "
         f"still changed per epoch over the last three epochs of training, in percent of the last "
