@@ -386,7 +386,7 @@ def test_incremental_steps_equal_full_forward(kind, left):
     torch.testing.assert_close(torch.cat(steps), full, rtol=1e-5, atol=1e-6)
 
 
-def test_reorder_incremental_state_moves_the_paths_not_the_values():
+def test_reorder_incremental_state_reorders_the_cached_values():
     module = attention(sources(causal=True)["ran"])
     torch.manual_seed(3)
     x = torch.randn(5, 3, DIM)
@@ -395,38 +395,40 @@ def test_reorder_incremental_state_moves_the_paths_not_the_values():
         state = {}
         for t in range(3):
             module(x[t:t + 1], incremental_state=state)
-        rows = module._get_input_buffer(state)["value_rows"]
+        before = module._get_input_buffer(state)["values"].clone()
         module.reorder_incremental_state(state, order)
         buffer = module._get_input_buffer(state)
-        assert buffer["value_rows"] is rows  # no cached value was copied
-        assert buffer["value_path"].tolist() == [[2, 5, 8], [2, 5, 8], [0, 3, 6]]
+        torch.testing.assert_close(buffer["values"][:, :, :4], before[order, :, :4])
         steps = [module(x[t:t + 1, order], incremental_state=state)[0] for t in (3, 4)]
         expected, _ = module(x[:, order])
-    assert set(buffer) == {"value_rows", "value_count", "value_path"}
+    assert set(buffer) == {"values", "length", "weights", "weights_start"}  # no padding bookkeeping
     torch.testing.assert_close(torch.cat(steps), expected[3:], rtol=1e-5, atol=1e-6)
 
 
-def test_value_rows_grow_across_steps_while_the_beam_shrinks():
-    """Many steps (the row buffer is reallocated several times) with beam search's reorders,
+def test_value_cache_grows_across_steps_while_the_beam_shrinks():
+    """Many steps (the value cache is reallocated by doubling) with beam search's reorders,
     shrinking from 6 hypotheses to 2; every step equals the full forward of the chosen histories."""
-    module = attention(sources(causal=True)["ran"])
+    positions = 80
+    matrices = randomize_(RecurrentAttentionMatrices(LAYERS, HEADS, positions, causal=True))
+    module = attention(matrices)
     torch.manual_seed(4)
-    steps, generator = N, torch.Generator().manual_seed(5)
+    generator = torch.Generator().manual_seed(5)
     history = torch.empty(0, 6, DIM)  # the inputs of each live hypothesis so far
-    state, buffers = {}, set()
+    state, sizes = {}, []
     with torch.no_grad():
-        for t in range(steps):
+        for t in range(positions):
             batch = history.size(1)
             x = torch.randn(1, batch, DIM)
             out, _ = module(x, incremental_state=state)
             history = torch.cat([history, x])
-            buffers.add(module._get_input_buffer(state)["value_rows"].data_ptr())
+            sizes.append(module._get_input_buffer(state)["values"].size(2))
             expected, _ = module(history)
-            torch.testing.assert_close(out[0], expected[-1], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(out[0], expected[-1], rtol=1e-5, atol=1e-5)
             order = torch.randint(0, batch, (max(2, batch - 1),), generator=generator)
             module.reorder_incremental_state(state, order)
             history = history[:, order]
-    assert 1 < len(buffers) <= 3  # reallocated, by doubling rather than at every step
+    # slot 0 holds the bias; room for 32 tokens first, then twice the length, never past n
+    assert sorted(set(sizes)) == [33, 67, positions + 1]
 
 
 def test_gradients_flow_through_incremental_steps():

@@ -51,6 +51,9 @@ TRANSITION_FLAG = "--ran-transition"
 DECODER_INITIAL_FLAG = "--ran-decoder-initial"
 NO_LAYERNORM_RESIDUAL_FLAG = "--ran-no-layernorm-residual"
 
+# Decoding steps whose weights are copied out for every hypothesis at once (PositionalSelfAttention)
+STEP_BLOCK = 16
+
 # Masked logits get a large finite value (softmax runs in float32): a fully masked row then yields
 # uniform weights instead of NaN.
 _MASKED = -1e9
@@ -113,6 +116,10 @@ class PositionalAttentionMatrices(nn.Module):
         finally:
             self._scope, self._scope_checked = outer
 
+    def step_scope(self) -> Optional[Dict]:
+        """The current forward_scope's dict (None outside one): what layers of one pass share."""
+        return self._scope
+
     def _version_key(self) -> Tuple:
         return tuple((t._version, t.data_ptr(), t.dtype, t.device)
                      for t in itertools.chain(self.parameters(), self.buffers()))
@@ -149,17 +156,36 @@ class PositionalAttentionMatrices(nn.Module):
         stacked = self._get("logits", rows, self._compute_logits)
         return stacked[layer if stacked.size(0) > 1 else 0, :, :rows]
 
-    def causal_probs(self, layer: int, rows: int, dtype: torch.dtype) -> Tensor:
-        """Row i: softmax of the layer's logits over keys 0..i, zero beyond; (h, rows, rows)."""
-        self.check_length(rows)
-
+    def _causal_build(self, dtype: torch.dtype):
         def build(r):
             stacked = self._get("logits", r, self._compute_logits)[:, :, :r, :r]
             future = torch.ones(r, r, dtype=torch.bool, device=stacked.device).triu(1)
             return torch.softmax(stacked.masked_fill(future, _MASKED), dim=-1).to(dtype)
+        return build
 
-        stacked = self._get(("causal_probs", dtype), rows, build)
+    def causal_probs(self, layer: int, rows: int, dtype: torch.dtype) -> Tensor:
+        """Row i: softmax of the layer's logits over keys 0..i, zero beyond; (h, rows, rows)."""
+        self.check_length(rows)
+        stacked = self._get(("causal_probs", dtype), rows, self._causal_build(dtype))
         return stacked[layer if stacked.size(0) > 1 else 0, :, :rows, :rows]
+
+    def step_table(self, layer: int, dtype: torch.dtype) -> Tensor:
+        """The weights one decoding step reads, (h, n + 1, n + 2) for the layer: row i < n is
+        ``[1, causal_probs[i, 0..n-1], 0]`` (column 0 weights the value projection's bias, columns
+        1..n the keys at positions 0..n-1, column n + 1 a padding key), row n is all zero (a
+        padding query). Causal sources only."""
+        if not self.causal:
+            raise ValueError("incremental decoding needs a causal (decoder) self-attention")
+        n = self.max_positions
+
+        def build(_):
+            probs = self._get(("causal_probs", dtype), n, self._causal_build(dtype))  # (L', h, n, n)
+            edge = probs.new_zeros(probs.shape[:2] + (n, 1))
+            table = torch.cat([edge + 1, probs, edge], dim=-1)  # (L', h, n, n + 2)
+            return torch.cat([table, table.new_zeros(table.shape[:2] + (1, n + 2))], dim=2)
+
+        stacked = self._get(("step_table", dtype), n, build)
+        return stacked[layer if stacked.size(0) > 1 else 0]
 
     def probs(self, layer: int, length: int, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weights of ``layer`` for a sentence of ``length`` tokens: (h, length, length)."""
@@ -389,10 +415,14 @@ class PositionalSelfAttention(nn.Module):
         if value is None:
             value = query
         need_weights = need_weights or need_head_weights
-        v = self.v_proj(value)
         if incremental_state is not None:
-            context, weights = self._step(v, key_padding_mask, incremental_state)
-        elif key_padding_mask is None:
+            context, weights = self._step(value, key_padding_mask, incremental_state)
+            out = self.out_proj(context)
+            if not need_weights:
+                return out, None
+            return out, (weights.transpose(0, 1) if need_head_weights else weights.mean(dim=1))
+        v = self.v_proj(value)
+        if key_padding_mask is None:
             probs = self.matrices.probs(self.layer, v.size(0), v.dtype)  # (h, T, T)
             context = self._mix(probs, v)
             weights = probs.unsqueeze(0).expand(v.size(1), -1, -1, -1) if need_weights else None
@@ -448,83 +478,131 @@ class PositionalSelfAttention(nn.Module):
         return self._mix(probs, v), (probs if need_weights else None)
 
     # ---- incremental decoding --------------------------------------------------------------------
-    # Beam search reorders the hypotheses after every step. Rather than copying every hypothesis's
-    # cached values each time, the buffer keeps them append-only: ``value_rows`` (R, E) holds one
-    # row per (step, hypothesis) in the order written, its first ``value_count`` rows used, and
-    # ``value_path`` (B, t) each hypothesis's history as row numbers. Reordering moves only the
-    # path (and the padding mask, (B, t)); a step gathers and weights its rows in one
-    # ``F.embedding_bag`` call, reading each cached value once.
-    def _step(self, v: Tensor, padding: Optional[Tensor], incremental_state):
-        """One decoding step: v (1, B, E) is the newest token's value."""
+    # A step is four kernels (on a GPU a small model's step costs about one launch per kernel): the
+    # newest value projection written straight into its slot of the cache, the step's weights
+    # copied out for every hypothesis, one batched weighted sum, the output projection.
+    # ``values`` (B, h, C, d) holds the value projection's bias in slot 0 (every hypothesis's
+    # context takes it with weight 1, as its weights sum to 1) and the bias-free values of the
+    # tokens in slots 1..t; C grows by doubling. The weights of step t come from the matrix
+    # source's step table (PositionalAttentionMatrices.step_table): row t - 1 of the layer's causal
+    # matrix with a 1 before it. Beam search reorders the cache, one index_select a layer.
+    # Target padding: each hypothesis keeps the table column of each cached key (1 + its position
+    # in the sentence, or the zero column of a padding key) and its count of real tokens; the step
+    # then gathers its weights from the table, the query's row being its position (the zero row for
+    # a padding query, whose context is zero). This bookkeeping is computed once per step and
+    # shared by the layers of a forward_scope.
+    def _step(self, x: Tensor, padding: Optional[Tensor], incremental_state):
+        """One decoding step: x (1, B, E) is the newest token's input (before v_proj)."""
         if not self.causal:
             raise ValueError("incremental decoding needs a causal (decoder) self-attention")
-        if v.size(0) != 1:
-            raise ValueError(f"incremental decoding takes one token per step, got {v.size(0)}")
-        _, batch, _ = v.shape
-        heads, head_dim = self.num_heads, self.head_dim
+        if x.size(0) != 1:
+            raise ValueError(f"incremental decoding takes one token per step, got {x.size(0)}")
+        batch, heads, head_dim = x.size(1), self.num_heads, self.head_dim
         buffer = self._get_input_buffer(incremental_state)
-        path = buffer.get("value_path")
-        length = 1 if path is None else path.size(1) + 1
+        length = buffer.get("length", 0) + 1
         self.matrices.check_length(length, "the decoded prefix")
-
-        rows, used = self._append_rows(buffer, v[0])
-        new = torch.arange(used - batch, used, device=v.device).unsqueeze(1)
-        path = new if path is None else torch.cat([path, new], dim=1)
-        buffer["value_path"] = path
-        previous_padding = buffer.get("prev_key_padding_mask")
-        if padding is not None or previous_padding is not None:
-            if padding is None:
-                padding = path.new_zeros(batch, 1, dtype=torch.bool)
-            if previous_padding is None:
-                previous_padding = path.new_zeros(batch, length - 1, dtype=torch.bool)
-            padding = torch.cat([previous_padding, padding.to(torch.bool)], dim=1)
-            buffer["prev_key_padding_mask"] = padding
+        values = self._store_value(buffer, x[0], length)  # (B, h, C, d)
+        table = self.matrices.step_table(self.layer, x.dtype)  # (h, n + 1, n + 2)
+        if padding is None and buffer.get("key_columns") is None:
+            # Every hypothesis reads row t - 1 (Eq. 2 for the newest token): (B, h, t + 1), a view
+            # of a block of STEP_BLOCK rows copied out for all hypotheses once per block.
+            weights = self._shared_weights(buffer, table, length, batch)
+        else:
+            weights = self._padded_weights(buffer, table, padding, length, batch)
+        buffer["length"] = length
         self._set_input_buffer(incremental_state, buffer)
+        if self.training and self.dropout > 0:
+            weights = F.dropout(weights, p=self.dropout, training=True)
+        context = torch.bmm(weights.reshape(batch * heads, 1, length + 1),
+                            values[:, :, :length + 1].reshape(batch * heads, length + 1,
+                                                              head_dim))
+        return context.view(1, batch, self.embed_dim), weights[:, :, 1:].unsqueeze(2)
 
-        probs = self.matrices.causal_probs(self.layer, length, v.dtype)  # (h, t, t)
-        if padding is None:
-            # The newest position's row, shared by all hypotheses: (B, h, t).
-            weights = probs[:, length - 1].unsqueeze(0).expand(batch, -1, -1)
-        else:
-            # Real tokens are numbered 0, 1, ... in order; the query is the newest one, and a
-            # padding query gets a zero context.
-            real = ~padding
-            position = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, t)
-            keep = (real & real[:, -1:]).to(probs.dtype)
-            weights = (probs[:, position[:, -1:], position] * keep).transpose(0, 1)  # (B, h, t)
-        dropped = F.dropout(weights, p=self.dropout, training=self.training)
-        # Row r of ``rows`` viewed as (R·h, d) rows: r·h + k is head k of cached row r.
-        index = path.unsqueeze(1) * heads + torch.arange(heads, device=path.device)[:, None]
-        context = F.embedding_bag(index.view(batch * heads, length), rows.view(-1, head_dim),
-                                  per_sample_weights=dropped.reshape(batch * heads, length),
-                                  mode="sum")  # Eq. 2 for the newest row: (B·h, d)
-        return context.view(1, batch, self.embed_dim), weights.unsqueeze(2)
+    def _shared_weights(self, buffer: Dict, table: Tensor, length: int, batch: int) -> Tensor:
+        """Row ``length - 1`` of the table for every hypothesis, (B, h, t + 1): a view into
+        ``weights`` (B0, h, R, cols), rows start..start + R - 1 of the table expanded over the
+        hypotheses (B only shrinks during beam search; all hypotheses share the rows)."""
+        block, start = buffer.get("weights"), buffer.get("weights_start", 0)
+        row = length - 1
+        if block is None or row >= start + block.size(2) or block.size(0) < batch:
+            start, n = row, self.matrices.max_positions
+            rows = min(STEP_BLOCK, n - start)
+            cols = min(start + rows + 1, n + 2)
+            block = table[:, start:start + rows, :cols].expand(batch, -1, -1, -1).contiguous()
+            buffer["weights"], buffer["weights_start"] = block, start
+        return block[:batch, :, row - start, :length + 1]
 
-    @staticmethod
-    def _append_rows(buffer: Dict[str, Optional[Tensor]], new: Tensor) -> Tuple[Tensor, int]:
-        """Append ``new`` (B, E) to the buffer's value rows; returns the rows and the count used.
-        Capacity doubles when full. While autograd records, rows are concatenated instead of
-        written in place, so earlier steps' graphs stay valid."""
-        rows, count = buffer.get("value_rows"), buffer.get("value_count")
-        used = 0 if rows is None else int(count)
-        total = used + new.size(0)
-        if torch.is_grad_enabled() and new.requires_grad:
-            rows = new if rows is None else torch.cat([rows[:used], new])
+    def _store_value(self, buffer: Dict, x: Tensor, length: int) -> Tensor:
+        """Write the value projection of ``x`` (B, E), bias-free, into slot ``length`` of the
+        cache; returns the cache. While autograd records, the cache is concatenated instead (an
+        ``out=`` write cannot be recorded), so earlier steps' graphs stay valid."""
+        batch, heads, head_dim = x.size(0), self.num_heads, self.head_dim
+        weight = self.v_proj.weight.view(heads, head_dim, -1).transpose(1, 2)  # (h, E, d)
+        inputs = x.unsqueeze(0).expand(heads, -1, -1)  # (h, B, E), no copy
+        values = buffer.get("values")
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+            if values is None:
+                values = self._bias_slot(x, batch)
+            new = torch.bmm(inputs, weight).transpose(0, 1).unsqueeze(2)  # (B, h, 1, d)
+            values = torch.cat([values[:, :, :length], new], dim=2)
         else:
-            if rows is None or total > rows.size(0):
-                grown = new.new_empty(2 * total, new.size(1))
-                if rows is not None:
-                    grown[:used] = rows[:used]
-                rows = grown
-            rows[used:total] = new
-        buffer["value_rows"], buffer["value_count"] = rows, torch.tensor(total)
-        return rows, total
+            if values is None or values.size(2) <= length:
+                slots = min(max(2 * length, 32), self.matrices.max_positions) + 1
+                grown = x.new_empty(batch, heads, slots, head_dim)
+                if values is None:
+                    grown[:, :, :1] = self._bias_slot(x, batch)
+                else:
+                    grown[:, :, :length] = values[:, :, :length]
+                values = grown
+            torch.bmm(inputs, weight, out=values[:, :, length].transpose(0, 1))
+        buffer["values"] = values
+        return values
+
+    def _bias_slot(self, x: Tensor, batch: int) -> Tensor:
+        """Slot 0 of the cache: the value projection's bias per head, (B, h, 1, d)."""
+        bias = self.v_proj.bias
+        if bias is None:
+            return x.new_zeros(batch, self.num_heads, 1, self.head_dim)
+        return bias.to(x.dtype).view(1, self.num_heads, 1, self.head_dim).expand(batch, -1, -1, -1)
+
+    def _padded_weights(self, buffer: Dict, table: Tensor, padding: Optional[Tensor],
+                        length: int, batch: int) -> Tensor:
+        """The step's weights (B, h, t + 1) gathered from the table by each hypothesis's positions;
+        updates the buffer's ``key_columns`` (B, t + 1) and ``real_count`` (B,)."""
+        n = self.matrices.max_positions
+        scope = self.matrices.step_scope()
+        key = ("padded step", length, id(padding))  # the same for every layer of a step
+        shared = scope.get(key) if scope is not None else None
+        if shared is None:
+            columns, count = buffer.get("key_columns"), buffer.get("real_count")
+            device = table.device
+            if columns is None:  # the first padded step: the earlier tokens were all real
+                columns = torch.arange(length, device=device).expand(batch, -1)
+                count = torch.full((batch,), length - 1, dtype=torch.long, device=device)
+            if padding is None:
+                query, column = count, count + 1
+                count = count + 1
+            else:
+                real = ~padding[:, -1].to(torch.bool)
+                query = torch.where(real, count, n)  # the zero row for a padding query
+                column = torch.where(real, count + 1, n + 1)
+                count = count + real
+            columns = torch.cat([columns, column.unsqueeze(1)], dim=1)
+            index = (query.unsqueeze(1) * (n + 2) + columns).unsqueeze(1)  # (B, 1, t + 1)
+            shared = (columns, count, index)
+            if scope is not None:
+                scope[key] = shared
+        columns, count, index = shared
+        buffer["key_columns"], buffer["real_count"] = columns, count
+        heads = self.num_heads
+        return torch.gather(table.reshape(1, heads, -1).expand(batch, -1, -1), 2,
+                            index.expand(-1, heads, -1))
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        """Reorder each hypothesis's history (and padding) for beam search; the value rows stay."""
+        """Reorder each hypothesis's cached values (and padding bookkeeping) for beam search."""
         buffer = self._get_input_buffer(incremental_state)
         if buffer:
-            for name in ("value_path", "prev_key_padding_mask"):
+            for name in ("values", "key_columns", "real_count"):  # "weights": the same rows
                 if buffer.get(name) is not None:
                     buffer[name] = buffer[name].index_select(0, new_order)
             incremental_state = self._set_input_buffer(incremental_state, buffer)

@@ -1,0 +1,1 @@
+"""Benchmark pieces: kernel counts (:mod:`.kernels`)."""

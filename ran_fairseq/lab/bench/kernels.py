@@ -1,0 +1,157 @@
+"""Kernel counts: how many device kernels a training or decoding step launches.
+
+On a GPU a small or base model's step costs about one launch per aten kernel, which a CPU hides
+behind arithmetic. The count here is the number of aten operators a step dispatches, recorded with
+a ``TorchDispatchMode`` on the CPU in float32, without the operators that launch nothing on a GPU:
+views and aliases (``OpOverload.is_view``) and ``aten::detach``, ``aten::alias``,
+``aten::_unsafe_view``, ``aten::t``, ``aten::lift_fresh``. Operators an operator calls inside its
+own implementation are not seen (the mode is off while it runs), as they are one launch, or none,
+on a GPU. The count is deterministic for a given model, batch and torch version.
+
+Counts are attributed to the innermost *component* module running when the operator is
+dispatched: by default the encoder, each decoder layer's ``self_attn`` and ``encoder_attn``, and
+its feed-forward ``fc1``/``fc2`` (together "ffn"); everything else (beam search, cache reordering,
+embeddings, layer norms, output projection) is "rest". Backward operators run after the forward's
+modules have returned, so a training step's components cover its forward pass and its backward is
+one figure.
+"""
+import collections
+import contextlib
+import re
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# operators that launch nothing on a GPU, beside every OpOverload.is_view
+NO_LAUNCH = frozenset({"aten::detach", "aten::alias", "aten::_unsafe_view", "aten::t",
+                       "aten::lift_fresh"})
+
+# (component, regular expression over fairseq module names); the first match names the component
+DEFAULT_COMPONENTS: Tuple[Tuple[str, str], ...] = (
+    ("encoder", r"encoder"),
+    ("self_attn", r"decoder\.layers\.\d+\.self_attn"),
+    ("encoder_attn", r"decoder\.layers\.\d+\.encoder_attn"),
+    ("ffn", r"decoder\.layers\.\d+\.fc[12]"),
+)
+REST = "rest"
+
+
+def launches(func) -> bool:
+    """Whether the aten operator ``func`` (an OpOverload) counts as a kernel launch."""
+    if getattr(func, "is_view", False):
+        return False
+    return func.name().split(".")[0] not in NO_LAUNCH
+
+
+class KernelCounter(TorchDispatchMode):
+    """Counts launching aten operators by component while active (``with KernelCounter(model)``).
+
+    ``counts`` maps a component to its count; ``per_module`` maps each component module's name
+    (e.g. ``decoder.layers.0.self_attn``) to its own count; ``ops`` counts operator names."""
+
+    def __init__(self, model: Optional[torch.nn.Module] = None,
+                 components: Iterable[Tuple[str, str]] = DEFAULT_COMPONENTS):
+        super().__init__()
+        self.counts: Dict[str, int] = collections.Counter()
+        self.per_module: Dict[str, int] = collections.Counter()
+        self.ops: Dict[str, int] = collections.Counter()
+        self._stack: List[Tuple[str, str]] = []
+        self._handles = []
+        self._model = model
+        self._patterns = [(name, re.compile(p)) for name, p in components]
+
+    def _component(self, module_name: str) -> Optional[str]:
+        return next((c for c, p in self._patterns if p.fullmatch(module_name)), None)
+
+    def _hook(self):
+        for name, module in self._model.named_modules():
+            component = self._component(name)
+            if component is None:
+                continue
+
+            def pre(_module, _args, entry=(component, name)):
+                self._stack.append(entry)
+
+            def post(_module, _args, _out):
+                self._stack.pop()
+
+            self._handles += [module.register_forward_pre_hook(pre),
+                              module.register_forward_hook(post)]
+
+    def __enter__(self):
+        if self._model is not None:
+            self._hook()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        self._handles, self._stack = [], []
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if launches(func):
+            component, module = self._stack[-1] if self._stack else (REST, None)
+            self.counts[component] += 1
+            if module is not None:
+                self.per_module[module] += 1
+            self.ops[func.name()] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _round(counts: Dict[str, float], divisor: float) -> Dict[str, float]:
+    return {k: round(v / divisor, 2) for k, v in sorted(counts.items())}
+
+
+def count_decoding(task, model, sample, beam: int, length: int,
+                   components=DEFAULT_COMPONENTS) -> dict:
+    """Kernels per decoding step of beam search over ``sample`` with every hypothesis forced to
+    ``length`` tokens plus EOS (a generate call divided by ``length``), in eval mode."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    generator = task.build_generator(
+        [model], GenerationConfig(beam=beam, min_len=length, max_len_a=0, max_len_b=length))
+    model.eval()
+    with torch.no_grad():
+        task.inference_step(generator, [model], sample)  # lazy caches are built outside the count
+        with KernelCounter(model, components) as counter:
+            task.inference_step(generator, [model], sample)
+    return {"unit": "per decoding step", "beam": beam, "length": length,
+            "sentences": int(sample["nsentences"]),
+            "total": round(counter.total / length, 2),
+            "components": _round(counter.counts, length),
+            "per_module": _round(counter.per_module, length)}
+
+
+def count_training(model, criterion, sample, components=DEFAULT_COMPONENTS) -> dict:
+    """Kernels of one training forward and backward over ``sample`` (no optimizer step), in train
+    mode; the forward by component, the backward as one figure."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with KernelCounter(model, components) as forward:
+        loss, _, _ = criterion(model, sample)
+    with KernelCounter() as backward:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return {"unit": "per training step (forward + backward)",
+            "sentences": int(sample["nsentences"]),
+            "target_length": int(sample["target"].size(1)),
+            "total": forward.total + backward.total, "forward": forward.total,
+            "backward": backward.total, "components": dict(sorted(forward.counts.items()))}
+
+
+@contextlib.contextmanager
+def cpu_float_copy(model):
+    """A float32 CPU copy of ``model`` (counts are defined there), the original untouched."""
+    import copy
+
+    clone = copy.deepcopy(model).float().cpu()
+    try:
+        yield clone
+    finally:
+        del clone
