@@ -155,6 +155,24 @@ def parse_cli(argv):
                    help="force every hypothesis to N tokens plus EOS (overrides --max-len-a/-b), "
                         "so that systems do the same decoding work whatever they predict: "
                         "compare decoding speed of untrained or unequally trained models")
+    p.add_argument("--also-decode-lengths", type=int, nargs="+", metavar="N", default=[],
+                   help="with --decode-length: time decoding again at each forced length N "
+                        "(a table of its own in bench.md)")
+    p.add_argument("--fp16", action="store_true",
+                   help="train and decode in float16 (fairseq's --fp16; CUDA only)")
+    p.add_argument("--count-kernels", action="store_true",
+                   help="add each system's kernel counts (ran_fairseq/lab/bench/kernels.py: aten "
+                        "operators dispatched on the CPU in float32, views excluded) per "
+                        "decoding step of the first decoding batch at --decode-length, and per "
+                        "training step (forward and backward) over the first --count-sentences "
+                        "sentences of --count-subset, by component")
+    p.add_argument("--count-sentences", type=int, default=64,
+                   help="sentences of the training step --count-kernels counts")
+    p.add_argument("--count-subset", default="valid",
+                   help="the split whose first sentences --count-kernels trains on")
+    p.add_argument("--cuda-launches", action="store_true",
+                   help="CUDA: also count the kernels the GPU ran in one decoding batch per "
+                        "forced length (torch.profiler), per decoding step")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--threads", type=int, default=available_cores(),
                    help="torch CPU threads per worker")
@@ -196,6 +214,15 @@ def parse_cli(argv):
         p.error("--warmup-updates must be at least 0")
     if args.decode_length is not None and args.decode_length < 1:
         p.error("--decode-length must be at least 1")
+    if args.also_decode_lengths and args.decode_length is None:
+        p.error("--also-decode-lengths needs --decode-length (the first forced length)")
+    if any(n < 1 for n in args.also_decode_lengths):
+        p.error("--also-decode-lengths takes lengths of at least 1")
+    if args.count_kernels and args.decode_length is None:
+        p.error("--count-kernels counts per decoding step of a forced length: add "
+                "--decode-length N")
+    if args.count_sentences < 1:
+        p.error("--count-sentences must be at least 1")
     for flag in ("sweep_batch_sizes", "sweep_beams"):
         values = getattr(args, flag) or []
         if any(v < 1 for v in values) or len(set(values)) != len(values):
@@ -317,6 +344,8 @@ def fairseq_argv(data, system, common, args, device):
         argv += ["--source-lang", args.source_lang, "--target-lang", args.target_lang]
     if device == "cpu":
         argv.append("--cpu")
+    if getattr(args, "fp16", False):
+        argv.append("--fp16")
     return argv + args.config_flags + common + system["flags"]
 
 
@@ -418,7 +447,64 @@ def markdown(report):
               + f". Memory: {s['memory']}."]
     if s.get("decode_breakdown"):
         lines += [""] + breakdown_markdown(report)
+    lines += extras_markdown(report)
     return "\n".join(lines) + "\n"
+
+
+def _ratio(value, base):
+    return f"{value:,.2f} (×{value / base:.2f})" if base else f"{value:,.2f} (×n/a)"
+
+
+def extras_markdown(report):
+    """Tables of --also-decode-lengths, --cuda-launches and --count-kernels, where run."""
+    systems, s = report["systems"], report["settings"]
+    base = next(r for r in systems if r["name"] == s["baseline"])
+    lines = []
+    if base.get("decode_at_length"):
+        lengths = [str(s["decode_length"])] + list(base["decode_at_length"])
+        lines += ["", "| system | " + " | ".join(f"decode sent/s, {n} tokens" for n in lengths)
+                  + " |", "|---|" + "---:|" * len(lengths)]
+        for r in systems:
+            at = {str(s["decode_length"]): r["decode"], **r.get("decode_at_length", {})}
+            b = {str(s["decode_length"]): base["decode"], **base["decode_at_length"]}
+            lines.append("| " + " | ".join([r["name"]] + [
+                _ratio(at[n]["sentences_per_s"], b[n]["sentences_per_s"]) for n in lengths])
+                + " |")
+        lines += ["", "Decoding speed at each forced length (every hypothesis forced to that "
+                      "many tokens + EOS), ratios to the baseline."]
+    if base.get("cuda_launches"):
+        lengths = list(base["cuda_launches"])
+        lines += ["", "| system | " + " | ".join(f"GPU kernels per decoding step, {n} tokens"
+                                                 for n in lengths) + " |",
+                  "|---|" + "---:|" * len(lengths)]
+        for r in systems:
+            lines.append("| " + " | ".join([r["name"]] + [
+                _ratio(r["cuda_launches"][n]["per_step"], base["cuda_launches"][n]["per_step"])
+                for n in lengths]) + " |")
+        lines += ["", "Kernels the GPU ran in one decoding batch (torch.profiler's CUDA kernel "
+                      "events) divided by the forced length."]
+    if base.get("kernels"):
+        parts = ["encoder", "self_attn", "encoder_attn", "ffn", "rest"]
+        lines += ["", "| system | decoding kernels per step | " + " | ".join(parts)
+                  + " | training kernels per step | forward | backward |",
+                  "|---|" + "---:|" * (len(parts) + 4)]
+        bd, bt = base["kernels"]["decoding"], base["kernels"]["training"]
+        for r in systems:
+            d, t = r["kernels"]["decoding"], r["kernels"]["training"]
+            lines.append("| " + " | ".join(
+                [r["name"], _ratio(d["total"], bd["total"])]
+                + [f"{d['components'].get(p, 0):,.2f}" for p in parts]
+                + [_ratio(t["total"], bt["total"]), str(t["forward"]), str(t["backward"])])
+                + " |")
+        lines += ["", f"Kernels (ran_fairseq/lab/bench/kernels.py): aten operators dispatched on "
+                      f"the CPU in float32, views and aliases excluded. Decoding: the first "
+                      f"decoding batch ({bd['sentences']} sentences, beam {bd['beam']}) forced to "
+                      f"{bd['length']} tokens, per step (the call's count divided by "
+                      f"{bd['length']}), by module; training: one forward and backward over the "
+                      f"first {bt['sentences']} sentences of `{s['count_subset']}` (target "
+                      f"length {bt['target_length']}), no optimizer step. On a GPU a small "
+                      f"model's step costs about one launch per kernel."]
+    return lines
 
 
 def breakdown_markdown(report):
@@ -443,7 +529,8 @@ def breakdown_markdown(report):
 # The settings each worker reads from its spec.
 WORKER_SETTINGS = ("train_updates", "warmup_updates", "beam", "decode_batch_size",
                    "decode_sentences", "decode_repeats", "gen_subset", "max_len_a", "max_len_b",
-                   "decode_length", "seed", "decode_breakdown")
+                   "decode_length", "seed", "decode_breakdown", "also_decode_lengths",
+                   "count_kernels", "count_sentences", "count_subset", "cuda_launches")
 SWEEP_FIELDS = ["sweep", "system", "batch_size", "beam", "sentences", "generated_tokens",
                 "mean_seconds", "tokens_per_s", "sentences_per_s", "passes"]
 
@@ -527,6 +614,9 @@ def run_benchmark(args, out):
         "decode_repeats": args.decode_repeats, "gen_subset": args.gen_subset,
         "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
         "decode_length": args.decode_length, "seed": args.seed,
+        "also_decode_lengths": args.also_decode_lengths, "fp16": args.fp16,
+        "count_kernels": args.count_kernels, "count_sentences": args.count_sentences,
+        "count_subset": args.count_subset, "cuda_launches": args.cuda_launches,
         "decode_breakdown": args.decode_breakdown,
         "checkpoint": args.checkpoint,
         "memory": ("torch.cuda.max_memory_allocated; increment over memory_allocated at the "
@@ -535,6 +625,11 @@ def run_benchmark(args, out):
                    "the RSS at the phase start"),
         "live_memory": args.live_memory,
     }
+    if args.fp16 and device != "cuda":
+        raise BenchError("--fp16 trains in float16, which fairseq runs on CUDA only: drop --fp16 "
+                         "or use --device cuda")
+    if args.cuda_launches and device != "cuda":
+        raise BenchError("--cuda-launches counts GPU kernels: drop it or use --device cuda")
     if args.live_memory and device == "cuda":
         raise BenchError("--live-memory applies to CPU memory; on CUDA the peak is already the "
                          "memory allocated to live tensors: drop --live-memory or use "
@@ -752,12 +847,82 @@ def decode_breakdown(task, generator, model, samples, clock):
     return {"pass_seconds": total, "parts_seconds": dict(parts, rest=total - timed_parts)}
 
 
+def generation_config(spec, length):
+    """Beam search as fairseq-generate runs it; a forced ``length``: min = max length, so EOS is
+    banned before it and forced at it."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    if length:
+        return GenerationConfig(beam=spec["beam"], min_len=length, max_len_a=0, max_len_b=length)
+    return GenerationConfig(beam=spec["beam"], max_len_a=spec["max_len_a"],
+                            max_len_b=spec["max_len_b"])
+
+
+def timed_decoding(task, model, samples, spec, length, clock, memory):
+    """One untimed warm-up batch, then ``decode_repeats`` timed passes over ``samples``."""
+    import torch
+
+    generator = task.build_generator([model], generation_config(spec, length))
+    memory.start()
+    with torch.no_grad():
+        task.inference_step(generator, [model], samples[0])  # untimed warm-up batch
+        passes = []
+        for _ in range(spec["decode_repeats"]):
+            start = clock()
+            sentences = generated = 0
+            for sample in samples:
+                hypos = task.inference_step(generator, [model], sample)
+                sentences += len(hypos)
+                generated += sum(len(h[0]["tokens"]) for h in hypos)
+            passes.append(clock() - start)
+        seconds = statistics.median(passes)
+    return ({"sentences": sentences, "generated_tokens": generated, "batches": len(samples),
+             "seconds": seconds, "pass_seconds": passes, "sentences_per_s": sentences / seconds,
+             "tokens_per_s": generated / seconds, **memory.stop()}, generator)
+
+
+def cuda_launches_per_step(task, model, sample, beam, length):
+    """Kernels the GPU ran (torch.profiler's CUDA kernel events) in one decoding batch forced to
+    ``length`` tokens, divided by ``length``: the launches that kernel counts stand for."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from ran_fairseq.lab.bench.kernels import decoding_generator
+
+    generator = decoding_generator(task, model, beam, length)
+    with torch.no_grad():
+        task.inference_step(generator, [model], sample)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            task.inference_step(generator, [model], sample)
+            torch.cuda.synchronize()
+    kernels = sum(1 for e in prof.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA)
+    return {"kernels": kernels, "per_step": round(kernels / length, 2)}
+
+
+def kernel_counts(task, model, criterion, sample, spec):
+    """--count-kernels: ran_fairseq/lab/bench/kernels.py's counts on a float32 CPU copy."""
+    from fairseq import utils
+
+    from ran_fairseq.lab.bench import kernels
+
+    task.load_dataset(spec["count_subset"], combine=False, epoch=1)
+    dataset = task.dataset(spec["count_subset"])
+    n = min(spec["count_sentences"], len(dataset))
+    train_sample = dataset.collater([dataset[i] for i in range(n)])
+    with kernels.cpu_float_copy(model) as copy:
+        decoding = kernels.count_decoding(task, copy, utils.move_to_cpu(sample), spec["beam"],
+                                          spec["decode_length"])
+        training = kernels.count_training(copy, criterion, train_sample)
+    return {"decoding": decoding, "training": training}
+
+
 def run_worker(spec):
     import fairseq
     import numpy as np
     import torch
     from fairseq import options, tasks, utils
-    from fairseq.dataclass.configs import GenerationConfig
     from fairseq.dataclass.initialize import add_defaults
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
@@ -800,6 +965,7 @@ def run_worker(spec):
 
     # Decoding: the trained model alone, without optimizer state or gradients.
     model = trainer.model
+    criterion_for_count = criterion if spec.get("count_kernels") else None
     del trainer, criterion
     if spec.get("checkpoint"):  # --checkpoint: the trained weights replace the benchmark's
         from fairseq import checkpoint_utils
@@ -814,35 +980,30 @@ def run_worker(spec):
         del state
     model.zero_grad(set_to_none=True)
     model.eval()
-    if spec.get("decode_length"):  # min = max length: EOS is banned before, forced at N
-        n = spec["decode_length"]
-        gen_cfg = GenerationConfig(beam=spec["beam"], min_len=n, max_len_a=0, max_len_b=n)
-    else:
-        gen_cfg = GenerationConfig(beam=spec["beam"], max_len_a=spec["max_len_a"],
-                                   max_len_b=spec["max_len_b"])
-    generator = task.build_generator([model], gen_cfg)
     samples = decode_batches(task, model, spec["gen_subset"], spec["decode_sentences"],
                              spec["decode_batch_size"], spec["seed"])
     if cuda:
         samples = [utils.move_to_cuda(s) for s in samples]
-    memory.start()
-    with torch.no_grad():
-        task.inference_step(generator, [model], samples[0])  # untimed warm-up batch
-        passes = []
-        for _ in range(spec["decode_repeats"]):
-            start = clock()
-            sentences = generated = 0
-            for sample in samples:
-                hypos = task.inference_step(generator, [model], sample)
-                sentences += len(hypos)
-                generated += sum(len(h[0]["tokens"]) for h in hypos)
-            passes.append(clock() - start)
-        seconds = statistics.median(passes)
-    decode = {"sentences": sentences, "generated_tokens": generated, "batches": len(samples),
-              "seconds": seconds, "pass_seconds": passes, "sentences_per_s": sentences / seconds,
-              "tokens_per_s": generated / seconds, **memory.stop()}
+    decode, generator = timed_decoding(task, model, samples, spec, spec.get("decode_length"),
+                                       clock, memory)
     if spec.get("decode_breakdown"):
         decode["breakdown"] = decode_breakdown(task, generator, model, samples, clock)
+    lengths = ([spec["decode_length"]] if spec.get("decode_length") else []) \
+        + list(spec.get("also_decode_lengths") or [])
+    at_length = {}
+    for n in lengths[1:]:
+        other, _ = timed_decoding(task, model, samples, spec, n, clock, memory)
+        at_length[str(n)] = {k: other[k] for k in ("sentences_per_s", "tokens_per_s", "seconds",
+                                                   "pass_seconds", "mem_peak_mib")}
+    extra = {}
+    if at_length:
+        extra["decode_at_length"] = at_length
+    if spec.get("cuda_launches") and cuda:
+        extra["cuda_launches"] = {str(n): cuda_launches_per_step(task, model, samples[0],
+                                                                 spec["beam"], n)
+                                  for n in lengths}
+    if spec.get("count_kernels"):
+        extra["kernels"] = kernel_counts(task, model, criterion_for_count, samples[0], spec)
 
     metrics = {"params": params, "train_tokens_per_s": train["tokens_per_s"],
                "decode_sentences_per_s": decode["sentences_per_s"],
@@ -853,6 +1014,7 @@ def run_worker(spec):
                "decode_mem_increment_mib": decode["mem_increment_mib"]}
     result = {"name": spec["name"], "arch": spec["arch"], "flags": spec["flags"],
               "fairseq_argv": spec["argv"], "metrics": metrics, "train": train, "decode": decode,
+              **extra,
               "environment": {"torch": torch.__version__, "fairseq": fairseq.__version__,
                               "cuda": torch.version.cuda if cuda else None,
                               "cuda_device": torch.cuda.get_device_name() if cuda else None,

@@ -109,10 +109,17 @@ def test_markdown_has_a_row_per_system(bench_out):
         assert cells[2] == f"{r['metrics']['params']:,} (×{r['ratios']['params']:.2f})"
 
 
-@pytest.mark.parametrize("case", ["unknown_system", "missing_data", "reserved_flag"])
+@pytest.mark.parametrize("case", ["unknown_system", "missing_data", "reserved_flag", "fp16_cpu",
+                                  "lengths_alone", "count_without_length"])
 def test_bad_input_gives_a_clear_error(case, data_bin, systems_file, tmp_path):
     data, systems, extra = data_bin, systems_file, []
-    if case == "unknown_system":
+    if case == "fp16_cpu":
+        extra, expected = ["--fp16"], "drop --fp16 or use --device cuda"
+    elif case == "lengths_alone":
+        extra, expected = ["--also-decode-lengths", "9"], "--also-decode-lengths needs --decode-length"
+    elif case == "count_without_length":
+        extra, expected = ["--count-kernels"], "add --decode-length N"
+    elif case == "unknown_system":
         extra, expected = ["--systems-only", "lstm,nosuch"], "unknown system(s) nosuch"
     elif case == "missing_data":
         data, expected = tmp_path / "absent", "does not exist (--data)"
@@ -136,6 +143,27 @@ def test_decode_length_gives_every_system_the_same_decoding_work(data_bin, syste
         decode = result["decode"]
         assert decode["generated_tokens"] == decode["sentences"] * 8, result["name"]  # 7 + EOS
     assert "forced to 7 tokens + EOS" in (tmp_path / "bench.md").read_text()
+
+
+def test_kernel_counts_and_more_forced_lengths(data_bin, systems_file, tmp_path):
+    proc = run_bench(data_bin, systems_file, tmp_path, "--decode-length", "5",
+                     "--also-decode-lengths", "9", "--count-kernels", "--count-sentences", "6")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    systems = {r["name"]: r for r in json.loads((tmp_path / "bench.json").read_text())["systems"]}
+    for name, r in systems.items():
+        assert r["decode_at_length"]["9"]["sentences_per_s"] > 0, name
+        decoding, training = r["kernels"]["decoding"], r["kernels"]["training"]
+        assert decoding["length"] == 5 and decoding["beam"] == 2
+        assert decoding["total"] == pytest.approx(sum(decoding["components"].values()), abs=0.05)
+        assert training["sentences"] == 6
+        assert training["total"] == training["forward"] + training["backward"] > 0
+    # the transformer's parts are found by module name; the LSTM has no such modules
+    assert systems["transformer"]["kernels"]["decoding"]["components"]["self_attn"] > 0
+    assert set(systems["lstm"]["kernels"]["decoding"]["components"]) <= {"encoder", "rest"}
+    table = (tmp_path / "bench.md").read_text()
+    assert "decode sent/s, 9 tokens" in table and "decoding kernels per step" in table
+    base = systems["transformer"]["kernels"]["decoding"]["total"]
+    assert f"{base:,.2f} (×1.00)" in table
 
 
 def test_decode_repeats_reports_the_median_pass(data_bin, systems_file, tmp_path):

@@ -58,6 +58,7 @@ class KernelCounter(TorchDispatchMode):
         self.ops: Dict[str, int] = collections.Counter()
         self._stack: List[Tuple[str, str]] = []
         self._handles = []
+        self._unwrap = []
         self._model = model
         self._patterns = [(name, re.compile(p)) for name, p in components]
 
@@ -78,6 +79,23 @@ class KernelCounter(TorchDispatchMode):
 
             self._handles += [module.register_forward_pre_hook(pre),
                               module.register_forward_hook(post)]
+            if hasattr(module, "forward_torchscript"):
+                # fairseq's beam search runs the encoder through forward_torchscript, which calls
+                # forward directly, past the hooks
+                self._wrap(module, "forward_torchscript", (component, name))
+
+    def _wrap(self, module, method, entry):
+        inner = getattr(module, method)
+
+        def call(*args, **kwargs):
+            self._stack.append(entry)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._stack.pop()
+
+        setattr(module, method, call)
+        self._unwrap.append((module, method))
 
     def __enter__(self):
         if self._model is not None:
@@ -87,7 +105,9 @@ class KernelCounter(TorchDispatchMode):
     def __exit__(self, *exc):
         for handle in self._handles:
             handle.remove()
-        self._handles, self._stack = [], []
+        for module, method in self._unwrap:
+            delattr(module, method)  # the instance attribute; the class's method shows again
+        self._handles, self._unwrap, self._stack = [], [], []
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -108,14 +128,20 @@ def _round(counts: Dict[str, float], divisor: float) -> Dict[str, float]:
     return {k: round(v / divisor, 2) for k, v in sorted(counts.items())}
 
 
+def decoding_generator(task, model, beam: int, length: int):
+    """fairseq's beam search with every hypothesis forced to ``length`` tokens plus EOS (EOS is
+    banned before the length and forced at it)."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    return task.build_generator(
+        [model], GenerationConfig(beam=beam, min_len=length, max_len_a=0, max_len_b=length))
+
+
 def count_decoding(task, model, sample, beam: int, length: int,
                    components=DEFAULT_COMPONENTS) -> dict:
     """Kernels per decoding step of beam search over ``sample`` with every hypothesis forced to
     ``length`` tokens plus EOS (a generate call divided by ``length``), in eval mode."""
-    from fairseq.dataclass.configs import GenerationConfig
-
-    generator = task.build_generator(
-        [model], GenerationConfig(beam=beam, min_len=length, max_len_a=0, max_len_b=length))
+    generator = decoding_generator(task, model, beam, length)
     model.eval()
     with torch.no_grad():
         task.inference_step(generator, [model], sample)  # lazy caches are built outside the count
