@@ -1,6 +1,7 @@
-"""The scripts for GPU machines that run here without one: scripts/gpu-batch.sh (commands side by
-side until a deadline, results packed) and the usage of scripts/offline-gpu.sh (its install path ran
-on the lent H100 that made results/*/gpu; it builds fairseq, minutes on 2 cores)."""
+"""The scripts for GPU machines, run here without one: scripts/gpu-batch.sh (commands side by side
+until a deadline, results packed), scripts/gpu-speed.sh (benchmarks one after another until a
+deadline, with a stand-in interpreter) and the usage of scripts/offline-gpu.sh (its install path
+builds fairseq, minutes on 2 cores; it ran on the GPU machines that made results/*/gpu*)."""
 import os
 import subprocess
 import tarfile
@@ -172,3 +173,62 @@ def test_offline_data_copies_multi30k_and_run_points_the_scripts_at_it(tmp_path)
                            'echo "data=$MULTI30K_DIR"'], capture_output=True, text=True, timeout=30,
                           env=env)
     assert f"data={raw}" in proc.stdout, proc.stderr
+
+
+SPEED = helpers.REPO / "scripts" / "gpu-speed.sh"
+
+
+def _stand_in_python(tmp_path, seconds_per_bench):
+    """An interpreter for gpu-speed.sh that records each bench.py call and writes its outputs."""
+    calls = tmp_path / "calls"
+    stub = tmp_path / "python"
+    stub.write_text(f"""#!/usr/bin/env bash
+echo "$*" >> {calls}
+out=""; prev=""
+for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
+sleep {seconds_per_bench}
+mkdir -p "$out" && echo '{{}}' > "$out/bench.json" && echo table > "$out/bench.md"
+""")
+    stub.chmod(0o755)
+    return stub, calls
+
+
+def test_speed_runs_each_benchmark_alone_in_order_and_packs_them(tmp_path):
+    stub, calls = _stand_in_python(tmp_path, 0)
+    out = tmp_path / "out"
+    env = dict(os.environ, PREPARE="0", PYTHON=str(stub))
+    proc = subprocess.run(["bash", str(SPEED), "600", str(out)], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = calls.read_text().splitlines()
+    systems = [line.split("--systems ")[1].split()[0] for line in lines]
+    expected = ["configs/bench/ran-base.json", "configs/recurrent_cross/systems.json"]
+    if (helpers.REPO / "configs/bench/recurrent_cross-compiled.json").is_file():
+        expected.append("configs/bench/recurrent_cross-compiled.json")
+    assert systems == expected + ["configs/bench/dynmem.json", "configs/bench/pervasive.json"]
+    assert all("--device cuda" in line for line in lines)
+    ran = lines[0]
+    assert "--fp16" in ran and "--decode-length 30 --also-decode-lengths 100" in ran
+    assert "--train-flags-of configs/recurrent_cross/full-wmt16-ro-en.json" in lines[1]
+    with tarfile.open(out / "speed.tgz") as tar:
+        names = {n.lstrip("./") for n in tar.getnames()}
+    assert {"ran-base/bench.json", "recurrent-cross/bench.md", "pervasive/bench.log"} <= names
+    assert "done in" in (out / "gpu-speed.log").read_text()
+
+
+def test_speed_skips_what_cannot_finish_and_runs_only_what_is_asked(tmp_path):
+    stub, calls = _stand_in_python(tmp_path, 0)
+    env = dict(os.environ, PREPARE="0", PYTHON=str(stub))
+    # 100 s: ran-base (needs 90) runs, recurrent-cross (needs 150) is skipped, the rest run
+    proc = subprocess.run(["bash", str(SPEED), "100", str(tmp_path / "out"),
+                           "ran-base,recurrent-cross,dynmem"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    systems = [line.split("--systems ")[1].split()[0] for line in calls.read_text().splitlines()]
+    assert systems == ["configs/bench/ran-base.json", "configs/bench/dynmem.json"]
+    assert "recurrent-cross skipped" in proc.stderr
+    for when in ("0", "ten", f"@{int(time.time()) - 5}"):
+        proc = subprocess.run(["bash", str(SPEED), when, str(tmp_path / "o2")], env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and "positive number of seconds" in proc.stderr, when
+
