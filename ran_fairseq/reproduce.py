@@ -1591,6 +1591,13 @@ def run_all(paper, args):
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(paper, report)
     (args.out / "TABLE.md").write_text(table)
+    claims = repo_path(config["paper"]).parent / "claims.json"
+    if claims.is_file():  # CLAIMS.md beside TABLE.md: each claim's verdict (ran_fairseq.lab.claims)
+        from .lab.claims import write_claims
+        try:
+            print(f"{name}: {shown(write_claims(claims, args.out, refs))}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 (a table is never lost to its claims)
+            print(f"{name}: no CLAIMS.md: {e}", file=sys.stderr)
     print(table)
 
 

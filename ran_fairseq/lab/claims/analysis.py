@@ -1,0 +1,202 @@
+"""Threshold claims: a measure read from a committed file, tested against the claim's limit.
+
+A threshold claim has a ``measure`` (what to read) and ``tests`` (``{"label", "system", "op",
+"limit"}``, or ``"times": f, "of": other`` for a limit of f times the other system's value). A
+file named ``results/...`` or ``configs/...`` is read from the repository, any other name from the
+results folder the report is for; a file that is absent leaves the claim not run there. Measures:
+
+- ``histogram_share`` (``file``: an attention-weight histogram CSV with system, side, layer, lo,
+  hi, count; ``side``: enc or dec; ``below``): the share of a system's attention weights below
+  ``below``, over every layer of that side.
+- ``length_bins`` (``file``: a BLEU-by-length CSV with system, bin, sentences, bleu, and
+  optionally ``by``; ``min_sentences``: bins with fewer sentences are left out; ``skip_last``:
+  leave out the longest bin): the smallest difference in BLEU, system minus ``of``, over the bins.
+- ``bench`` (``files``: bench.json files of ``scripts/bench.py``, globs allowed; ``metric``:
+  ``decode_tokens_per_s``, the system's decoding tokens/s over the baseline's, or ``train_time``,
+  the baseline's training tokens/s over the system's; ``passes``: ``mean`` to take the mean time
+  of the timed decoding passes rather than bench.json's median; ``aggregate``: median, min or max
+  over the files; a test may name its own ``files`` and ``aggregate``): the ratio, with the device
+  each file names.
+- ``params`` (the folder's results.json): the system's parameter count over ``of``'s.
+- ``none`` (``why``): a claim this project has no measurement for; it is not run.
+"""
+import csv
+import glob
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .rule import NOT_RUN, Test, threshold
+
+AGGREGATES = {"median": statistics.median, "min": min, "max": max}
+
+
+@dataclass
+class Measured:
+    """A threshold claim's result: the verdict, each test, what the values are (``unit``), the
+    files read and the devices they name, and per-bin details where the measure has bins."""
+    verdict: str
+    tests: List[Test]
+    unit: str
+    files: List[str]
+    devices: List[str] = field(default_factory=list)
+    details: Dict[str, str] = field(default_factory=dict)
+
+
+def resolve(name: str, folder: Path, repo: Path) -> Path:
+    return repo / name if name.split("/")[0] in ("results", "configs") else folder / name
+
+
+def shown(path: Path, repo: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(repo.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _histogram(path: Path, side: str, below: float) -> Dict[str, float]:
+    total, low = defaultdict(int), defaultdict(int)
+    with open(path, encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["side"] != side:
+                continue
+            total[row["system"]] += int(row["count"])
+            if float(row["hi"]) <= below + 1e-12:
+                low[row["system"]] += int(row["count"])
+    return {s: low[s] / total[s] for s in total if total[s]}
+
+
+def _length_bins(path: Path, by: Optional[str], min_sentences: int):
+    bins = defaultdict(dict)
+    order: List[str] = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            if by is not None and row.get("by") != by:
+                continue
+            if int(row["sentences"]) < min_sentences or row["bleu"] == "":
+                continue
+            bins[row["system"]][row["bin"]] = float(row["bleu"])
+            if row["bin"] not in order:
+                order.append(row["bin"])
+    return bins, order
+
+
+def _decode_speed(system: dict, passes: str) -> float:
+    """Decoding tokens/s: bench.json's own figure (the median pass), or the generated tokens over
+    the mean time of the timed passes (``passes`` = "mean")."""
+    decode = system.get("decode", {})
+    if passes == "mean" and decode.get("pass_seconds"):
+        return decode["generated_tokens"] / statistics.fmean(decode["pass_seconds"])
+    return system["metrics"]["decode_tokens_per_s"]
+
+
+def _bench(paths: List[Path], metric: str, baseline: Optional[str], passes: str = "median"):
+    """Per file: {system: ratio}, and the device it names."""
+    out = []
+    for path in paths:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        systems = {s["name"]: s for s in report["systems"]}
+        metrics = {name: s["metrics"] for name, s in systems.items()}
+        base = report["settings"].get("baseline", baseline) if baseline is None else baseline
+        machine = report.get("machine", {})
+        device = machine.get("device_name") or machine.get("device") or "unknown device"
+        if machine.get("device") == "cpu" and machine.get("threads"):
+            device = f"{device} (CPU, {machine['threads']} threads)"
+        ratios = {}
+        for name, m in metrics.items():
+            if metric == "train_time":
+                ratios[name] = metrics[base]["train_tokens_per_s"] / m["train_tokens_per_s"]
+            else:
+                ratios[name] = (_decode_speed(systems[name], passes) /
+                                _decode_speed(systems[base], passes))
+        out.append((ratios, device))
+    return out
+
+
+def _glob(names, folder, repo) -> List[Path]:
+    found = []
+    for name in names:
+        found += sorted(Path(p) for p in glob.glob(str(resolve(name, folder, repo))))
+    return found
+
+
+def measure(claim: dict, folder: Path, repo: Path, results: Optional[dict] = None) -> Measured:
+    """Read the claim's measure and run its tests; ``results``: the folder's results.json."""
+    m, tests = claim["measure"], claim.get("tests", [])
+    kind = m["kind"]
+    if kind == "none":
+        return Measured(NOT_RUN, [], "", [], details={"why": m["why"]})
+    files, devices, details = [], [], {}
+    unit = {"histogram_share": "%", "length_bins": "BLEU", "bench": "×", "params": "×"}[kind]
+
+    if kind == "histogram_share":
+        path = resolve(m["file"], folder, repo)
+        shares = _histogram(path, m["side"], m["below"]) if path.is_file() else {}
+        files.append(shown(path, repo))
+        value = shares.get
+    elif kind == "length_bins":
+        path = resolve(m["file"], folder, repo)
+        bins, order = (_length_bins(path, m.get("by"), m.get("min_sentences", 1))
+                       if path.is_file() else ({}, []))
+        files.append(shown(path, repo))
+        if m.get("skip_last") and order:
+            order = order[:-1]
+
+        def value(system, of=None):
+            if system not in bins or of not in bins:
+                return None
+            diffs = [(b, bins[system][b] - bins[of][b]) for b in order
+                     if b in bins[system] and b in bins[of]]
+            if not diffs:
+                return None
+            details[f"{system} − {of}"] = ", ".join(
+                f"{b}: " + f"{d:+.2f}".replace("-", "−") for b, d in diffs)
+            return min(d for _, d in diffs)
+    elif kind == "params":
+        params = {}
+        for r in (results or {}).get("results", []):
+            params.setdefault(r["system"], r.get("params"))
+        files.append("results.json")
+
+        def value(system, of=None):
+            if params.get(system) is None or params.get(of) is None:
+                return None
+            return params[system] / params[of]
+    else:  # bench
+        def value(system, test):
+            paths = _glob(test.get("files", m["files"]), folder, repo)
+            measured = _bench(paths, m["metric"], m.get("baseline"), m.get("passes", "median"))
+            ratios = [r[system] for r, _ in measured if system in r]
+            for p, (_, device) in zip(paths, measured):
+                if shown(p, repo) not in files:
+                    files.append(shown(p, repo))
+                if device not in devices:
+                    devices.append(device)
+            if not ratios:
+                return None
+            aggregate = test.get("aggregate", m.get("aggregate", "median"))
+            if len(ratios) > 1:
+                details[test["label"]] = (f"{aggregate} of " +
+                                          ", ".join(f"{r:.2f}" for r in ratios))
+            return AGGREGATES[aggregate](ratios)
+
+    done = []
+    for t in tests:
+        if kind == "bench":
+            v = value(t["system"], t)
+            limit_of = value(t["of"], t) if "of" in t else None
+        elif kind == "histogram_share":
+            v, limit_of = value(t["system"]), value(t["of"]) if "of" in t else None
+        else:
+            v, limit_of = value(t["system"], t["of"]), None
+        if "times" in t:
+            limit = None if limit_of is None else t["times"] * limit_of
+        else:
+            limit = t["limit"]
+        if limit is None:
+            v = None
+        done.append(Test(t["label"], v, t["op"], limit if limit is not None else float("nan")))
+    return Measured(threshold(done), done, unit, files, devices, details)

@@ -1,0 +1,81 @@
+"""Every claim of a claims file against one results folder: one :class:`Verdict` per claim and
+translation direction (threshold claims: one per claim)."""
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from . import analysis
+from .results import Folder
+from .rule import NOT_RUN, Comparison, Order, compare, order
+from .spec import COMPARISONS, Claims, compared
+
+
+@dataclass
+class Verdict:
+    """``claim`` (the claims file's entry), ``pair`` (None for a threshold claim), ``verdict``;
+    ``comparisons``: (system, Comparison) for each system a comparison names; ``order`` or
+    ``measured`` for the other relations."""
+    claim: dict
+    pair: Optional[str]
+    verdict: str
+    comparisons: List[Tuple[str, Comparison]] = field(default_factory=list)
+    order: Optional[Order] = None
+    measured: Optional[analysis.Measured] = None
+
+    @property
+    def key(self) -> str:
+        return self.claim["id"] + (f"@{self.pair}" if self.pair else "")
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.claim.get("metric", "sacrebleu") != "ter"
+
+
+def combine(parts: List[Tuple[str, Comparison]]) -> str:
+    """One verdict over several systems: the common verdict, else each verdict with its systems."""
+    verdicts = list(dict.fromkeys(c.verdict for _, c in parts))
+    if len(verdicts) == 1:
+        return verdicts[0]
+    return "; ".join(f"{v} for {', '.join(s for s, c in parts if c.verdict == v)}"
+                     for v in verdicts)
+
+
+def _comparison(claim, folder: Folder, pair) -> Verdict:
+    subset, metric, against = claim["subset"], claim["metric"], claim["against"]
+    parts = []
+    for system in compared(claim):
+        if not (folder.has(pair, system, subset) and folder.has(pair, against, subset)):
+            parts.append((system, Comparison(NOT_RUN)))
+            continue
+        seeds = folder.comparison_seeds(pair, system, against, subset, metric)
+        parts.append((system, compare(claim["relation"], seeds, folder.level,
+                                      metric != "ter")))
+    return Verdict(claim, pair, combine(parts), comparisons=parts)
+
+
+def _order(claim, folder: Folder, pair) -> Verdict:
+    subset, metric, groups = claim["subset"], claim["metric"], claim["groups"]
+    pair_seeds = {}
+    for i, upper in enumerate(groups):
+        for lower in (s for g in groups[i + 1:] for s in g):
+            for a in upper:
+                run = folder.has(pair, a, subset) and folder.has(pair, lower, subset)
+                pair_seeds[(a, lower)] = (folder.comparison_seeds(pair, a, lower, subset, metric)
+                                          if run else [])
+    result = order(groups, pair_seeds, folder.level, metric != "ter")
+    return Verdict(claim, pair, result.verdict, order=result)
+
+
+def evaluate(claims: Claims, folder: Folder, repo: Path) -> List[Verdict]:
+    """The verdicts of every claim on ``folder``, in the claims file's order."""
+    verdicts = []
+    for claim in claims.claims:
+        relation = claim["relation"]
+        if relation == "threshold":
+            measured = analysis.measure(claim, folder.path, Path(repo), folder.report)
+            verdicts.append(Verdict(claim, None, measured.verdict, measured=measured))
+            continue
+        for pair in claim["pairs"]:
+            verdicts.append(_comparison(claim, folder, pair) if relation in COMPARISONS
+                            else _order(claim, folder, pair))
+    return verdicts

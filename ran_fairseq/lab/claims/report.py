@@ -1,0 +1,310 @@
+"""CLAIMS.md and CLAIMS.json of a results folder, and the quotes that README.md and docs/ take
+from them.
+
+A page quotes a verdict inside a marked span, ``<!-- claim FOLDER#ID -->…<!-- /claim -->`` (with
+``@PAIR`` after the id for a comparison or order: ``results/ran/long#Z-T1-ran-all@de-en``), or a
+whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``;
+:func:`fill` writes what the engine computes into every span and table, and the documentation
+test fails where a page differs from it.
+"""
+import re
+from typing import Callable, Dict, List, Optional
+
+from .engine import Verdict
+from .rule import HELD, NOT_RUN, WITHIN_NOISE, Comparison
+
+MINUS = "−"
+COMPARED = (">", "<", "≈", "≥", "≤")
+OP_SIGN = {"<": "<", "<=": "≤", ">": ">", ">=": "≥"}
+
+RULE = (
+    "**The rule.** A comparison claim compares two systems on one metric and subset. Its "
+    "difference is that of the table's scores: the mean over the seeds both systems ran of one "
+    "system's score minus the other's (sacreBLEU unless TER is named; for TER a positive "
+    "difference is worse). Each seed is tested against the other system's run of the same seed "
+    "(sacreBLEU's paired bootstrap, {samples} samples; against the table's baseline, the p-value "
+    "results.json stores); a difference is *significant* when p < {level} in every seed, and "
+    "\"k of n\" counts the seeds where it is. By the paper's relation: **>** (better) is held if "
+    "significantly better, within noise if not significant, opposite if significantly worse; "
+    "**<** mirrors it; **≈** (on par) is held if not significant, not held (better / worse) if "
+    "significant; **≥** (on par or better) is held unless significantly worse, **≤** unless "
+    "significantly better; an **order** (groups of equals, best first) is held if the observed "
+    "order matches and no pair the paper ranks apart is significantly reversed, \"order not "
+    "reproduced (within noise)\" if only pairs that are not significant differ, \"reversed\" if a "
+    "pair is significantly reversed. A **threshold** claim (analysis and speed) reads a measure "
+    "from a committed file and states its limit. A system without results is **not run**.")
+
+
+def num(value: float, digits: int = 2, sign: bool = True) -> str:
+    text = f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+    return text.replace("-", MINUS)
+
+
+def pval(p: Optional[float]) -> str:
+    if p is None:
+        return "not tested"
+    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+
+
+def _seeds_text(c: Comparison, metric_suffix: str) -> str:
+    if c.n == 1:
+        return f"p = {pval(c.seeds[0].p)}"
+    return "; ".join(f"seed {s.seed}: {num(s.system - s.against)}{metric_suffix}, p = {pval(s.p)}"
+                     for s in c.seeds)
+
+
+def comparison_phrase(relation: str, c: Comparison) -> str:
+    """The verdict with how many seeds are significant where that says more."""
+    if c.verdict == NOT_RUN:
+        return NOT_RUN
+    phrase = c.verdict
+    if c.k and c.n > 1:
+        phrase += f", {c.side} in {c.k} of {c.n} seeds"
+    elif c.k and relation in ("≥", "≤") and c.verdict == HELD:
+        phrase += f", significantly {c.side}"
+    return phrase
+
+
+def comparison_text(v: Verdict, system: str, c: Comparison, with_system: bool) -> str:
+    suffix = " TER" if not v.higher_is_better else ""
+    name = f"{system} " if with_system else ""
+    if c.verdict == NOT_RUN:
+        return f"{name}not run".strip() if with_system else NOT_RUN
+    return f"{name}{num(c.difference)}{suffix} ({_seeds_text(c, suffix)})"
+
+
+def measured_value(value: Optional[float], unit: str) -> str:
+    if value is None:
+        return "not measured"
+    if unit == "%":
+        return f"{value * 100:.1f} %"
+    if unit == "×":
+        return f"{value:.2f}×"
+    return f"{num(value)} {unit}"
+
+
+def quote(v: Verdict, short: bool = True) -> str:
+    """The sentence a page quotes: the verdict, then the numbers it rests on (``short``: of an
+    order, the pairs significantly out of the paper's order only; else every pair out of it)."""
+    claim = v.claim
+    if v.comparisons:
+        several = len(v.comparisons) > 1
+        if v.verdict == NOT_RUN:
+            return NOT_RUN
+        if not several:
+            system, c = v.comparisons[0]
+            head = comparison_phrase(claim["relation"], c)
+            return head if c.verdict == NOT_RUN else f"{head}: {comparison_text(v, system, c, False)}"
+        return f"{v.verdict}: " + "; ".join(comparison_text(v, s, c, True)
+                                            for s, c in v.comparisons)
+    if v.order is not None:
+        o = v.order
+        if o.verdict == NOT_RUN:
+            return f"{NOT_RUN} ({', '.join(o.missing)} without results)"
+        scores = ", ".join(f"{name} {s:.2f}" for name, s in o.observed)
+        suffix = " TER" if not v.higher_is_better else ""
+        shown_pairs = [(hi, lo, c) for hi, lo, c in o.reversed_pairs
+                       if not short or c.verdict != WITHIN_NOISE]
+        flips = "; ".join(f"{hi} {num(c.difference)}{suffix} against {lo} ({_seeds_text(c, suffix)})"
+                          for hi, lo, c in shown_pairs)
+        text = f"{o.verdict}: {scores}"
+        if flips:
+            text += f"; out of the paper's order: {flips}"
+        if short and len(shown_pairs) < len(o.reversed_pairs):
+            quiet = [c for _, _, c in o.reversed_pairs if c.verdict == WITHIN_NOISE]
+            lowest = min(s.p for c in quiet for s in c.seeds if s.p is not None)
+            text += (f"; {len(quiet)} pair{'s' if len(quiet) > 1 else ''} out of the paper's "
+                     f"order within noise (lowest p = {pval(lowest)})")
+        return text
+    m = v.measured
+    if not m.tests:
+        return f"{m.verdict}: {m.details.get('why', 'nothing measured')}"
+    tests = "; ".join(
+        f"{t.label} {measured_value(t.value, m.unit)} (limit {OP_SIGN[t.op]} "
+        f"{measured_value(t.limit, m.unit)})" if t.value is not None else f"{t.label} not run"
+        for t in m.tests)
+    device = f"; {', '.join(m.devices)}" if m.devices else ""
+    return f"{m.verdict}: {tests}{device}"
+
+
+def paper_value(value) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.2f}"
+
+
+def paper_text(claim: dict, short: bool = False) -> str:
+    """The paper's numbers as the claim records them: for a comparison, each system's difference
+    to the one it is compared with; ``short``: the first table only, differences only."""
+    parts = []
+    entries = claim.get("paper", [])
+    several = bool(claim.get("systems"))
+    for entry in entries[:1] if short and several else entries:
+        values = entry["values"]
+        against = claim.get("against")
+        if "text" in entry:
+            parts.append(f"{entry['label']}: {entry['text']}")
+        elif claim["relation"] in COMPARED and against in values and len(values) >= 2:
+            if several or short:
+                diffs = [f"{name} {num(v - values[against])}" if several else
+                         f"{num(v - values[against])}"
+                         for name, v in values.items() if name != against]
+                parts.append(f"{entry['label']}: {', '.join(diffs)}")
+            else:
+                system = next(n for n in values if n != against)
+                parts.append(f"{entry['label']}: {paper_value(values[system])} against "
+                             f"{paper_value(values[against])} "
+                             f"({num(values[system] - values[against])})")
+        elif values:
+            parts.append(f"{entry['label']}: " +
+                         ", ".join(f"{k} {paper_value(v)}" for k, v in values.items()))
+    return "; ".join(parts)
+
+
+def compares_text(claim: dict) -> str:
+    relation = claim["relation"]
+    if relation == "threshold":
+        return "threshold"
+    what = f"{'TER' if claim['metric'] == 'ter' else 'sacreBLEU'}, {claim['subset']}"
+    if relation == "order":
+        groups = " > ".join(" = ".join(g) for g in claim["groups"])
+        return f"order: {groups} ({what})"
+    systems = ", ".join(claim.get("systems") or [claim["system"]])
+    return f"{systems} {relation} {claim['against']} ({what})"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def claims_table(verdicts: List[Verdict], pairs: Optional[List[str]] = None) -> str:
+    """The summary table a README quotes: one row per claim (and direction in ``pairs``)."""
+    rows = ["| claim | paper | here | verdict |", "|---|---|---|---|"]
+    for v in verdicts:
+        if v.pair is not None and pairs is not None and v.pair not in pairs:
+            continue
+        claim = v.claim
+        where = f"{claim['where']}" + (f", {v.pair}" if v.pair and len(pairs or []) > 1 else "")
+        here = quote(v)
+        verdict, _, rest = here.partition(": ")
+        rows.append(f"| {_cell(claim['claim'])} ({_cell(where)}) | "
+                    f"{_cell(paper_text(claim, short=True))} | "
+                    f"{_cell(rest) or '—'} | **{_cell(verdict)}** |")
+    return "\n".join(rows)
+
+
+def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
+             verdicts: List[Verdict], folder_pairs: List[str], holds: List[str]) -> str:
+    """CLAIMS.md: the rule, then every claim with its verdict, direction by direction."""
+    level = settings["significance"]["level"]
+    samples = settings["significance"]["samples"]
+    lines = [
+        f"# {paper}: each claim against `{folder_path}`",
+        "",
+        f"Claims: `{claims_path}`. Results: `{folder_path}/results.json` (config "
+        f"`{settings['config']}`, baseline {settings['baseline']}; the table: TABLE.md). Written "
+        f"by `ran_fairseq.lab.claims` (`python scripts/claims.py --results {folder_path}`; the "
+        f"reproduction scripts write it beside TABLE.md); README.md and docs/results.md quote it.",
+        "",
+        "**What the folder holds** (from results.json: each run's machine, budget and start):",
+        "",
+        *holds,
+        "",
+        RULE.format(level=level, samples=f"{samples:,}"),
+        "",
+    ]
+    pairs = list(dict.fromkeys(v.pair for v in verdicts if v.pair))
+    absent = [p for p in pairs if p not in folder_pairs]
+    for pair in (p for p in pairs if p in folder_pairs):
+        rows = [v for v in verdicts if v.pair == pair]
+        lines += [f"## {pair}", "",
+                  "| id | where | the paper says | compares | paper | here | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for v in rows:
+            verdict, _, rest = quote(v, short=False).partition(": ")
+            lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
+                         f"{_cell(v.claim['claim'])} | {_cell(compares_text(v.claim))} | "
+                         f"{_cell(paper_text(v.claim))} | {_cell(rest) or '—'} | "
+                         f"**{_cell(verdict)}** |")
+        lines += [""] + _notes(rows)
+    for pair in absent:
+        ids = ", ".join(v.claim["id"] for v in verdicts if v.pair == pair)
+        lines += [f"## {pair}", "", f"Not run: this folder has no {pair} results ({ids}).", ""]
+    thresholds = [v for v in verdicts if v.pair is None]
+    if thresholds:
+        lines += ["## Analysis and speed", "",
+                  "| id | where | the paper says | measured (limit) | read from | paper | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for v in thresholds:
+            m = v.measured
+            verdict, _, rest = quote(v, short=False).partition(": ")
+            files = ", ".join(f"`{f}`" for f in m.files)
+            detail = "; ".join(f"{k}: {d}" for k, d in m.details.items() if k != "why")
+            lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
+                         f"{_cell(v.claim['claim'])} | "
+                         f"{_cell(rest)}{_cell(' (' + detail + ')') if detail else ''} | "
+                         f"{files} | {_cell(paper_text(v.claim))} | **{_cell(verdict)}** |")
+        lines += [""] + _notes(thresholds)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _notes(verdicts: List[Verdict]) -> List[str]:
+    notes = list(dict.fromkeys((v.claim["id"], v.claim["note"]) for v in verdicts
+                               if v.claim.get("note")))
+    return [f"- **{cid}**: {note}" for cid, note in notes] + ([""] if notes else [])
+
+
+def as_json(verdicts: List[Verdict]) -> List[dict]:
+    """The verdicts as CLAIMS.json records them."""
+    out = []
+    for v in verdicts:
+        entry = {"id": v.claim["id"], "pair": v.pair, "verdict": v.verdict, "quote": quote(v)}
+        if v.comparisons:
+            entry["systems"] = [
+                {"system": s, "against": v.claim["against"], "verdict": c.verdict,
+                 "difference": c.difference, "k": c.k, "n": c.n,
+                 "seeds": [{"seed": x.seed, "system": x.system, "against": x.against, "p": x.p}
+                           for x in c.seeds]}
+                for s, c in v.comparisons]
+        if v.order is not None:
+            entry["observed"] = v.order.observed
+        if v.measured is not None:
+            entry["tests"] = [{"label": t.label, "value": t.value, "op": t.op, "limit": t.limit,
+                               "passed": t.passed} for t in v.measured.tests]
+            entry["files"], entry["devices"] = v.measured.files, v.measured.devices
+        out.append(entry)
+    return out
+
+
+HOLDS = re.compile(r"(<!-- holds (\S+?) -->\n)(.*?)(\n<!-- /holds -->)", re.S)
+SPAN = re.compile(r"(<!-- claim (\S+?)#(\S+?) -->)(.*?)(<!-- /claim -->)", re.S)
+TABLE = re.compile(r"(<!-- claims-table (\S+?)(?: pairs=(\S+))? -->\n)(.*?)(\n<!-- /claims-table -->)",
+                   re.S)
+
+
+def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
+         holds_of: Optional[Callable[[str], List[str]]] = None) -> str:
+    """``text`` with every claim span, claims table and holds block rewritten from the engine's
+    verdicts; ``verdicts_of(folder)`` gives a folder's verdicts by key (``ID`` or ``ID@PAIR``),
+    ``holds_of(folder)`` the lines of :func:`.provenance.holds`."""
+    def span(m):
+        found = verdicts_of(m[2])
+        if m[3] not in found:
+            raise KeyError(f"{m[2]} has no claim {m[3]!r} (known: {', '.join(found)})")
+        return f"{m[1]}{quote(found[m[3]])}{m[5]}"
+
+    def table(m):
+        pairs = m[3].split(",") if m[3] else None
+        verdicts = list(verdicts_of(m[2]).values())
+        return f"{m[1]}{claims_table(verdicts, pairs)}{m[5]}"
+
+    def block(m):
+        if holds_of is None:
+            raise KeyError(f"no holds_of to fill the holds block of {m[2]}")
+        return f"{m[1]}{chr(10).join(holds_of(m[2]))}{m[4]}"
+
+    return HOLDS.sub(block, TABLE.sub(table, SPAN.sub(span, text)))
+
+
+def quoted_folders(text: str) -> List[str]:
+    return list(dict.fromkeys([m[2] for m in SPAN.finditer(text)] +
+                              [m[2] for m in TABLE.finditer(text)] +
+                              [m[2] for m in HOLDS.finditer(text)]))

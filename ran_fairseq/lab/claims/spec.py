@@ -1,0 +1,185 @@
+"""configs/PAPER/claims.json: the claims a paper makes, as data, and their validation.
+
+The file holds ``paper`` (the paper, as the tables name it), ``paper_file`` (its numbers,
+``configs/PAPER/paper.json``), ``defaults`` (keys every claim takes unless it sets them: usually
+``against``, ``metric``, ``subset``, ``pairs``) and ``claims``, a list of objects with
+
+- ``id``: unique in the file; ``where``: the table, section or figure; ``claim``: a one-line
+  paraphrase in this project's words;
+- ``relation``: ``>``, ``<``, ``≈``, ``≥``, ``≤`` (a comparison of ``system``, or of each of
+  ``systems``, with ``against``), ``order`` (``groups``: lists of systems the paper puts level, best
+  first) or ``threshold`` (``measure`` and ``tests``: see :mod:`.analysis`);
+- ``metric``: ``sacrebleu`` or ``ter``; ``subset``: ``test`` or ``valid``; ``pairs``: the
+  translation directions to check (a pair the results lack is reported as not run);
+- ``paper``: the paper's numbers, a list of ``{"label", "values": {name: number}}``, with
+  ``column`` where they come from a column of ``paper_file`` (checked against it) or ``text``
+  where the paper states them in prose;
+- optionally ``note``: a sentence that the report prints beside the verdict.
+"""
+import json
+from pathlib import Path
+from typing import List, Optional
+
+from .rule import OPS, RELATIONS
+
+METRICS = ("sacrebleu", "ter")
+SUBSETS = ("test", "valid")
+COMPARISONS = (">", "<", "≈", "≥", "≤")
+KEYS = {"id", "where", "claim", "relation", "system", "systems", "against", "groups", "metric",
+        "subset", "pairs", "paper", "note", "measure", "tests"}
+MEASURES = {
+    "histogram_share": {"kind", "file", "side", "below"},
+    "length_bins": {"kind", "file", "by", "min_sentences", "skip_last"},
+    "bench": {"kind", "files", "metric", "baseline", "aggregate", "passes"},
+    "params": {"kind"},
+    "none": {"kind", "why"},
+}
+TEST_KEYS = {"label", "system", "of", "op", "limit", "times", "files", "aggregate"}
+
+
+class ClaimsError(ValueError):
+    """A claims file that does not follow the format above."""
+
+
+class Claims:
+    """A loaded claims file: ``paper``, ``path``, ``paper_file``, ``claims`` (dicts with the
+    defaults applied)."""
+
+    def __init__(self, path: Path, data: dict):
+        self.path = Path(path)
+        self.paper = data["paper"]
+        self.paper_file = data.get("paper_file")
+        self.claims: List[dict] = data["claims"]
+
+    def by_id(self, claim_id: str) -> dict:
+        for c in self.claims:
+            if c["id"] == claim_id:
+                return c
+        raise KeyError(f"{self.path}: no claim {claim_id!r}")
+
+
+def _check(ok, where, message):
+    if not ok:
+        raise ClaimsError(f"{where}: {message}")
+
+
+def _check_measure(measure, where):
+    _check(isinstance(measure, dict) and measure.get("kind") in MEASURES, where,
+           f"'measure' needs a 'kind', one of {', '.join(MEASURES)}")
+    extra = set(measure) - MEASURES[measure["kind"]]
+    _check(not extra, where, f"unknown key(s) {sorted(extra)} in a {measure['kind']} measure")
+    if measure["kind"] == "bench":
+        _check(measure.get("metric") in ("decode_tokens_per_s", "train_time"), where,
+               "a bench measure's metric is decode_tokens_per_s or train_time")
+
+
+def _check_tests(tests, measure, where):
+    _check(isinstance(tests, list) and tests, where, "a threshold claim needs a list of 'tests'")
+    labels = set()
+    for t in tests:
+        extra = set(t) - TEST_KEYS
+        _check(not extra, where, f"unknown key(s) {sorted(extra)} in a test")
+        _check(t.get("op") in OPS, where, f"a test's 'op' is one of {', '.join(OPS)}")
+        _check("system" in t and "label" in t, where, "a test names its 'label' and 'system'")
+        _check(("limit" in t) != ("times" in t), where,
+               "a test has either a 'limit' or 'times' (a factor of system 'of')")
+        _check("times" not in t or "of" in t, where, "'times' needs 'of'")
+        _check(t["label"] not in labels, where, f"two tests labelled {t['label']!r}")
+        labels.add(t["label"])
+        if measure["kind"] in ("length_bins", "params"):
+            _check("of" in t, where, f"a {measure['kind']} test compares 'system' with 'of'")
+
+
+def _check_paper(numbers, where, paper_numbers):
+    _check(isinstance(numbers, list), where, "'paper' is a list of {label, values}")
+    columns = {c["key"]: c for c in (paper_numbers or {}).get("columns", [])}
+    for entry in numbers:
+        _check(isinstance(entry.get("values"), dict) and "label" in entry, where,
+               "each 'paper' entry has a 'label' and 'values'")
+        key = entry.get("column")
+        if key is None:
+            continue
+        _check(key in columns, where, f"paper column {key!r} is not in the paper file")
+        printed = columns[key]["values"]
+        for name, value in entry["values"].items():
+            _check(printed.get(name) == value, where,
+                   f"paper column {key!r} has {printed.get(name)!r} for {name!r}, not {value!r}")
+
+
+def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> List[dict]:
+    """The claims of ``data`` with the defaults applied; ClaimsError on the first fault."""
+    _check(isinstance(data, dict) and isinstance(data.get("claims"), list) and "paper" in data,
+           where, "a claims file is an object with 'paper' and a list of 'claims'")
+    defaults = data.get("defaults", {})
+    seen, claims = set(), []
+    for raw in data["claims"]:
+        claim = {**defaults, **raw}
+        here = f"{where}: claim {raw.get('id', '?')!r}"
+        extra = set(claim) - KEYS
+        _check(not extra, here, f"unknown key(s) {sorted(extra)}")
+        for key in ("id", "where", "claim", "relation"):
+            _check(isinstance(claim.get(key), str) and claim[key], here, f"needs {key!r}")
+        _check(claim["id"] not in seen, here, "the id is used twice")
+        seen.add(claim["id"])
+        relation = claim["relation"]
+        _check(relation in RELATIONS, here, f"relation is one of {', '.join(RELATIONS)}")
+        if relation in COMPARISONS:
+            _check(("system" in claim) != ("systems" in claim), here,
+                   "a comparison names 'system' or 'systems'")
+            _check(isinstance(claim.get("against"), str), here, "a comparison names 'against'")
+        if relation == "order":
+            groups = claim.get("groups")
+            _check(isinstance(groups, list) and len(groups) >= 2
+                   and all(isinstance(g, list) and g for g in groups), here,
+                   "an order has 'groups': two or more lists of systems, best first")
+            names = [s for g in groups for s in g]
+            _check(len(names) == len(set(names)), here, "a system appears twice in the order")
+        if relation in COMPARISONS + ("order",):
+            _check(claim.get("metric") in METRICS, here, f"metric is one of {', '.join(METRICS)}")
+            _check(claim.get("subset") in SUBSETS, here, f"subset is one of {', '.join(SUBSETS)}")
+            _check(isinstance(claim.get("pairs"), list) and claim["pairs"], here,
+                   "needs 'pairs' (the directions to check)")
+        if relation == "threshold":
+            _check_measure(claim.get("measure"), here)
+            if claim["measure"]["kind"] == "none":
+                _check(isinstance(claim["measure"].get("why"), str), here,
+                       "a claim without a measure says 'why' it has none")
+            else:
+                _check_tests(claim.get("tests"), claim["measure"], here)
+        _check_paper(claim.get("paper", []), here, paper_numbers)
+        claims.append(claim)
+    return claims
+
+
+def load(path, repo: Optional[Path] = None) -> Claims:
+    """Read and validate a claims file; its ``paper_file`` (repository-relative) checks the
+    paper's numbers where a claim names a column."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ClaimsError(f"{path}: {e}") from None
+    paper_numbers = None
+    if data.get("paper_file"):
+        paper_path = Path(repo or Path.cwd()) / data["paper_file"]
+        try:
+            paper_numbers = json.loads(paper_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ClaimsError(f"{path}: paper_file: {e}") from None
+    data = {**data, "claims": validate(data, str(path), paper_numbers)}
+    return Claims(path, data)
+
+
+def systems_of(claim: dict) -> List[str]:
+    """Every system a comparison or order claim names."""
+    if claim["relation"] == "order":
+        return [s for g in claim["groups"] for s in g]
+    if claim["relation"] == "threshold":
+        return []
+    return list(claim.get("systems") or [claim["system"]]) + [claim["against"]]
+
+
+def compared(claim: dict) -> List[str]:
+    """The systems a comparison claim compares with ``against`` (one or several)."""
+    return list(claim.get("systems") or [claim["system"]])
+
