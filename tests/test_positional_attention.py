@@ -444,6 +444,128 @@ def test_gradients_flow_through_incremental_steps():
     torch.testing.assert_close(incremental_grad, x.grad, rtol=1e-5, atol=1e-6)
 
 
+# ---- training: the written-out recurrence, per-sentence weights, dropout ------------------------
+
+
+def autograd_recurrence(matrices, rows):
+    """A_1..A_L of the paper's transition by autograd in float64, §2.2's layer norm over the
+    visible entries written out directly (masked mean and biased variance)."""
+    weight, bias = matrices.transition.weight.double(), matrices.transition.bias.double()
+    norm = matrices.layer_norm
+    gain, shift = norm.weight.double(), norm.bias.double()
+    a = matrices.initial[:, :rows].double()
+    future = torch.ones(N, N, dtype=torch.bool).triu(1)[:rows] if matrices.masks_future else None
+    if future is not None:
+        a = a.masked_fill(future, 0.0)
+    layers = []
+    for _ in range(LAYERS):
+        x = torch.tanh(F.linear(a, weight, bias))
+        if future is None:
+            y = F.layer_norm(x, (N,), gain, shift, norm.eps)
+        else:
+            count = (~future).sum(-1, keepdim=True).double()
+            x = x.masked_fill(future, 0.0)
+            centred = (x - x.sum(-1, keepdim=True) / count).masked_fill(future, 0.0)
+            variance = centred.pow(2).sum(-1, keepdim=True) / count
+            y = (centred * torch.rsqrt(variance + norm.eps) * gain + shift).masked_fill(future, 0.0)
+        a = y + a
+        layers.append(a)
+    return torch.stack(layers)
+
+
+@pytest.mark.parametrize("rows", [N, 5], ids=["all-rows", "5-rows"])
+@pytest.mark.parametrize("side", ["encoder", "decoder-lower-triangle", "decoder-full"])
+def test_ran_recurrence_gradients_equal_autograds(side, rows):
+    """The recurrence's backward is written out (one autograd node for all layers): its
+    gradients are those of the plain autograd computation, for every parameter."""
+    options = {"decoder_initial": "full"} if side == "decoder-full" else {}
+    matrices = ran_matrices(side != "encoder", **options)
+    upstream = torch.randn(LAYERS, HEADS, rows, N, dtype=torch.float64)
+    (autograd_recurrence(matrices, rows) * upstream).sum().backward()
+    expected = {name: p.grad.clone() for name, p in matrices.named_parameters()}
+    matrices.zero_grad()
+    logits = matrices._compute_logits(rows)
+    torch.testing.assert_close(logits.double(), autograd_recurrence(matrices, rows).detach(),
+                               rtol=1e-5, atol=1e-5)
+    (logits.double() * upstream).sum().backward()
+    for name, p in matrices.named_parameters():  # float32 against float64
+        error = (p.grad.double() - expected[name]).abs().max()
+        assert error <= 1e-5 * expected[name].abs().max(), (name, error)
+    if matrices.masks_future:  # A_0's future entries take no part, and get no gradient
+        assert torch.all(matrices.initial.grad[:, torch.ones(N, N, dtype=torch.bool).triu(1)] == 0)
+
+
+def loss_weights(length, batch, seed=7):
+    return torch.randn(length, batch, DIM, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_padded_training_pass_gives_each_sentence_its_outputs_and_gradients(kind, causal, left):
+    """A recording pass over a padded batch, all layers in one forward_scope (one gather of all
+    layers' weights): each sentence's outputs, and the parameters' gradients, are those of the
+    sentences passed alone (the batch-shared path)."""
+    matrices = sources(causal)[kind]
+    modules = [attention(matrices, layer, seed=layer).train() for layer in range(LAYERS)]
+    for module in modules:
+        module.dropout = 0.0
+    params = [p for m in [matrices, *modules] for p in m.parameters()]
+    torch.manual_seed(3)
+    sentences = [torch.randn(n, DIM) for n in (7, 3, 5, 1)]
+
+    def run(x, padding=None):
+        with matrices.forward_scope():
+            for module in modules:
+                x = module(x, key_padding_mask=padding)[0]
+        return x
+
+    alone, grads = [], [torch.zeros_like(p) for p in params]
+    for b, s in enumerate(sentences):
+        out = run(s[:, None])
+        (out * loss_weights(len(s), 1, seed=b)).sum().backward()
+        alone.append(out.detach()[:, 0])
+        for total, p in zip(grads, params):
+            total += p.grad if p.grad is not None else 0
+            p.grad = None
+    x, padding = pad_batch(sentences, left)
+    out = run(x, padding)
+    weights = torch.zeros_like(out)
+    for b, s in enumerate(sentences):
+        cols = columns(x.size(0), len(s), left)
+        torch.testing.assert_close(out[cols, b].detach(), alone[b], rtol=1e-5, atol=1e-5)
+        weights[cols, b] = loss_weights(len(s), 1, seed=b)[:, 0]
+    (out * weights).sum().backward()
+    for total, p in zip(grads, params):
+        torch.testing.assert_close(p.grad if p.grad is not None else torch.zeros_like(p), total,
+                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_attention_dropout_is_drawn_per_sentence_and_weights_are_returned_before_it(padded):
+    matrices = sources(causal=True)["ran"]
+    modules = [attention(matrices, layer).train() for layer in range(LAYERS)]
+    for module in modules:
+        module.dropout = 0.5
+    x = torch.randn(6, 1, DIM).expand(-1, 4, -1)  # four copies of one sentence
+    padding = torch.zeros(4, 6, dtype=torch.bool) if padded else None
+    torch.manual_seed(0)
+    with matrices.forward_scope():
+        outs = [module(x, key_padding_mask=padding, need_head_weights=True) for module in modules]
+    for out, weights in outs:
+        assert weights.shape == (HEADS, 4, 6, 6)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(HEADS, 4, 6))  # before dropout
+        for b in range(1, 4):
+            assert not torch.allclose(out[:, b], out[:, 0])  # each copy its own draw
+    # and each layer its own (layers 1 and 2 see the same input here)
+    with matrices.forward_scope():
+        first, second = (module(x, key_padding_mask=padding)[0] for module in modules[1:])
+    with torch.no_grad():
+        modules[1].eval(), modules[2].eval()
+        reference = [module(x)[0] for module in modules[1:]]
+    assert not torch.allclose(first - reference[0], second - reference[1])
+
+
 # ---- too-long inputs -----------------------------------------------------------------------------
 
 
@@ -670,3 +792,44 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
     new.ran_decoder_initial = "lower-triangle"  # saved after the option existed: kept
     ran_base_architecture(new)
     assert new.ran_decoder_initial == "lower-triangle"
+
+
+# ---- kernels of a training step --------------------------------------------------------------
+
+
+def test_ran_all_trains_with_no_more_kernels_than_the_transformer(synthetic_databin):
+    """One training forward and backward (ran_fairseq/lab/bench/kernels.py: aten operators on the
+    CPU, views and aliases excluded; on a GPU about one launch each) of RAN-ALL against fairseq's
+    transformer at the same small sizes (3+3 layers, 256, 4 heads), on a tiny padded batch: at
+    most as many. Counts are deterministic, so a change that adds kernels to RAN's training step
+    (its recurrence, its per-sentence weights, its mixing) fails here."""
+    import helpers
+    from fairseq import tasks
+
+    from ran_fairseq.lab.bench import kernels
+
+    sizes = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
+             "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
+             "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
+             "--decoder-attention-heads", "4",
+             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+    counts = {}
+    for name, arch in (("transformer", "transformer"), ("RAN-ALL", "ran_transformer_small")):
+        args = helpers.parse_args(arch, synthetic_databin, sizes)
+        torch.manual_seed(1)
+        task = tasks.setup_task(args)
+        model, criterion = task.build_model(args), task.build_criterion(args)
+        task.load_dataset("valid")
+        dataset = task.dataset("valid")
+        sample = dataset.collater([dataset[i] for i in range(4)])
+        assert sample["net_input"]["src_tokens"].eq(task.source_dictionary.pad()).any()
+        assert sample["target"].eq(task.target_dictionary.pad()).any()  # padding on both sides
+        kernels.count_training(model, criterion, sample)  # fairseq builds its future mask once
+        first, second = (kernels.count_training(model, criterion, sample) for _ in range(2))
+        assert first == second  # deterministic
+        counts[name] = first
+    ran, transformer = counts["RAN-ALL"], counts["transformer"]
+    assert ran["total"] <= transformer["total"], (ran, transformer)
+    # the parts the two share cost the same
+    for part in ("encoder_attn", "ffn", "rest"):
+        assert ran["components"][part] == transformer["components"][part], part

@@ -31,6 +31,16 @@ storage, dtype and device, and cleared by ``train()``/``eval()``. A forward pass
 :meth:`PositionalAttentionMatrices.forward_scope` checks that key once for all its layers (once per
 decoding step). While autograd records, nothing is cached across calls; such a scoped pass computes
 all L matrices once and shares them between its layers.
+
+A full-sequence pass over a padded batch, or a training pass with attention dropout, is also
+organized for few kernels (on a GPU a small model's step costs about one launch per kernel): the
+first layer of a scoped pass computes the weights of all L layers at once (the tokens' positions,
+one gather of every layer's rows and columns, one masked softmax, one dropout draw) and each layer
+then costs its value projection, one batched product and its output projection. RAN's recurrence
+with the paper's transition is one autograd node with a written-out backward
+(:class:`_PaperRecurrence`). Tensors that depend on the sizes only (masks, index ranges) are built
+once per device. A training step of RAN-ALL launches no more kernels than fairseq's transformer's
+at the same sizes (tests/test_positional_attention.py).
 """
 import contextlib
 import itertools
@@ -86,6 +96,7 @@ class PositionalAttentionMatrices(nn.Module):
         self._cache_key: Optional[Tuple] = None
         self._scope: Optional[Dict] = None
         self._scope_checked = False  # the cache key was checked in the current forward_scope
+        self._constants: Dict = {}  # parameter-independent tensors per device, kept across modes
 
     def _compute_logits(self, rows: int) -> Tensor:
         """float32 logits of the first ``rows`` query positions, shape (L', h, rows, n), where L' is
@@ -159,7 +170,7 @@ class PositionalAttentionMatrices(nn.Module):
     def _causal_build(self, dtype: torch.dtype):
         def build(r):
             stacked = self._get("logits", r, self._compute_logits)[:, :, :r, :r]
-            future = torch.ones(r, r, dtype=torch.bool, device=stacked.device).triu(1)
+            future = self._consts(stacked.device)["future"][:r, :r]
             return torch.softmax(stacked.masked_fill(future, _MASKED), dim=-1).to(dtype)
         return build
 
@@ -192,6 +203,84 @@ class PositionalAttentionMatrices(nn.Module):
         if self.causal:
             return self.causal_probs(layer, length, dtype)
         return torch.softmax(self.logits(layer, length)[:, :, :length], dim=-1).to(dtype)
+
+    def _consts(self, device: torch.device) -> Dict[str, Tensor]:
+        """Tensors that depend on the sizes only, built once per device (for the CPU as the source
+        is constructed, so that no step pays for them)."""
+        consts = self._constants.get(device)
+        if consts is None:
+            consts = self._constants[device] = self._build_constants(device)
+        return consts
+
+    def _build_constants(self, device: torch.device) -> Dict[str, Tensor]:
+        n = self.max_positions
+        return {"future": torch.ones(n, n, dtype=torch.bool, device=device).triu(1),
+                "arange": torch.arange(n, device=device),
+                "layers": torch.arange(self.num_layers, device=device).view(-1, 1, 1, 1, 1),
+                "heads": torch.arange(self.num_heads, device=device).view(1, 1, -1, 1, 1)}
+
+    def batch_probs(self, layer: int, padding: Optional[Tensor], batch: int, length: int,
+                    dtype: torch.dtype, dropout: float = 0.0) -> Tuple[Tensor, Tensor]:
+        """The weights of ``layer`` for a batch of ``batch`` sentences of ``length`` tokens,
+        (B, h, T, T), after attention dropout ``dropout`` (drawn per sentence), and before it.
+
+        ``padding`` (B, T), True at padding, or None: row t of sentence b is the layer's row at
+        the token's position within its sentence, over the sentence's real keys (padding keys get
+        no weight, a padding query none at all). Inside a forward_scope all layers' weights are
+        computed at once, for the first layer that asks, and shared: one gather, one softmax, one
+        dropout draw and no position bookkeeping per layer."""
+        self.check_length(length)
+        scope = self._scope
+        key = ("batch probs", dtype, dropout)
+        entry = scope.get(key) if scope is not None else None
+        if entry is None or entry[0] is not padding or entry[1] != (batch, length):
+            layers = None if scope is not None else layer
+            entry = (padding, (batch, length)) + self._batch_probs(
+                layers, padding, batch, length, dtype, dropout)
+            if scope is not None:
+                scope[key] = entry
+        _, _, dropped, before = entry
+        return dropped[layer if len(dropped) > 1 else 0], before[layer if len(before) > 1 else 0]
+
+    def _batch_probs(self, layer: Optional[int], padding: Optional[Tensor], batch: int,
+                     length: int, dtype: torch.dtype, dropout: float):
+        """:meth:`batch_probs` for ``layer``, or for all layers (None): (dropped weights, one
+        (B, h, T, T) tensor per layer; weights before dropout, (L', B, h, T, T))."""
+        stacked = self._get("logits", length, self._compute_logits)  # (L', h, R, n) float32
+        if layer is not None and stacked.size(0) > 1:
+            stacked = stacked[layer:layer + 1]
+        consts = self._consts(stacked.device)
+        if padding is None:
+            if self.causal:
+                probs = self._get(("causal_probs", dtype), length, self._causal_build(dtype))
+                if layer is not None and probs.size(0) > 1:
+                    probs = probs[layer:layer + 1]
+                probs = probs[:, :, :length, :length]
+            else:
+                probs = torch.softmax(stacked[:, :, :length, :length], dim=-1).to(dtype)
+            probs = probs.unsqueeze(1).expand(-1, batch, -1, -1, -1)
+        else:
+            # Each token's position within its sentence, whichever side the padding is on: t minus
+            # the padding up to t. A padding token before the first real one gets -1, which indexes
+            # the last row and column: any value does, as padding is masked below.
+            position = consts["arange"][:length] - padding.cumsum(dim=1)  # (B, T)
+            logits = stacked[consts["layers"][:stacked.size(0)], consts["heads"],
+                             position[None, :, None, :, None],
+                             position[None, :, None, None, :]]  # (L', B, h, T, T)
+            # Padding keys (and in a decoder the keys after the query) are masked before the
+            # softmax; padding queries get no weight.
+            masked = padding[:, None, :]
+            if self.causal:
+                masked = consts["future"][:length, :length] | masked  # (B, T, T)
+            logits = logits.add(masked.unsqueeze(1), alpha=_MASKED)
+            probs = torch.softmax(logits, dim=-1).to(dtype).masked_fill(
+                padding[None, :, None, :, None], 0.0)
+        if dropout > 0:
+            count = self.num_layers if layer is None else 1
+            dropped = torch.native_dropout(probs.expand(count, -1, -1, -1, -1), dropout, True)[0]
+        else:
+            dropped = probs
+        return dropped.unbind(0), probs
 
 
 class FeedForwardTransition(nn.Module):
@@ -257,6 +346,7 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
         else:
             self.transition = FeedForwardTransition(n)
             self.layer_norm = None
+        self._consts(torch.device("cpu"))
 
     @property
     def masks_future(self) -> bool:
@@ -272,13 +362,15 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
         # Each row of A_l depends on the same row of A_{l-1} only, so the first ``rows`` rows of the
         # full n×n recurrence are computed exactly from the first ``rows`` rows of A_0.
         a = self.initial[:, :rows].float()
-        future = None
-        if self.masks_future:
+        triangle = self._triangle(rows, a.device) if self.masks_future else None
+        if self.transition_type == "paper" and self.layer_norm is not None:  # Eqs. 3-4
+            norm = self.layer_norm
+            return _PaperRecurrence.apply(
+                a, self.transition.weight.float(), self.transition.bias.float(),
+                norm.weight.float(), norm.bias.float(), self.num_layers, norm.eps, triangle)
+        if triangle is not None:
             # §2.2: row i (query position i) keeps its keys j <= i; the rest is zero in every A_l
-            n = self.max_positions
-            future = (torch.arange(n, device=a.device)[None, :]
-                      > torch.arange(rows, device=a.device)[:, None])  # (rows, n)
-            a = a.masked_fill(future, 0.0)
+            a = a * triangle["visible"]
         if self.transition_type == "paper":
             weight, bias = self.transition.weight.float(), self.transition.bias.float()
         layers = []
@@ -286,28 +378,126 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
             if self.transition_type == "ffn":
                 a = self.transition(a) + a
             else:
-                a_hat = torch.tanh(F.linear(a, weight, bias))  # Eq. 3, inside LN
-                if self.layer_norm is None:
-                    a = a_hat
-                else:
-                    a = self._layer_norm(a_hat, future) + a  # Eqs. 3-4
-            if future is not None:
-                a = a.masked_fill(future, 0.0)
+                a = torch.tanh(F.linear(a, weight, bias))  # w/o LN&RES
+            if triangle is not None:
+                a = a.masked_fill(triangle["future"], 0.0)
             layers.append(a)
         return torch.stack(layers)
 
-    def _layer_norm(self, x: Tensor, future: Optional[Tensor]) -> Tensor:
-        """Eq. 3's LN of each row of ``x``, over its visible entries only where ``future`` masks
-        some (mean and biased variance over j <= i, with those positions' gain and bias)."""
-        weight, bias, eps = self.layer_norm.weight.float(), self.layer_norm.bias.float(), \
-            self.layer_norm.eps
-        if future is None:
-            return F.layer_norm(x, (self.max_positions,), weight, bias, eps)
-        count = (~future).sum(dim=-1, keepdim=True).to(x.dtype)  # i + 1 visible keys in row i
-        x = x.masked_fill(future, 0.0)
-        centred = (x - x.sum(dim=-1, keepdim=True) / count).masked_fill(future, 0.0)
-        variance = centred.pow(2).sum(dim=-1, keepdim=True) / count
-        return centred * torch.rsqrt(variance + eps) * weight + bias
+    def _build_constants(self, device: torch.device) -> Dict[str, Tensor]:
+        consts = super()._build_constants(device)
+        if self.masks_future:
+            # the lower triangle, (n, n) each: 1.0 at j <= i, and with s_i = sqrt(n / (i + 1)),
+            # s·visible, visible / s and beyond / (i + 1) (see _PaperRecurrence)
+            n = self.max_positions
+            visible = (~consts["future"]).float()
+            count = torch.arange(1, n + 1, device=device, dtype=torch.float32)[:, None]
+            s = (n / count).sqrt()
+            consts.update({"visible": visible, "s·visible": s * visible,
+                           "visible / s": visible / s, "beyond / count": (1 - visible) / count})
+        return consts
+
+    def _triangle(self, rows: int, device: torch.device) -> Dict[str, Tensor]:
+        """The lower triangle's constants (see _build_constants) for the first ``rows`` rows."""
+        consts = self._consts(device)
+        return {k: consts[k][:rows] for k in
+                ("future", "visible", "s·visible", "visible / s", "beyond / count")}
+
+
+class _PaperRecurrence(torch.autograd.Function):
+    """RAN's recurrence with the paper's transition (Eqs. 3-4) over all L layers, as one autograd
+    node: A_l = LN(tanh(A_{l-1} Wᵀ + b)) + A_{l-1}, l = 1..L, for a0 = the rows of A_0 in use
+    (h, R, n); returns A_1..A_L (L, h, R, n). The backward is written out, for about half the
+    kernels autograd would launch: the inputs of all layers are stored contiguously, so that the
+    gradients of W and b (shared by all layers) are one product and one sum, and the residual's
+    gradient is folded into the product with W.
+
+    ``triangle`` (the lower triangle's constants, see RecurrentAttentionMatrices._build_constants)
+    restricts row i to its keys j <= i (§2.2): A_0 is zero beyond, and the layer norm of each row
+    takes the mean and biased variance of its i + 1 visible entries, with those positions' gain and
+    bias, and gives zero beyond. One layer norm over whole rows computes it: with
+    s = sqrt(n / (i + 1)), the row that holds s·x at j <= i and s times their mean beyond has that
+    mean (times s) and, over n entries, exactly their variance; its normalized entries j <= i are s
+    times the visible ones: the norm's gain, then a product with visible / s (zero beyond) and the
+    shift of the visible keys give the row."""
+
+    @staticmethod
+    def forward(ctx, a0, weight, bias, gain, shift, num_layers, eps, triangle):
+        heads, rows, n = a0.shape
+        # A_0 (zero beyond under the triangle) in slot 0 and A_l in slot l: the inputs of all layers
+        # are contiguous, so that W's gradient is one product
+        out = a0.new_empty(num_layers + 1, heads, rows, n)
+        flat = out.view(num_layers + 1, heads * rows, n)
+        if triangle is not None:
+            torch.mul(a0, triangle["visible"], out=out[0])
+            row_shift = shift * triangle["visible"]  # the shift of each row's visible keys
+        else:
+            out[0].copy_(a0)
+        a, saved = flat[0], []
+        for layer in range(num_layers):
+            t = torch.addmm(bias, a, weight.t()).tanh_()  # Eq. 3, inside LN
+            if triangle is None:
+                y, mean, rstd = torch.native_layer_norm(t, (n,), gain, shift, eps)
+                saved += [t, mean, rstd]
+            else:
+                filled = t.view(heads, rows, n) * triangle["s·visible"]
+                filled.addcmul_(filled.sum(dim=-1, keepdim=True), triangle["beyond / count"])
+                scaled, mean, rstd = torch.native_layer_norm(filled, (n,), gain, None, eps)
+                y = torch.addcmul(row_shift, scaled, triangle["visible / s"]).view(-1, n)
+                saved += [t, filled, mean, rstd]
+            a = torch.add(y, a, out=flat[layer + 1])  # Eq. 4
+        ctx.triangle, ctx.num_layers = triangle, num_layers
+        ctx.save_for_backward(out, weight, gain, shift, *saved)
+        return out[1:]
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, weight, gain, shift, *saved = ctx.saved_tensors
+        triangle, num_layers = ctx.triangle, ctx.num_layers
+        _, heads, rows, n = out.shape
+        grad = grad.reshape(num_layers, heads * rows, n)
+        grad_z = torch.empty_like(grad)  # tanh's input, every layer
+        grad_a = grad[-1]  # with respect to A_l: from its consumers and from layer l + 1
+        grad_gain = grad_shift = grad_first = None
+        for layer in reversed(range(num_layers)):
+            if triangle is None:
+                t, mean, rstd = saved[3 * layer:3 * layer + 3]
+                grad_t, g_gain, g_shift = torch.ops.aten.native_layer_norm_backward(
+                    grad_a, t, (n,), mean, rstd, gain, shift, (True, True, True))
+                grad_gain = g_gain if grad_gain is None else grad_gain.add_(g_gain)
+                grad_shift = g_shift if grad_shift is None else grad_shift.add_(g_shift)
+            else:
+                t, filled, mean, rstd = saved[4 * layer:4 * layer + 4]
+                grad_y = grad_a.view(heads, rows, n)
+                # the shift's gradient: summed over layers here, over heads and rows below
+                if grad_shift is None:
+                    grad_shift = grad_y
+                elif layer == num_layers - 2:
+                    grad_shift = grad_shift + grad_y  # not in place: the first is the caller's
+                else:
+                    grad_shift.add_(grad_y)
+                grad_filled, g_gain, _ = torch.ops.aten.native_layer_norm_backward(
+                    grad_y * triangle["visible / s"], filled, (n,), mean, rstd, gain, None,
+                    (True, True, False))
+                grad_gain = g_gain if grad_gain is None else grad_gain.add_(g_gain)
+                # through the fill of the entries beyond: each row's sum of s·x, times 1 / (i + 1)
+                grad_sum = torch.bmm(grad_filled.transpose(0, 1),
+                                     triangle["beyond / count"].unsqueeze(-1)).transpose(0, 1)
+                grad_t = (grad_filled + grad_sum).mul_(triangle["s·visible"]).view(-1, n)
+            grad_z_layer = torch.ops.aten.tanh_backward.grad_input(grad_t, t,
+                                                                   grad_input=grad_z[layer])
+            if layer > 0:
+                grad_a = torch.add(grad[layer - 1], grad_a).addmm_(grad_z_layer, weight)
+            elif ctx.needs_input_grad[0]:
+                grad_first = torch.addmm(grad_a, grad_z_layer, weight).view(heads, rows, n)
+                if triangle is not None:
+                    grad_first = grad_first.mul_(triangle["visible"])
+        # W's gradient over all layers: one product of the stacked tanh-input gradients and inputs
+        grad_weight = torch.mm(grad_z.view(-1, n).t(), out[:-1].reshape(-1, n))
+        grad_bias = grad_z.sum(dim=(0, 1))
+        if triangle is not None:
+            grad_shift = (grad_shift * triangle["visible"]).sum(dim=(0, 1))
+        return grad_first, grad_weight, grad_bias, grad_gain, grad_shift, None, None, None
 
 
 class RandomSynthesizerMatrices(PositionalAttentionMatrices):
@@ -319,6 +509,7 @@ class RandomSynthesizerMatrices(PositionalAttentionMatrices):
         n = max_positions
         self.weight = nn.Parameter(torch.empty(num_layers, num_heads, n, n))
         nn.init.normal_(self.weight, std=n ** -0.5)
+        self._consts(torch.device("cpu"))
 
     def _compute_logits(self, rows):
         return self.weight[:, :, :rows].float()
@@ -338,6 +529,7 @@ class GaussianAttentionMatrices(PositionalAttentionMatrices):
         later = 0.0 if causal else 1.0
         centres = [-1.0 if k < num_heads // 2 else later for k in range(num_heads)]
         self.register_buffer("centres", torch.tensor(centres), persistent=False)
+        self._consts(torch.device("cpu"))
 
     def _compute_logits(self, rows):
         centres = self.centres.float()
@@ -421,61 +613,49 @@ class PositionalSelfAttention(nn.Module):
             if not need_weights:
                 return out, None
             return out, (weights.transpose(0, 1) if need_head_weights else weights.mean(dim=1))
-        v = self.v_proj(value)
-        if key_padding_mask is None:
-            probs = self.matrices.probs(self.layer, v.size(0), v.dtype)  # (h, T, T)
-            context = self._mix(probs, v)
-            weights = probs.unsqueeze(0).expand(v.size(1), -1, -1, -1) if need_weights else None
+        # the value projection in one kernel: nn.Linear on a transposed (T, B, E) input (as the
+        # first layer gets it) copies it and adds its bias in a kernel of its own
+        flat = value.reshape(-1, self.embed_dim)
+        weight, bias = self.v_proj.weight.t(), self.v_proj.bias
+        v = (torch.mm(flat, weight) if bias is None else torch.addmm(bias, flat, weight)).view(
+            value.size(0), value.size(1), self.embed_dim)
+        length, batch = v.size(0), v.size(1)
+        dropout = self.dropout if self.training else 0.0
+        if key_padding_mask is None and dropout == 0:
+            probs = self.matrices.probs(self.layer, length, v.dtype)  # (h, T, T)
+            context = self._mix_shared(probs, v)
+            weights = probs.unsqueeze(0).expand(batch, -1, -1, -1) if need_weights else None
         else:
-            context, weights = self._padded(v, key_padding_mask.to(torch.bool), need_weights)
+            padding = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
+            probs, weights = self.matrices.batch_probs(self.layer, padding, batch, length,
+                                                       v.dtype, dropout)  # (B, h, T, T)
+            context = self._mix(probs, v)
         out = self.out_proj(context)
         if not need_weights:
             return out, None
+        # the weights before attention dropout
         return out, (weights.transpose(0, 1) if need_head_weights else weights.mean(dim=1))
 
-    def _dropout(self, probs: Tensor, batch: int) -> Tensor:
-        """Attention dropout, drawn per sentence: shared (h, T, S) weights are expanded first."""
-        if not (self.training and self.dropout > 0):
-            return probs
-        if probs.dim() == 3:
-            probs = probs.unsqueeze(0).expand(batch, -1, -1, -1)
-        return F.dropout(probs, p=self.dropout, training=True)
-
-    def _mix(self, probs: Tensor, v: Tensor) -> Tensor:
-        """Weighted sums of values: probs (h, T, S) shared by the batch or (B, h, T, S);
-        v (S, B, E); returns (T, B, E)."""
+    def _mix_shared(self, probs: Tensor, v: Tensor) -> Tensor:
+        """Weighted sums of values with weights (h, T, S) shared by the batch: one (T×S)·(S×B·d)
+        product per head for the whole batch. v (S, B, E); returns (T, B, E)."""
         src_len, batch, _ = v.shape
         heads, head_dim = self.num_heads, self.head_dim
-        probs = self._dropout(probs, batch)
-        if probs.dim() == 3:
-            # One (T×S)·(S×B·d) product per head for the whole batch.
-            values = v.view(src_len, batch, heads, head_dim).permute(2, 0, 1, 3)
-            context = torch.bmm(probs, values.reshape(heads, src_len, batch * head_dim))
-            context = context.view(heads, -1, batch, head_dim).permute(1, 2, 0, 3)
-        else:
-            values = v.view(src_len, batch, heads, head_dim).permute(1, 2, 0, 3)
-            context = torch.matmul(probs, values).permute(2, 0, 1, 3)
+        values = v.view(src_len, batch, heads, head_dim).permute(2, 0, 1, 3)
+        context = torch.bmm(probs, values.reshape(heads, src_len, batch * head_dim))
+        context = context.view(heads, -1, batch, head_dim).permute(1, 2, 0, 3)
         return context.reshape(-1, batch, self.embed_dim)
 
-    def _padded(self, v: Tensor, padding: Tensor, need_weights: bool):
-        """Full-sequence attention over a padded batch: v (T, B, E), padding (B, T)."""
-        length = v.size(0)
-        real = ~padding
-        # Each token's absolute position within its sentence, whichever side the padding is on.
-        position = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, T)
-        rows, cols = position[:, :, None], position[:, None, :]
-        if self.causal:
-            # Row p of the causal matrix covers the sentence's tokens 0..p: exactly its real keys
-            # up to the query's column. Padding keys are dropped below.
-            probs = self.matrices.causal_probs(self.layer, length, v.dtype)[:, rows, cols]
-        else:
-            logits = self.matrices.logits(self.layer, length)[:, rows, cols]  # (h, B, T, T)
-            probs = torch.softmax(logits.masked_fill(padding[:, None, :], _MASKED),
-                                  dim=-1).to(v.dtype)
-        # Padding keys get no weight; padding queries get none either, hence a zero context.
-        keep = (real[:, :, None] & real[:, None, :]).to(probs.dtype)
-        probs = (probs * keep).transpose(0, 1)  # (B, h, T, T)
-        return self._mix(probs, v), (probs if need_weights else None)
+    def _mix(self, probs: Tensor, v: Tensor) -> Tensor:
+        """Weighted sums of values with per-sentence weights probs (B, h, T, S): one batched
+        product over the B·h (sentence, head) pairs, the values read in place. v (S, B, E);
+        returns (T, B, E)."""
+        src_len, batch, _ = v.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        values = v.view(src_len, batch * heads, head_dim).transpose(0, 1)  # (B·h, S, d), a view
+        context = torch.bmm(probs.reshape(batch * heads, -1, src_len), values)
+        return context.view(batch, heads, -1, head_dim).permute(2, 0, 1, 3).reshape(
+            -1, batch, self.embed_dim)
 
     # ---- incremental decoding --------------------------------------------------------------------
     # A step is four kernels (on a GPU a small model's step costs about one launch per kernel): the
