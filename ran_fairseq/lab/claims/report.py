@@ -175,6 +175,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def claims_table(verdicts: List[Verdict], pairs: Optional[List[str]] = None) -> str:
     """The summary table a README quotes: one row per claim (and direction in ``pairs``)."""
     rows = ["| claim | paper | here | verdict |", "|---|---|---|---|"]
@@ -185,7 +189,7 @@ def claims_table(verdicts: List[Verdict], pairs: Optional[List[str]] = None) -> 
         where = f"{claim['where']}" + (f", {v.pair}" if v.pair and len(pairs or []) > 1 else "")
         here = quote(v)
         verdict, _, rest = here.partition(": ")
-        rows.append(f"| {_cell(claim['claim'])} ({_cell(where)}) | "
+        rows.append(f"| {_cell(_sentence(claim['claim']))} ({_cell(where)}) | "
                     f"{_cell(paper_text(claim, short=True))} | "
                     f"{_cell(rest) or '—'} | **{_cell(verdict)}** |")
     return "\n".join(rows)
@@ -221,7 +225,7 @@ def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
         for v in rows:
             verdict, _, rest = quote(v, short=False).partition(": ")
             lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
-                         f"{_cell(v.claim['claim'])} | {_cell(compares_text(v.claim))} | "
+                         f"{_cell(_sentence(v.claim['claim']))} | {_cell(compares_text(v.claim))} | "
                          f"{_cell(paper_text(v.claim))} | {_cell(rest) or '—'} | "
                          f"**{_cell(verdict)}** |")
         lines += [""] + _notes(rows)
@@ -239,7 +243,7 @@ def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
             files = ", ".join(f"`{f}`" for f in m.files)
             detail = "; ".join(f"{k}: {d}" for k, d in m.details.items() if k != "why")
             lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
-                         f"{_cell(v.claim['claim'])} | "
+                         f"{_cell(_sentence(v.claim['claim']))} | "
                          f"{_cell(rest)}{_cell(' (' + detail + ')') if detail else ''} | "
                          f"{files} | {_cell(paper_text(v.claim))} | **{_cell(verdict)}** |")
         lines += [""] + _notes(thresholds)
@@ -274,10 +278,13 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
     return out
 
 
-HOLDS = re.compile(r"(<!-- holds (\S+?) -->\n)(.*?)(\n<!-- /holds -->)", re.S)
-SPAN = re.compile(r"(<!-- claim (\S+?)#(\S+?) -->)(.*?)(<!-- /claim -->)", re.S)
-TABLE = re.compile(r"(<!-- claims-table (\S+?)(?: pairs=(\S+))? -->\n)(.*?)(\n<!-- /claims-table -->)",
-                   re.S)
+# a body never holds another marker: an unclosed span or table is left alone, not merged with
+# the next one
+_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|holds)\b).)*?)"
+HOLDS = re.compile(r"(<!-- holds (\S+?) -->\n)" + _BODY + r"(<!-- /holds -->)", re.S)
+SPAN = re.compile(r"(<!-- claim (\S+?)#(\S+?) -->)" + _BODY + r"(<!-- /claim -->)", re.S)
+TABLE = re.compile(r"(<!-- claims-table (\S+?)(?: pairs=(\S+))? -->\n)" + _BODY +
+                   r"(<!-- /claims-table -->)", re.S)
 
 
 def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
@@ -294,12 +301,12 @@ def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
     def table(m):
         pairs = m[3].split(",") if m[3] else None
         verdicts = list(verdicts_of(m[2]).values())
-        return f"{m[1]}{claims_table(verdicts, pairs)}{m[5]}"
+        return f"{m[1]}{claims_table(verdicts, pairs)}\n{m[5]}"
 
     def block(m):
         if holds_of is None:
             raise KeyError(f"no holds_of to fill the holds block of {m[2]}")
-        return f"{m[1]}{chr(10).join(holds_of(m[2]))}{m[4]}"
+        return f"{m[1]}{chr(10).join(holds_of(m[2]))}\n{m[4]}"
 
     return HOLDS.sub(block, TABLE.sub(table, SPAN.sub(span, text)))
 

@@ -1,0 +1,472 @@
+"""Claims as data (ran_fairseq.lab.claims): the verdict rule on synthetic inputs, the claims
+files, the analysis measures, and the committed CLAIMS.md files against what the engine computes
+from the committed results."""
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+import helpers
+from ran_fairseq.lab import claims as lab
+from ran_fairseq.lab.claims import analysis, report, rule, spec
+from ran_fairseq.lab.claims.results import Folder, ResultsError
+
+REPO = helpers.REPO
+PAPERS = ["ran", "recurrent_cross", "dynmem", "pervasive"]
+S = rule.Seed
+
+
+# ---------------------------------------------------------------------------------------------
+# the rule on synthetic inputs
+# ---------------------------------------------------------------------------------------------
+
+def one(diff, p, base=40.0):
+    return [S(1, base + diff, base, p)]
+
+
+@pytest.mark.parametrize("relation, diff, p, verdict", [
+    (">", 1.0, 0.001, rule.HELD), (">", 1.0, 0.02, rule.WITHIN_NOISE),
+    (">", -1.0, 0.02, rule.WITHIN_NOISE), (">", -1.0, 0.001, rule.OPPOSITE),
+    ("<", -1.0, 0.001, rule.HELD), ("<", -1.0, 0.05, rule.WITHIN_NOISE),
+    ("<", 1.0, 0.001, rule.OPPOSITE),
+    ("≈", 0.3, 0.2, rule.HELD), ("≈", 1.0, 0.001, rule.NOT_HELD_BETTER),
+    ("≈", -1.0, 0.001, rule.NOT_HELD_WORSE),
+    ("≥", 1.0, 0.001, rule.HELD), ("≥", -0.5, 0.2, rule.HELD),
+    ("≥", -1.0, 0.001, rule.NOT_HELD_WORSE),
+    ("≤", -1.0, 0.001, rule.HELD), ("≤", 0.5, 0.2, rule.HELD),
+    ("≤", 1.0, 0.001, rule.NOT_HELD_BETTER),
+])
+def test_each_relation(relation, diff, p, verdict):
+    result = rule.compare(relation, one(diff, p))
+    assert result.verdict == verdict
+    assert result.difference == pytest.approx(diff)
+    assert result.n == 1
+
+
+def test_level_is_strict():
+    assert rule.compare(">", one(1.0, 0.01)).verdict == rule.WITHIN_NOISE
+    assert rule.compare(">", one(1.0, 0.0099)).verdict == rule.HELD
+
+
+def test_ter_is_better_when_lower():
+    result = rule.compare("<", one(+0.9, 0.001), higher_is_better=False)
+    assert result.verdict == rule.HELD and result.side == "worse"
+    assert rule.compare(">", one(-0.9, 0.001), higher_is_better=False).verdict == rule.HELD
+
+
+def test_significant_only_in_every_seed_and_k_of_n_counts_the_seeds():
+    seeds = [S(1, 40.93, 40.24, 0.041), S(2, 41.30, 40.18, 0.003)]
+    result = rule.compare("≥", seeds)
+    assert result.verdict == rule.HELD and not result.significant
+    assert (result.k, result.n) == (1, 2)
+    # the difference is that of the means over the seeds, not of a bootstrap
+    assert result.difference == pytest.approx((40.93 + 41.30) / 2 - (40.24 + 40.18) / 2)
+    assert rule.compare(">", seeds).verdict == rule.WITHIN_NOISE
+    both = [S(1, 41, 40, 0.001), S(2, 41.5, 40, 0.002)]
+    assert rule.compare(">", both).verdict == rule.HELD
+    assert rule.compare("≈", both).verdict == rule.NOT_HELD_BETTER
+    # a seed significant on the other side does not count
+    mixed = [S(1, 42, 40, 0.001), S(2, 39.5, 40, 0.001)]
+    assert rule.compare(">", mixed).k == 1
+    assert rule.compare(">", mixed).verdict == rule.WITHIN_NOISE
+
+
+def test_not_run_without_seeds():
+    assert rule.compare(">", []).verdict == rule.NOT_RUN
+    with pytest.raises(ValueError):
+        rule.compare("order", one(1, 0.001))
+
+
+def pairs_for(groups, scores, p):
+    """Every cross-group pair's seeds, with p-value ``p`` for every pair."""
+    out = {}
+    for i, upper in enumerate(groups):
+        for lower in (s for g in groups[i + 1:] for s in g):
+            for a in upper:
+                out[(a, lower)] = [S(1, scores[a], scores[lower], p(a, lower))]
+    return out
+
+
+def test_order_held_noise_reversed_not_run():
+    groups = [["a", "b"], ["c"], ["d"]]
+    good = {"a": 40, "b": 39.5, "c": 38, "d": 36}
+    assert rule.order(groups, pairs_for(groups, good, lambda a, b: 0.3)).verdict == rule.HELD
+    # b and a swapped inside their group: still held (a group is a tie)
+    swapped = {**good, "a": 39.4}
+    assert rule.order(groups, pairs_for(groups, swapped, lambda a, b: 0.3)).verdict == rule.HELD
+    # c above b, not significant: not reproduced within noise
+    flip = {**good, "c": 39.8}
+    result = rule.order(groups, pairs_for(groups, flip, lambda a, b: 0.3))
+    assert result.verdict == rule.ORDER_NOISE
+    assert [(hi, lo) for hi, lo, _ in result.reversed_pairs] == [("b", "c")]
+    assert result.observed[0] == ("a", 40)
+    # the same pair significant: reversed
+    result = rule.order(groups, pairs_for(groups, flip, lambda a, b: 0.001))
+    assert result.verdict == rule.REVERSED
+    # a system without results
+    pairs = pairs_for(groups, good, lambda a, b: 0.3)
+    pairs[("a", "d")] = []
+    assert rule.order(groups, pairs).verdict == rule.NOT_RUN
+
+
+def test_threshold_tests():
+    held = rule.Test("x", 0.2, "<=", 0.5)
+    failed = rule.Test("y", 0.7, "<=", 0.5)
+    unrun = rule.Test("z", None, ">=", 1.0)
+    assert rule.threshold([held]) == rule.HELD
+    assert rule.threshold([failed]) == rule.NOT_HELD
+    assert rule.threshold([held, failed]) == "held for x; not held for y"
+    assert rule.threshold([held, unrun]) == "held for x; not run for z"
+    assert rule.threshold([unrun]) == rule.NOT_RUN
+    with pytest.raises(ValueError):
+        rule.Test("w", 1, "=>", 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the claims files
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_the_claims_files_load_and_match_the_papers_numbers(paper):
+    loaded = spec.load(REPO / "configs" / paper / "claims.json", REPO)
+    assert loaded.claims
+    systems = json.loads((REPO / "configs" / paper / "systems.json").read_text())["systems"]
+    names = {s["name"] for s in systems}
+    for claim in loaded.claims:
+        for name in spec.systems_of(claim):
+            assert name in names, f"{claim['id']}: {name!r} is not a system of {paper}"
+
+
+def write_claims_file(tmp_path, claims, paper=None):
+    data = {"paper": "P", "claims": claims,
+            "defaults": {"against": "base", "metric": "sacrebleu", "subset": "test",
+                         "pairs": ["de-en"]}}
+    if paper is not None:
+        (tmp_path / "paper.json").write_text(json.dumps(paper))
+        data["paper_file"] = "paper.json"
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    return path
+
+
+def claim(**kw):
+    return {"id": "c1", "where": "Table 1", "claim": "a beats base", "relation": ">",
+            "system": "a", **kw}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"relation": "=="}, "relation is one of"),
+    ({"metric": "chrf"}, "metric is one of"),
+    ({"surprise": 1}, "unknown key"),
+    ({"relation": "order", "groups": [["a"]]}, "two or more"),
+    ({"relation": "threshold", "measure": {"kind": "bench", "metric": "x", "files": []}},
+     "metric is decode_tokens_per_s or train_time"),
+    ({"relation": "threshold", "measure": {"kind": "params"},
+      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, "compares 'system'"),
+])
+def test_a_faulty_claim_is_refused(tmp_path, bad, message):
+    path = write_claims_file(tmp_path, [claim(**bad)])
+    with pytest.raises(spec.ClaimsError, match=message):
+        spec.load(path, tmp_path)
+
+
+def test_duplicate_ids_and_wrong_paper_numbers_are_refused(tmp_path):
+    with pytest.raises(spec.ClaimsError, match="used twice"):
+        spec.load(write_claims_file(tmp_path, [claim(), claim()]), tmp_path)
+    paper = {"columns": [{"key": "t1", "values": {"a": 30.1, "base": 30.0}}]}
+    wrong = claim(paper=[{"label": "T1", "column": "t1", "values": {"a": 31.0, "base": 30.0}}])
+    with pytest.raises(spec.ClaimsError, match="has 30.1 for 'a'"):
+        spec.load(write_claims_file(tmp_path, [wrong], paper), tmp_path)
+    right = claim(paper=[{"label": "T1", "column": "t1", "values": {"a": 30.1, "base": 30.0}}])
+    assert spec.load(write_claims_file(tmp_path, [right], paper), tmp_path).claims
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine on a synthetic results folder
+# ---------------------------------------------------------------------------------------------
+
+REFS = ["a small dog runs on the grass .", "two men play football .", "a woman reads a book ."]
+HYPS = {"base": ["a dog runs on grass .", "two men are playing soccer .", "a woman reads ."],
+        "a": ["a small dog runs on the grass .", "two men play football .", "a woman reads ."],
+        "b": ["a dog runs .", "men play .", "a woman reads a book ."]}
+
+
+def results_folder(tmp_path, p_values=None):
+    """A results folder with three systems of one seed on de-en, the baseline's p-values
+    stored, and their hypotheses."""
+    folder = tmp_path / "res"
+    ref = tmp_path / "test.raw.en"
+    ref.write_text("\n".join(REFS) + "\n")
+    results = []
+    for i, (name, hyps) in enumerate(HYPS.items()):
+        seed_dir = folder / "de-en" / name / "seed1"
+        seed_dir.mkdir(parents=True)
+        (seed_dir / "hyp.detok.txt").write_text("\n".join(hyps) + "\n")
+        results.append({"pair": "de-en", "system": name, "seed": 1, "params": 100 + i,
+                        "subsets": {"test": {
+                            "sacrebleu": {"base": 30.0, "a": 33.0, "b": 29.5}[name],
+                            "ter": {"base": 50.0, "a": 48.0, "b": 51.0}[name],
+                            "hyp_file": "hyp.detok.txt", "raw_ref": str(ref),
+                            "p_value": (p_values or {}).get(name),
+                            "ter_p_value": None}}})
+    report_ = {"settings": {"baseline": "base", "significance": {"samples": 100, "level": 0.01},
+                            "config": "c.json", "max_update": "10", "seeds": [1],
+                            "paper_file": "paper.json"},
+               "results": results}
+    (folder / "results.json").write_text(json.dumps(report_))
+    return folder
+
+
+def test_engine_reads_stored_p_values_and_computes_the_others(tmp_path):
+    folder = results_folder(tmp_path, {"a": 0.001, "b": 0.4})
+    path = write_claims_file(tmp_path, [
+        claim(),
+        {"id": "c2", "where": "T1", "claim": "b is level with base", "relation": "≈",
+         "system": "b"},
+        {"id": "c3", "where": "T1", "claim": "a beats b", "relation": ">", "system": "a",
+         "against": "b"},
+        {"id": "c4", "where": "T1", "claim": "x beats base", "relation": ">", "system": "x"},
+        {"id": "c5", "where": "T1", "claim": "order", "relation": "order",
+         "groups": [["a"], ["base"], ["b"]]},
+    ])
+    claims_, results, verdicts = lab.compute(folder, path, repo=tmp_path)
+    by = {v.key: v for v in verdicts}
+    assert by["c1@de-en"].verdict == rule.HELD
+    assert by["c1@de-en"].comparisons[0][1].difference == pytest.approx(3.0)
+    assert by["c2@de-en"].verdict == rule.HELD
+    assert by["c4@de-en"].verdict == rule.NOT_RUN
+    # a against b is tested on the hypotheses with the engine's own bootstrap
+    from ran_fairseq.reproduce import paired_bootstrap
+    expected, _, _ = paired_bootstrap(HYPS["b"], HYPS["a"], REFS, 100)
+    assert by["c3@de-en"].comparisons[0][1].seeds[0].p == pytest.approx(expected)
+    assert by["c5@de-en"].verdict in (rule.HELD, rule.ORDER_NOISE)
+    # written, the computed p-values are kept, and a second run needs no references
+    lab.write_claims(path, folder, repo=tmp_path)
+    data = json.loads((folder / "CLAIMS.json").read_text())
+    assert {tuple(sorted((e["system"], e["against"]))) for e in data["pvalues"]} == {("a", "b")}
+    (tmp_path / "test.raw.en").unlink()
+    _, _, again = lab.compute(folder, path, repo=tmp_path, compute_missing=False)
+    assert report.quote({v.key: v for v in again}["c3@de-en"]) == report.quote(by["c3@de-en"])
+    # a changed hypothesis file is tested again, which needs the references
+    (folder / "de-en" / "b" / "seed1" / "hyp.detok.txt").write_text("x\ny\nz\n")
+    with pytest.raises(ResultsError):
+        lab.compute(folder, path, repo=tmp_path, compute_missing=False)
+
+
+def test_quotes_name_the_verdict_the_difference_and_each_seed():
+    v = lab.Verdict({"id": "x", "relation": "≥", "metric": "sacrebleu", "against": "T"}, "de-en",
+                    rule.HELD, comparisons=[("R", rule.compare("≥", [
+                        S(1, 40.93, 40.24, 0.041), S(2, 41.30, 40.18, 0.003)]))])
+    assert report.quote(v) == ("held, better in 1 of 2 seeds: +0.90 (seed 1: +0.69, p = 0.041; "
+                               "seed 2: +1.12, p = 0.003)")
+    single = lab.Verdict({"id": "y", "relation": "<", "metric": "ter", "against": "T"}, "de-en",
+                         rule.WITHIN_NOISE,
+                         comparisons=[("R", rule.compare("<", [S(1, 42.16, 41.6, 0.0809)],
+                                                         higher_is_better=False))])
+    assert report.quote(single) == "within noise: +0.56 TER (p = 0.081)"
+    assert report.pval(0.139) == "0.14" and report.pval(0.000999) == "0.001"
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis measures
+# ---------------------------------------------------------------------------------------------
+
+def threshold_claim(measure, tests):
+    return {"id": "t", "where": "Fig. 1", "claim": "c", "relation": "threshold",
+            "measure": measure, "tests": tests}
+
+
+def test_histogram_share_pools_the_layers(tmp_path):
+    rows = ["system,side,layer,bin,lo,hi,count,fraction"]
+    for system, counts in {"T": [(30, 70), (40, 60)], "S": [(0, 100), (0, 100)],
+                           "R": [(25, 75), (35, 65)]}.items():
+        for layer, (low, high) in enumerate(counts, 1):
+            rows += [f"{system},enc,{layer},0,0.0,0.02,{low},0", f"{system},enc,{layer},1,0.02,0.04,"
+                     f"{high},0", f"{system},dec,{layer},0,0.0,0.02,1,0"]
+    (tmp_path / "h.csv").write_text("\n".join(rows) + "\n")
+    measured = analysis.measure(threshold_claim(
+        {"kind": "histogram_share", "file": "h.csv", "side": "enc", "below": 0.02},
+        [{"label": "S", "system": "S", "op": "<=", "times": 0.5, "of": "T"},
+         {"label": "R", "system": "R", "op": "<=", "times": 0.5, "of": "T"}]), tmp_path, tmp_path)
+    assert [t.value for t in measured.tests] == [0.0, pytest.approx(0.3)]
+    assert measured.tests[0].limit == pytest.approx(0.175)
+    assert measured.verdict == "held for S; not held for R"
+
+
+def test_length_bins_take_the_smallest_difference(tmp_path):
+    (tmp_path / "fig5.csv").write_text(
+        "system,bin,lo,hi,sentences,seeds,bleu,bleu_std\n"
+        "A,0-9,0,10,400,1,40,0\nA,10-14,10,15,300,1,35,0\nA,20+,20,,30,1,10,0\n"
+        "B,0-9,0,10,400,1,38,0\nB,10-14,10,15,300,1,36,0\nB,20+,20,,30,1,30,0\n")
+    tests = [{"label": "B", "system": "A", "of": "B", "op": ">=", "limit": 0.0}]
+    m = analysis.measure(threshold_claim({"kind": "length_bins", "file": "fig5.csv",
+                                          "skip_last": True}, tests), tmp_path, tmp_path)
+    assert m.tests[0].value == pytest.approx(-1.0) and m.verdict == rule.NOT_HELD
+    m = analysis.measure(threshold_claim({"kind": "length_bins", "file": "fig5.csv",
+                                          "min_sentences": 350}, tests), tmp_path, tmp_path)
+    assert m.tests[0].value == pytest.approx(2.0) and m.verdict == rule.HELD
+    missing = analysis.measure(threshold_claim({"kind": "length_bins", "file": "none.csv"},
+                                               tests), tmp_path, tmp_path)
+    assert missing.verdict == rule.NOT_RUN
+
+
+def bench_file(path, base_tps, sys_tps, device="Intel(R) Xeon(R) Processor"):
+    systems = [{"name": n, "metrics": {"train_tokens_per_s": t, "decode_tokens_per_s": t},
+                "decode": {"generated_tokens": 100, "pass_seconds": [100 / t, 100 / t]}}
+               for n, t in (("base", base_tps), ("sys", sys_tps))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": {"device": "cpu", "device_name": device, "threads": 2},
+                                "settings": {"baseline": "base"}, "systems": systems}))
+
+
+def test_bench_ratios_name_the_device(tmp_path):
+    for i, (b, s) in enumerate([(1000, 200), (1000, 250), (900, 100)]):
+        bench_file(tmp_path / f"run{i}" / "bench.json", b, s)
+    m = analysis.measure(threshold_claim(
+        {"kind": "bench", "metric": "train_time", "files": ["run*/bench.json"]},
+        [{"label": "sys", "system": "sys", "op": ">=", "limit": 5.0}]), tmp_path, tmp_path)
+    assert m.tests[0].value == pytest.approx(5.0)  # median of 5, 4, 9
+    assert m.verdict == rule.HELD
+    assert m.devices == ["Intel(R) Xeon(R) Processor (CPU, 2 threads)"]
+    m = analysis.measure(threshold_claim(
+        {"kind": "bench", "metric": "decode_tokens_per_s", "files": ["run0/bench.json"],
+         "passes": "mean"},
+        [{"label": "sys", "system": "sys", "op": ">=", "limit": 1.1}]), tmp_path, tmp_path)
+    assert m.tests[0].value == pytest.approx(0.2) and m.verdict == rule.NOT_HELD
+
+
+def test_a_claim_without_a_measure_is_not_run(tmp_path):
+    m = analysis.measure({"id": "n", "measure": {"kind": "none", "why": "not reproduced"}},
+                         tmp_path, tmp_path)
+    assert m.verdict == rule.NOT_RUN and m.details["why"] == "not reproduced"
+
+
+# ---------------------------------------------------------------------------------------------
+# the committed CLAIMS.md files and the pages that quote them
+# ---------------------------------------------------------------------------------------------
+
+FOLDERS = [p.parent for p in sorted((REPO / "results").rglob("results.json"))]
+
+
+def test_every_results_folder_has_a_claims_report():
+    from ran_fairseq.lab.claims.cli import folders_with_claims
+    assert folders_with_claims(REPO) == FOLDERS
+    assert len(FOLDERS) >= 9
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(REPO)))
+def test_committed_claims_md_is_what_the_engine_computes(folder):
+    claims_, results, verdicts = lab.compute(folder, repo=REPO, compute_missing=False)
+    text, data = lab.render(claims_, results, verdicts, REPO)
+    assert (folder / "CLAIMS.md").read_text(encoding="utf-8") == text, \
+        f"rerun: python scripts/claims.py --results {folder.relative_to(REPO)}"
+    committed = json.loads((folder / "CLAIMS.json").read_text(encoding="utf-8"))
+    assert committed["verdicts"] == json.loads(json.dumps(data["verdicts"], ensure_ascii=False))
+
+
+def refs_here():
+    ref = REPO / "data-bin" / "multi30k.de-en" / "test.raw.en"
+    return ref.is_file()
+
+
+@pytest.mark.skipif(not refs_here(), reason="no Multi30k data-bin here (scripts/prepare-multi30k.sh)")
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_stored_pairwise_p_value_recomputes_from_the_hypotheses(folder):
+    cached = json.loads((folder / "CLAIMS.json").read_text(encoding="utf-8"))["pvalues"]
+    if not cached:
+        pytest.skip("no p-value beyond results.json's")
+    entry = cached[0]
+    bin_dir = REPO / "data-bin" / "multi30k.de-en"
+    src, tgt = entry["pair"].split("-")
+    refs = {(entry["pair"], entry["subset"]): bin_dir / f"{entry['subset']}.raw.{tgt}"}
+    fresh = Folder(folder, REPO, refs, cache=[], compute=True)
+    p = fresh.p_value(entry["pair"], entry["system"], entry["against"], entry["seed"],
+                      entry["subset"], entry["metric"])
+    assert math.isclose(p, entry["p"])
+
+
+PAGES = [REPO / "README.md", REPO / "docs" / "results.md"]
+FOLDER_PAGES = [folder / "README.md" for folder in FOLDERS]
+
+
+def verdicts_of(cache={}):
+    def get(name):
+        if name not in cache:
+            cache[name] = lab.verdicts_by_key(name, REPO)
+        return cache[name]
+    return get
+
+
+def holds_of(name):
+    return lab.holds_of(name, REPO)
+
+
+@pytest.mark.parametrize("page", PAGES + FOLDER_PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_pages_quote_the_computed_verdicts(page):
+    text = page.read_text(encoding="utf-8")
+    assert report.quoted_folders(text), f"{page.name} quotes no CLAIMS.md"
+    assert report.fill(text, verdicts_of(), holds_of) == text, \
+        "rerun: python scripts/claims.py --all --fill README.md docs/results.md results/*/README.md results/*/*/README.md"
+
+
+def outside_quotes(text):
+    for pattern in (report.SPAN, report.TABLE, report.HOLDS):
+        text = pattern.sub("", text)
+    return re.sub(r"(?<![*\w])\*[^*\n]+\*(?![*\w])", "", text)  # *italic*: the rule's own words
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_verdict_is_written_by_hand(page):
+    """Outside the quoted spans and tables, the results pages name no verdict: a verdict word in
+    the prose would be one the engine does not check."""
+    text = page.read_text(encoding="utf-8")
+    if page.name == "README.md":
+        text = text[text.index("## Results"):text.index("## Documentation")]
+    found = [m.group(0) for m in re.finditer(r"\b(?:not held|held|within noise|opposite)\b",
+                                              outside_quotes(text))]
+    assert not found, f"verdicts written by hand in {page.name}: {found}"
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(REPO)))
+def test_each_results_folder_says_what_it_holds_first(folder):
+    """A folder's README opens (before its first list or section after the title) with the
+    machines, budgets, seeds and starts of its runs, computed from its results.json."""
+    lines = (folder / "README.md").read_text(encoding="utf-8").splitlines()
+    marker = f"<!-- holds {folder.relative_to(REPO)} -->"
+    assert marker in lines[:8], f"{folder}/README.md does not open with {marker}"
+    assert (folder / "CLAIMS.md").read_text(encoding="utf-8").count("**What the folder holds**") == 1
+
+
+def test_fill_rewrites_a_stale_quote():
+    text = ("x <!-- claim results/ran/long#Z-T1-ran-all@de-en -->not held: better"
+            "<!-- /claim --> y")
+    filled = report.fill(text, verdicts_of())
+    assert "held, better in 1 of 2 seeds: +0.91" in filled and filled.endswith(" y")
+    with pytest.raises(KeyError):
+        report.fill("<!-- claim results/ran/long#nope -->x<!-- /claim -->", verdicts_of())
+    # an unclosed span is left alone rather than merged with the next one
+    broken = ("<!-- claim results/ran/long#Z-T1-ran-e@de-en -->x\n\n"
+              "<!-- claim results/ran/long#Z-T1-ran-d@de-en -->y<!-- /claim -->")
+    assert report.fill(broken, verdicts_of()).startswith(
+        "<!-- claim results/ran/long#Z-T1-ran-e@de-en -->x\n\n<!-- claim results/ran/long#Z-T1-ran-d")
+    table = "<!-- claims-table results/ran/gpu pairs=de-en -->\n<!-- /claims-table -->"
+    assert "| claim | paper | here | verdict |" in report.fill(table, verdicts_of())
+
+
+def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path):
+    """scripts/reproduce-rosendahl.py in a short setting (2 updates on a tiny corpus) writes
+    CLAIMS.md and CLAIMS.json beside TABLE.md, from the paper's claims file."""
+    helpers.scored_corpus(tmp_path)
+    out = helpers.short_reproduction(helpers.REPO / "scripts" / "reproduce-rosendahl.py",
+                                     REPO / "configs" / "recurrent_cross" / "cpu.json", tmp_path,
+                                     ["baseline", "coverage"])
+    assert (out / "TABLE.md").is_file()
+    text = (out / "CLAIMS.md").read_text(encoding="utf-8")
+    claims_, results, verdicts = lab.compute(out, repo=REPO, compute_missing=False)
+    assert text == lab.render(claims_, results, verdicts, REPO)[0]
+    by = {v.key: v for v in verdicts}
+    coverage = dict(by["R-5.2-level@de-en"].comparisons)["coverage"]
+    assert coverage.n == 1 and coverage.verdict != rule.NOT_RUN
+    assert by["R-T1-order@de-en"].verdict == rule.NOT_RUN  # the expand-kv variants did not run
