@@ -22,7 +22,18 @@ from fairseq.data import data_utils
 from fairseq.sequence_generator import EnsembleModel
 
 import helpers
-from systems import SYSTEMS
+from systems import SYSTEMS, TINY_RAN, System
+
+# RAN's options for the choices of Zeng et al.'s released code (--ran-initial-init xavier,
+# --ran-ffn-dim), with the rest of RAN's variants in tests/systems.py
+SYSTEMS = SYSTEMS + [
+    System("ran-authors-code", "ran_transformer",
+           (*TINY_RAN, "--ran-transition", "ffn", "--ran-decoder-initial", "full",
+            "--ran-initial-init", "xavier", "--ran-ffn-dim", "24")),
+    System("ran-fixed-xavier", "ran_transformer",
+           (*TINY_RAN, "--ran-fixed-initial-matrices", "--ran-initial-init", "xavier"),
+           slow_checks=False),
+]
 
 TOL = 1e-4
 # Tiny randomly initialized models predict nearly uniform distributions, in which even a missing

@@ -245,6 +245,58 @@ def test_ran_options_are_checked():
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, decoder_initial="upper")
 
 
+def test_ran_initial_matrices_normal_by_default_or_xavier_as_the_authors_code():
+    """§2.2's "randomly initialized" A_0: N(0, n^-1/2) by default; with initial_init="xavier",
+    Xavier-uniform over the whole (h, n, n) tensor (fan-in n·n, fan-out h·n), as the authors'
+    released code: a standard deviation of about 0.0054 at h = 8, n = 256."""
+    heads, n = 8, 256
+    torch.manual_seed(0)
+    normal = RecurrentAttentionMatrices(1, heads, n, causal=False).initial
+    assert normal.std().item() == pytest.approx(n ** -0.5, rel=0.02)
+    for causal in (False, True):
+        torch.manual_seed(0)
+        xavier = RecurrentAttentionMatrices(1, heads, n, causal, initial_init="xavier").initial
+        torch.manual_seed(0)
+        expected = torch.nn.init.xavier_uniform_(torch.empty(heads, n, n))
+        assert torch.equal(xavier, expected)
+        bound = math.sqrt(6 / (n * n + heads * n))
+        assert xavier.abs().max().item() <= bound
+        assert xavier.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.02)
+        assert xavier.std().item() == pytest.approx(0.0054, abs=0.0001)
+    # the initialization applies to frozen matrices too (Table 3's "fixed" rows keep it)
+    fixed = RecurrentAttentionMatrices(1, heads, 32, False, freeze_initial=True,
+                                       initial_init="xavier").initial
+    assert not fixed.requires_grad and fixed.abs().max() <= math.sqrt(6 / (32 * 32 + heads * 32))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+def test_ran_ffn_transition_width(causal):
+    """ffn_dim sets the hidden width m of the feed-forward transition (default 4n); the
+    recurrence is the same per-row definition at any width."""
+    assert FeedForwardTransition(N).fc1.out_features == 4 * N
+    matrices = ran_matrices(causal, transition="ffn", ffn_dim=7)
+    transition = matrices.transition
+    assert (transition.fc1.weight.shape, transition.fc2.weight.shape) == ((7, N), (N, 7))
+    assert sum(p.numel() for p in transition.parameters()) == 2 * 7 * N + 7 + N
+    assert "ffn_dim=7" in repr(matrices)
+    with torch.no_grad():
+        torch.testing.assert_close(all_logits(matrices), naive_rows(matrices, causal),
+                                   rtol=1e-5, atol=1e-5)
+    module = attention(matrices).train()
+    module(torch.randn(6, 3, DIM))[0].pow(2).sum().backward()
+    assert transition.fc1.weight.grad.abs().sum() > 0 and matrices.initial.grad.abs().sum() > 0
+
+
+def test_ran_initialization_and_width_options_are_checked():
+    with pytest.raises(ValueError, match="--ran-initial-init must be one of normal, xavier"):
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, initial_init="uniform")
+    with pytest.raises(ValueError, match="--ran-ffn-dim sets the hidden width of "
+                                         "--ran-transition ffn"):
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ffn_dim=16)
+    with pytest.raises(ValueError, match="--ran-ffn-dim must be positive, got 0"):
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="ffn", ffn_dim=0)
+
+
 # ---- layers use softmax(A_l[:T, :T]) · V ------------------------------------------------------
 
 
@@ -763,6 +815,47 @@ def test_named_archs_sizes():
     for args in (small, iwslt, base):
         assert (args.encoder_self_attention, args.decoder_self_attention) == ("ran", "ran")
         assert (args.max_attention_positions, args.positional_attention_dropout) == (256, 0.2)
+
+
+def test_ran_initialization_and_width_flags_reach_the_matrices_and_are_checked():
+    model = build("ran_transformer", *SMALL, "--ran-transition", "ffn", "--ran-ffn-dim", "24",
+                  "--ran-initial-init", "xavier")
+    for side in (model.encoder, model.decoder):
+        matrices = side.self_attn_matrices
+        assert matrices.transition.fc1.weight.shape == (24, 20)
+        assert matrices.initial_init == "xavier"
+        assert matrices.initial.abs().max() <= math.sqrt(6 / (20 * 20 + 2 * 20))
+    default = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
+    assert default.encoder.self_attn_matrices.transition.fc1.weight.shape == (80, 20)  # 4n
+    assert default.decoder.self_attn_matrices.initial_init == "normal"
+    with pytest.raises(ValueError, match="--ran-ffn-dim sets the hidden width of "
+                                         "--ran-transition ffn; --ran-transition is paper"):
+        build("ran_transformer", *SMALL, "--ran-ffn-dim", "24")
+    with pytest.raises(ValueError, match="--ran-ffn-dim must be positive"):
+        build("ran_transformer", *SMALL, "--ran-transition", "ffn", "--ran-ffn-dim", "-1")
+    with pytest.raises(ValueError, match="--ran-initial-init xavier needs RAN on a side"):
+        build("ran_transformer", *SMALL, "--encoder-self-attention", "dot",
+              "--decoder-self-attention", "dot", "--ran-initial-init", "xavier")
+    with pytest.raises(SystemExit):  # argparse names the flag and its choices
+        build("ran_transformer", *SMALL, "--ran-initial-init", "uniform")
+
+
+def test_checkpoints_from_before_the_initialization_and_width_options_load_as_trained():
+    """A saved namespace without ran_initial_init and ran_ffn_dim builds the model it was trained
+    as (N(0, n^-1/2) and the 4n-wide ffn transition), and its weights load into it."""
+    trained = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
+    args = options.parse_args_and_arch(options.get_training_parser(),
+                                       ["unused-data", "--arch", "ran_transformer", "--task",
+                                        "translation", *SMALL, "--ran-transition", "ffn"])
+    del args.ran_initial_init, args.ran_ffn_dim
+    args._name = "ran_transformer"
+    old = RanTransformerModel.build_model(args, FakeTask())
+    assert (args.ran_initial_init, args.ran_ffn_dim) == ("normal", None)
+    old.load_state_dict(trained.state_dict())  # strict: every shape as trained
+    tokens = torch.tensor([[5, 6, 7, 2]])
+    with torch.no_grad():
+        expected = trained.eval()(tokens, torch.tensor([4]), tokens)[0]
+        torch.testing.assert_close(old.eval()(tokens, torch.tensor([4]), tokens)[0], expected)
 
 
 def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():

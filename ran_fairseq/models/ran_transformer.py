@@ -21,9 +21,13 @@ or removes the transition's LN and residual (``--ran-no-layernorm-residual``). T
 beyond the paper's systems: ``--ran-decoder-initial`` (``lower-triangle``, the default and §2.2's
 reading: the decoder's transition sees only the lower triangle of each matrix; ``full``: whole rows,
 the causal mask at the softmax only, as before this option existed and in the authors' code) and
-``--ran-transition`` (``paper``, Eqs. 3-4, the default; ``ffn``: the authors' released
-feed-forward transition n → 4n → n with ReLU and a residual). Checkpoints saved before
-``--ran-decoder-initial`` existed load with ``full``, the computation they were trained with.
+``--ran-transition`` (``paper``, Eqs. 3-4, the default; ``ffn``: the feed-forward transition of
+the authors' released code, n → m → n with ReLU and a residual, m = ``--ran-ffn-dim``, default 4n;
+the authors' m is 1,024 whatever n, so ``ffn`` is their transition where m = 1,024). A_0 is
+"randomly initialized" (§2.2): ``--ran-initial-init normal`` (default, N(0, n^-1/2)) or ``xavier``
+(Xavier-uniform over the (h, n, n) tensor, as the authors' code). Checkpoints saved before
+``--ran-decoder-initial`` existed load with ``full``, the computation they were trained with;
+those saved before ``--ran-initial-init`` and ``--ran-ffn-dim`` load with ``normal`` and 4n.
 ``ran_transformer_iwslt_de_en`` has transformer_iwslt_de_en's sizes (512/1024, 4 heads) and
 ``ran_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
 
@@ -54,9 +58,12 @@ from fairseq.modules.transformer_layer import (
 from ..compat import PositionLimit
 from ..modules.positional_attention import (
     DECODER_INITIAL_FLAG,
+    FFN_DIM_FLAG,
+    INITIAL_INIT_FLAG,
     MAX_POSITIONS_FLAG,
     NO_LAYERNORM_RESIDUAL_FLAG,
     RAN_DECODER_INITIAL,
+    RAN_INITIAL_INIT,
     RAN_TRANSITIONS,
     TRANSITION_FLAG,
     PositionalSelfAttention,
@@ -88,7 +95,8 @@ def side_matrices(cfg, side):
         causal=side == "decoder", freeze_initial=cfg.ran_fixed_initial_matrices,
         layernorm_residual=not cfg.ran_no_layernorm_residual,
         gaussian_std=cfg.gaussian_attention_std, ran_transition=cfg.ran_transition,
-        ran_decoder_initial=cfg.ran_decoder_initial)
+        ran_decoder_initial=cfg.ran_decoder_initial, ran_initial_init=cfg.ran_initial_init,
+        ran_ffn_dim=cfg.ran_ffn_dim)
 
 
 class _LayerPlan:
@@ -248,9 +256,18 @@ class RanTransformerModel(TransformerModel):
                                  "this option; the authors' code); default lower-triangle")
         parser.add_argument(TRANSITION_FLAG, choices=list(RAN_TRANSITIONS),
                             help="RAN transition: paper (Eqs. 3-4, LN(tanh(W A + b)) + A) or ffn "
-                                 "(the authors' released code: A + W2 ReLU(W1 A + b1) + b2, "
-                                 "n -> 4n -> n, no layer norm; §2.3 names FFNs as an option); "
-                                 "default paper")
+                                 "(the authors' released code's: A + W2 ReLU(W1 A + b1) + b2, "
+                                 "n -> m -> n with m = --ran-ffn-dim, no layer norm; §2.3 names "
+                                 "FFNs as an option); default paper")
+        parser.add_argument(FFN_DIM_FLAG, type=int, metavar="M",
+                            help="RAN: hidden width m of --ran-transition ffn; default 4n (n = "
+                                 "--max-attention-positions); the authors' code uses 1024 "
+                                 "whatever n")
+        parser.add_argument(INITIAL_INIT_FLAG, choices=list(RAN_INITIAL_INIT),
+                            help="RAN: random initialization of the initial matrices A_0 (§2.2 "
+                                 "says 'randomly initialized'): normal (N(0, n^-1/2)) or xavier "
+                                 "(Xavier-uniform over the (heads, n, n) tensor, as the authors' "
+                                 "released code); default normal")
         parser.add_argument("--gaussian-attention-std", type=float, metavar="S",
                             help="standard deviation of the HC-SA Gaussians; default 1.0")
         parser.add_argument("--no-encoder-positional-embeddings", action="store_true",
@@ -286,7 +303,8 @@ class RanTransformerModel(TransformerModel):
 def check_ran_options(args):
     """The RAN options' values and combinations, each error naming its flags."""
     for flag, name, choices in ((TRANSITION_FLAG, "ran_transition", RAN_TRANSITIONS),
-                                (DECODER_INITIAL_FLAG, "ran_decoder_initial", RAN_DECODER_INITIAL)):
+                                (DECODER_INITIAL_FLAG, "ran_decoder_initial", RAN_DECODER_INITIAL),
+                                (INITIAL_INIT_FLAG, "ran_initial_init", RAN_INITIAL_INIT)):
         if getattr(args, name) not in choices:
             raise ValueError(f"{flag} must be one of {', '.join(choices)}, "
                              f"got {getattr(args, name)!r}")
@@ -294,10 +312,18 @@ def check_ran_options(args):
         raise ValueError(f"{NO_LAYERNORM_RESIDUAL_FLAG} removes the layer norm and residual of the "
                          f"paper's transition (Eqs. 3-4); {TRANSITION_FLAG} ffn has no layer "
                          f"norm: use {TRANSITION_FLAG} paper with it")
-    if args.ran_transition != "paper" and "ran" not in (args.encoder_self_attention,
-                                                        args.decoder_self_attention):
-        raise ValueError(f"{TRANSITION_FLAG} {args.ran_transition} needs RAN on a side: "
-                         f"--encoder-self-attention ran or --decoder-self-attention ran")
+    if args.ran_ffn_dim is not None:
+        if args.ran_ffn_dim < 1:
+            raise ValueError(f"{FFN_DIM_FLAG} must be positive, got {args.ran_ffn_dim}")
+        if args.ran_transition != "ffn":
+            raise ValueError(f"{FFN_DIM_FLAG} sets the hidden width of {TRANSITION_FLAG} ffn; "
+                             f"{TRANSITION_FLAG} is {args.ran_transition}")
+    ran_side = "ran" in (args.encoder_self_attention, args.decoder_self_attention)
+    for flag, value, default in ((TRANSITION_FLAG, args.ran_transition, "paper"),
+                                 (INITIAL_INIT_FLAG, args.ran_initial_init, "normal")):
+        if value != default and not ran_side:
+            raise ValueError(f"{flag} {value} needs RAN on a side: "
+                             f"--encoder-self-attention ran or --decoder-self-attention ran")
     if args.ran_decoder_initial != "lower-triangle" and args.decoder_self_attention != "ran":
         raise ValueError(f"{DECODER_INITIAL_FLAG} {args.ran_decoder_initial} applies to a RAN "
                          f"decoder only; --decoder-self-attention is "
@@ -327,6 +353,9 @@ def ran_base_architecture(args):
     if not hasattr(args, "ran_decoder_initial"):
         args.ran_decoder_initial = _decoder_initial_default(args)
     args.ran_transition = getattr(args, "ran_transition", "paper")
+    # checkpoints saved before these options existed were built with N(0, n^-1/2) and 4n: the same
+    args.ran_initial_init = getattr(args, "ran_initial_init", "normal")
+    args.ran_ffn_dim = getattr(args, "ran_ffn_dim", None)  # None: 4n
     args.gaussian_attention_std = getattr(args, "gaussian_attention_std", 1.0)
     args.no_encoder_positional_embeddings = getattr(args, "no_encoder_positional_embeddings", False)
     args.no_decoder_positional_embeddings = getattr(args, "no_decoder_positional_embeddings", False)

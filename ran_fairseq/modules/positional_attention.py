@@ -15,7 +15,9 @@ The sources:
   A_0 per head and one transition shared by all heads and layers,
   A_l = LN(tanh(A_{l-1} Wᵀ + b)) + A_{l-1} (Eqs. 3-4), W acting along the key axis of every row;
   in a decoder, only the lower triangle of each matrix takes part in the transition (§2.2) unless
-  ``decoder_initial="full"``; ``transition="ffn"`` is the authors' released feed-forward transition.
+  ``decoder_initial="full"``; ``transition="ffn"`` is the feed-forward transition of the authors'
+  released code (theirs where its hidden width ``ffn_dim`` is 1,024), ``initial_init="xavier"``
+  their initialization of A_0.
 - :class:`RandomSynthesizerMatrices` (Tay et al. 2020): a learned (h, n, n) matrix per layer.
 - :class:`GaussianAttentionMatrices` (HC-SA, You et al. 2020): fixed logits -(j - i - c_k)² / 2σ²,
   head k centred at offset c_k from the query position.
@@ -57,9 +59,14 @@ MAX_POSITIONS_FLAG = "--max-attention-positions"
 # RAN's options (Zeng et al. 2021): the transition (§2.3) and the decoder's use of A_0 (§2.2)
 RAN_TRANSITIONS = ("paper", "ffn")
 RAN_DECODER_INITIAL = ("lower-triangle", "full")
+# A_0's random initialization (§2.2 says only "randomly initialized"): N(0, n^-1/2) here before
+# this option, or Xavier-uniform over the (h, n, n) tensor as in the authors' released code
+RAN_INITIAL_INIT = ("normal", "xavier")
 TRANSITION_FLAG = "--ran-transition"
 DECODER_INITIAL_FLAG = "--ran-decoder-initial"
 NO_LAYERNORM_RESIDUAL_FLAG = "--ran-no-layernorm-residual"
+INITIAL_INIT_FLAG = "--ran-initial-init"
+FFN_DIM_FLAG = "--ran-ffn-dim"
 
 # Decoding steps whose weights are copied out for every hypothesis at once (PositionalSelfAttention)
 STEP_BLOCK = 16
@@ -285,13 +292,18 @@ class PositionalAttentionMatrices(nn.Module):
 
 class FeedForwardTransition(nn.Module):
     """The feed-forward transition of the authors' released code, Â = W_2 ReLU(W_1 a + b_1) + b_2
-    with W_1 (4n×n), W_2 (n×4n), acting along the key axis of each row; Xavier-uniform weights,
-    zero biases. :class:`RecurrentAttentionMatrices` adds the residual."""
+    with W_1 (m×n), W_2 (n×m), acting along the key axis of each row; Xavier-uniform weights,
+    zero biases. The hidden width m is ``hidden`` (default 4n); the authors' is 1,024 whatever n,
+    so this is their transition where m = 1,024 (with the default, at n = 256 only).
+    :class:`RecurrentAttentionMatrices` adds the residual."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, hidden: Optional[int] = None):
         super().__init__()
-        self.fc1 = nn.Linear(n, 4 * n)
-        self.fc2 = nn.Linear(4 * n, n)
+        hidden = 4 * n if hidden is None else hidden
+        if hidden < 1:
+            raise ValueError(f"{FFN_DIM_FLAG} must be positive, got {hidden}")
+        self.fc1 = nn.Linear(n, hidden)
+        self.fc2 = nn.Linear(hidden, n)
         for linear in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
@@ -311,8 +323,13 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
     W (n×n) acts along the key axis of each row. ``freeze_initial`` keeps A_0 at its random
     initialization (Table 3 "fixed"); ``layernorm_residual=False`` uses A_l = tanh(A_{l-1} Wᵀ + b)
     (Table 3 "w/o LN&RES"). ``transition="ffn"`` replaces the transition by the authors' released
-    one, A_l = A_{l-1} + W_2 ReLU(W_1 A_{l-1} + b_1) + b_2 with W_1 (4n×n), W_2 (n×4n)
-    (:class:`FeedForwardTransition`; no tanh, no layer norm).
+    one, A_l = A_{l-1} + W_2 ReLU(W_1 A_{l-1} + b_1) + b_2 with W_1 (m×n), W_2 (n×m), m =
+    ``ffn_dim`` (default 4n; :class:`FeedForwardTransition`; no tanh, no layer norm).
+
+    A_0 is "randomly initialized" (§2.2): ``initial_init="normal"`` (the default) draws
+    N(0, n^-1/2); ``"xavier"`` draws Xavier-uniform over the whole (h, n, n) tensor, as the
+    authors' released code does (fan-in n·n, fan-out h·n: a standard deviation of about 0.0054 at
+    h = 8, n = 256, against 0.0625).
 
     In a causal (decoder) source, ``decoder_initial="lower-triangle"`` (§2.2: "only the lower
     triangular matrix of each Initial Attention Matrix is leveraged") restricts row i of every A_l
@@ -323,8 +340,15 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
     depends on row i of A_0 only."""
 
     def __init__(self, num_layers, num_heads, max_positions, causal, freeze_initial=False,
-                 layernorm_residual=True, transition="paper", decoder_initial="lower-triangle"):
+                 layernorm_residual=True, transition="paper", decoder_initial="lower-triangle",
+                 initial_init="normal", ffn_dim=None):
         super().__init__(num_layers, num_heads, max_positions, causal)
+        if initial_init not in RAN_INITIAL_INIT:
+            raise ValueError(f"{INITIAL_INIT_FLAG} must be one of {', '.join(RAN_INITIAL_INIT)}, "
+                             f"got {initial_init!r}")
+        if ffn_dim is not None and transition != "ffn":
+            raise ValueError(f"{FFN_DIM_FLAG} sets the hidden width of {TRANSITION_FLAG} ffn; the "
+                             f"transition is {transition!r}")
         if transition not in RAN_TRANSITIONS:
             raise ValueError(f"{TRANSITION_FLAG} must be one of {', '.join(RAN_TRANSITIONS)}, "
                              f"got {transition!r}")
@@ -338,13 +362,18 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
         n = max_positions
         self.transition_type = transition
         self.decoder_initial = decoder_initial
+        self.initial_init = initial_init
         self.initial = nn.Parameter(torch.empty(num_heads, n, n), requires_grad=not freeze_initial)
-        nn.init.normal_(self.initial, std=n ** -0.5)
+        # §2.2: the initial matrices are "randomly initialized"
+        if initial_init == "xavier":
+            nn.init.xavier_uniform_(self.initial)
+        else:
+            nn.init.normal_(self.initial, std=n ** -0.5)
         if transition == "paper":
             self.transition = nn.Linear(n, n)
             self.layer_norm = nn.LayerNorm(n) if layernorm_residual else None
         else:
-            self.transition = FeedForwardTransition(n)
+            self.transition = FeedForwardTransition(n, ffn_dim)
             self.layer_norm = None
         self._consts(torch.device("cpu"))
 
@@ -356,6 +385,9 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
 
     def extra_repr(self) -> str:
         text = f"{super().extra_repr()}, transition={self.transition_type}"
+        if self.transition_type == "ffn":
+            text += f", ffn_dim={self.transition.fc1.out_features}"
+        text += f", initial_init={self.initial_init}"
         return f"{text}, decoder_initial={self.decoder_initial}" if self.causal else text
 
     def _compute_logits(self, rows):
@@ -800,7 +832,8 @@ def build_positional_matrices(kind: str, num_layers: int, num_heads: int, max_po
                               causal: bool, freeze_initial: bool = False,
                               layernorm_residual: bool = True,
                               gaussian_std: float = 1.0, ran_transition: str = "paper",
-                              ran_decoder_initial: str = "lower-triangle"
+                              ran_decoder_initial: str = "lower-triangle",
+                              ran_initial_init: str = "normal", ran_ffn_dim: Optional[int] = None
                               ) -> PositionalAttentionMatrices:
     """The matrix source for ``kind`` in {"ran", "synthesizer", "gaussian"}."""
     if kind == "ran":
@@ -808,7 +841,8 @@ def build_positional_matrices(kind: str, num_layers: int, num_heads: int, max_po
                                           freeze_initial=freeze_initial,
                                           layernorm_residual=layernorm_residual,
                                           transition=ran_transition,
-                                          decoder_initial=ran_decoder_initial)
+                                          decoder_initial=ran_decoder_initial,
+                                          initial_init=ran_initial_init, ffn_dim=ran_ffn_dim)
     if kind == "synthesizer":
         return RandomSynthesizerMatrices(num_layers, num_heads, max_positions, causal)
     if kind == "gaussian":
