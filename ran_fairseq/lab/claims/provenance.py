@@ -28,9 +28,11 @@ def machine(result: dict) -> str:
     if not m:
         return "no machine recorded"
     kind = "GPU" if m.get("device") == "cuda" else "CPU"
-    threads = m.get("threads")
+    threads, jobs = m.get("threads"), m.get("jobs")
     thread_text = f", {threads} thread{'s' if threads != 1 else ''} per run" if threads else ""
-    return f"{kind}: {m.get('device_name') or m.get('device')}{thread_text}"
+    jobs_text = (f", up to {jobs} runs at a time" if jobs and jobs > 1 else
+                 ", one run at a time" if jobs == 1 else "")
+    return f"{kind}: {m.get('device_name') or m.get('device')}{thread_text}{jobs_text}"
 
 
 def start(result: dict) -> str:
