@@ -4,7 +4,6 @@ from the committed results."""
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 
@@ -283,8 +282,9 @@ def test_histogram_share_pools_the_layers(tmp_path):
     for system, counts in {"T": [(30, 70), (40, 60)], "S": [(0, 100), (0, 100)],
                            "R": [(25, 75), (35, 65)]}.items():
         for layer, (low, high) in enumerate(counts, 1):
-            rows += [f"{system},enc,{layer},0,0.0,0.02,{low},0", f"{system},enc,{layer},1,0.02,0.04,"
-                     f"{high},0", f"{system},dec,{layer},0,0.0,0.02,1,0"]
+            rows += [f"{system},enc,{layer},0,0.0,0.02,{low},0",
+                     f"{system},enc,{layer},1,0.02,0.04,{high},0",
+                     f"{system},dec,{layer},0,0.0,0.02,1,0"]
     (tmp_path / "h.csv").write_text("\n".join(rows) + "\n")
     measured = analysis.measure(threshold_claim(
         {"kind": "histogram_share", "file": "h.csv", "side": "enc", "below": 0.02},
@@ -371,7 +371,8 @@ def refs_here():
     return ref.is_file()
 
 
-@pytest.mark.skipif(not refs_here(), reason="no Multi30k data-bin here (scripts/prepare-multi30k.sh)")
+@pytest.mark.skipif(not refs_here(),
+                    reason="no Multi30k data-bin here (scripts/prepare-multi30k.sh)")
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(REPO)))
 def test_a_stored_pairwise_p_value_recomputes_from_the_hypotheses(folder):
     cached = json.loads((folder / "CLAIMS.json").read_text(encoding="utf-8"))["pvalues"]
@@ -408,7 +409,8 @@ def test_pages_quote_the_computed_verdicts(page):
     text = page.read_text(encoding="utf-8")
     assert report.quoted_folders(text), f"{page.name} quotes no CLAIMS.md"
     assert report.fill(text, verdicts_of(), holds_of) == text, \
-        "rerun: python scripts/claims.py --all --fill README.md docs/results.md results/*/README.md results/*/*/README.md"
+        ("rerun: python scripts/claims.py --all --fill README.md docs/results.md "
+         "results/*/README.md results/*/*/README.md")
 
 
 def outside_quotes(text):
@@ -436,7 +438,8 @@ def test_each_results_folder_says_what_it_holds_first(folder):
     lines = (folder / "README.md").read_text(encoding="utf-8").splitlines()
     marker = f"<!-- holds {folder.relative_to(REPO)} -->"
     assert marker in lines[:8], f"{folder}/README.md does not open with {marker}"
-    assert (folder / "CLAIMS.md").read_text(encoding="utf-8").count("**What the folder holds**") == 1
+    claims_md = (folder / "CLAIMS.md").read_text(encoding="utf-8")
+    assert claims_md.count("**What the folder holds**") == 1
 
 
 def test_fill_rewrites_a_stale_quote():
@@ -450,7 +453,8 @@ def test_fill_rewrites_a_stale_quote():
     broken = ("<!-- claim results/ran/long#Z-T1-ran-e@de-en -->x\n\n"
               "<!-- claim results/ran/long#Z-T1-ran-d@de-en -->y<!-- /claim -->")
     assert report.fill(broken, verdicts_of()).startswith(
-        "<!-- claim results/ran/long#Z-T1-ran-e@de-en -->x\n\n<!-- claim results/ran/long#Z-T1-ran-d")
+        "<!-- claim results/ran/long#Z-T1-ran-e@de-en -->x\n\n"
+        "<!-- claim results/ran/long#Z-T1-ran-d")
     table = "<!-- claims-table results/ran/gpu pairs=de-en -->\n<!-- /claims-table -->"
     assert "| claim | paper | here | verdict |" in report.fill(table, verdicts_of())
 

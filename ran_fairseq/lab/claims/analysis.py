@@ -123,80 +123,116 @@ def _glob(names, folder, repo) -> List[Path]:
     return found
 
 
+class _Reader:
+    """One measure's reader: ``value(test, system)`` for a test's system (or the system its limit
+    is a factor of), and what it read: ``files``, ``devices``, per-test ``details``."""
+    unit = ""
+
+    def __init__(self, m: dict, folder: Path, repo: Path, results: Optional[dict]):
+        self.m, self.folder, self.repo = m, folder, repo
+        self.files: List[str] = []
+        self.devices: List[str] = []
+        self.details: Dict[str, str] = {}
+        self.setup(results)
+
+    def setup(self, results):
+        pass
+
+    def path(self) -> Path:
+        path = resolve(self.m["file"], self.folder, self.repo)
+        self.files.append(shown(path, self.repo))
+        return path
+
+
+class _HistogramShare(_Reader):
+    unit = "%"
+
+    def setup(self, results):
+        path = self.path()
+        self.shares = _histogram(path, self.m["side"], self.m["below"]) if path.is_file() else {}
+
+    def value(self, test, system):
+        return self.shares.get(system)
+
+
+class _LengthBins(_Reader):
+    unit = "BLEU"
+
+    def setup(self, results):
+        path = self.path()
+        self.bins, self.order = (_length_bins(path, self.m.get("by"),
+                                              self.m.get("min_sentences", 1))
+                                 if path.is_file() else ({}, []))
+        if self.m.get("skip_last") and self.order:
+            self.order = self.order[:-1]
+
+    def value(self, test, system):
+        of, bins = test["of"], self.bins
+        if system not in bins or of not in bins:
+            return None
+        diffs = [(b, bins[system][b] - bins[of][b]) for b in self.order
+                 if b in bins[system] and b in bins[of]]
+        if not diffs:
+            return None
+        self.details[f"{system} − {of}"] = ", ".join(
+            f"{b}: " + f"{d:+.2f}".replace("-", "−") for b, d in diffs)
+        return min(d for _, d in diffs)
+
+
+class _Params(_Reader):
+    unit = "×"
+
+    def setup(self, results):
+        self.params = {}
+        for r in (results or {}).get("results", []):
+            self.params.setdefault(r["system"], r.get("params"))
+        self.files.append("results.json")
+
+    def value(self, test, system):
+        mine, other = self.params.get(system), self.params.get(test["of"])
+        return None if mine is None or other is None else mine / other
+
+
+class _Bench(_Reader):
+    unit = "×"
+
+    def value(self, test, system):
+        m = self.m
+        paths = _glob(test.get("files", m["files"]), self.folder, self.repo)
+        measured = _bench(paths, m["metric"], m.get("baseline"), m.get("passes", "median"))
+        for p, (_, device) in zip(paths, measured):
+            if shown(p, self.repo) not in self.files:
+                self.files.append(shown(p, self.repo))
+            if device not in self.devices:
+                self.devices.append(device)
+        ratios = [r[system] for r, _ in measured if system in r]
+        if not ratios:
+            return None
+        aggregate = test.get("aggregate", m.get("aggregate", "median"))
+        if len(ratios) > 1 and system == test["system"]:
+            self.details[test["label"]] = f"{aggregate} of " + ", ".join(f"{r:.2f}" for r in ratios)
+        return AGGREGATES[aggregate](ratios)
+
+
+READERS = {"histogram_share": _HistogramShare, "length_bins": _LengthBins, "params": _Params,
+           "bench": _Bench}
+
+
 def measure(claim: dict, folder: Path, repo: Path, results: Optional[dict] = None) -> Measured:
     """Read the claim's measure and run its tests; ``results``: the folder's results.json."""
-    m, tests = claim["measure"], claim.get("tests", [])
-    kind = m["kind"]
-    if kind == "none":
+    m = claim["measure"]
+    if m["kind"] == "none":
         return Measured(NOT_RUN, [], "", [], details={"why": m["why"]})
-    files, devices, details = [], [], {}
-    unit = {"histogram_share": "%", "length_bins": "BLEU", "bench": "×", "params": "×"}[kind]
-
-    if kind == "histogram_share":
-        path = resolve(m["file"], folder, repo)
-        shares = _histogram(path, m["side"], m["below"]) if path.is_file() else {}
-        files.append(shown(path, repo))
-        value = shares.get
-    elif kind == "length_bins":
-        path = resolve(m["file"], folder, repo)
-        bins, order = (_length_bins(path, m.get("by"), m.get("min_sentences", 1))
-                       if path.is_file() else ({}, []))
-        files.append(shown(path, repo))
-        if m.get("skip_last") and order:
-            order = order[:-1]
-
-        def value(system, of=None):
-            if system not in bins or of not in bins:
-                return None
-            diffs = [(b, bins[system][b] - bins[of][b]) for b in order
-                     if b in bins[system] and b in bins[of]]
-            if not diffs:
-                return None
-            details[f"{system} − {of}"] = ", ".join(
-                f"{b}: " + f"{d:+.2f}".replace("-", "−") for b, d in diffs)
-            return min(d for _, d in diffs)
-    elif kind == "params":
-        params = {}
-        for r in (results or {}).get("results", []):
-            params.setdefault(r["system"], r.get("params"))
-        files.append("results.json")
-
-        def value(system, of=None):
-            if params.get(system) is None or params.get(of) is None:
-                return None
-            return params[system] / params[of]
-    else:  # bench
-        def value(system, test):
-            paths = _glob(test.get("files", m["files"]), folder, repo)
-            measured = _bench(paths, m["metric"], m.get("baseline"), m.get("passes", "median"))
-            ratios = [r[system] for r, _ in measured if system in r]
-            for p, (_, device) in zip(paths, measured):
-                if shown(p, repo) not in files:
-                    files.append(shown(p, repo))
-                if device not in devices:
-                    devices.append(device)
-            if not ratios:
-                return None
-            aggregate = test.get("aggregate", m.get("aggregate", "median"))
-            if len(ratios) > 1:
-                details[test["label"]] = (f"{aggregate} of " +
-                                          ", ".join(f"{r:.2f}" for r in ratios))
-            return AGGREGATES[aggregate](ratios)
-
+    reader = READERS[m["kind"]](m, Path(folder), Path(repo), results)
     done = []
-    for t in tests:
-        if kind == "bench":
-            v = value(t["system"], t)
-            limit_of = value(t["of"], t) if "of" in t else None
-        elif kind == "histogram_share":
-            v, limit_of = value(t["system"]), value(t["of"]) if "of" in t else None
-        else:
-            v, limit_of = value(t["system"], t["of"]), None
+    for t in claim["tests"]:
+        value = reader.value(t, t["system"])
         if "times" in t:
-            limit = None if limit_of is None else t["times"] * limit_of
+            base = reader.value(t, t["of"])
+            limit = None if base is None else t["times"] * base
         else:
             limit = t["limit"]
-        if limit is None:
-            v = None
-        done.append(Test(t["label"], v, t["op"], limit if limit is not None else float("nan")))
-    return Measured(threshold(done), done, unit, files, devices, details)
+        done.append(Test(t["label"], value if limit is not None else None, t["op"],
+                         limit if limit is not None else float("nan")))
+    return Measured(threshold(done), done, reader.unit, reader.files, reader.devices,
+                    reader.details)

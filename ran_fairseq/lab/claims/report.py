@@ -94,7 +94,9 @@ def quote(v: Verdict, short: bool = True) -> str:
         if not several:
             system, c = v.comparisons[0]
             head = comparison_phrase(claim["relation"], c)
-            return head if c.verdict == NOT_RUN else f"{head}: {comparison_text(v, system, c, False)}"
+            if c.verdict == NOT_RUN:
+                return head
+            return f"{head}: {comparison_text(v, system, c, False)}"
         return f"{v.verdict}: " + "; ".join(comparison_text(v, s, c, True)
                                             for s, c in v.comparisons)
     if v.order is not None:
@@ -105,8 +107,8 @@ def quote(v: Verdict, short: bool = True) -> str:
         suffix = " TER" if not v.higher_is_better else ""
         shown_pairs = [(hi, lo, c) for hi, lo, c in o.reversed_pairs
                        if not short or c.verdict != WITHIN_NOISE]
-        flips = "; ".join(f"{hi} {num(c.difference)}{suffix} against {lo} ({_seeds_text(c, suffix)})"
-                          for hi, lo, c in shown_pairs)
+        flips = "; ".join(f"{hi} {num(c.difference)}{suffix} against {lo} "
+                          f"({_seeds_text(c, suffix)})" for hi, lo, c in shown_pairs)
         text = f"{o.verdict}: {scores}"
         if flips:
             text += f"; out of the paper's order: {flips}"
@@ -225,7 +227,8 @@ def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
         for v in rows:
             verdict, _, rest = quote(v, short=False).partition(": ")
             lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
-                         f"{_cell(_sentence(v.claim['claim']))} | {_cell(compares_text(v.claim))} | "
+                         f"{_cell(_sentence(v.claim['claim']))} | "
+                         f"{_cell(compares_text(v.claim))} | "
                          f"{_cell(paper_text(v.claim))} | {_cell(rest) or '—'} | "
                          f"**{_cell(verdict)}** |")
         lines += [""] + _notes(rows)
@@ -235,7 +238,8 @@ def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
     thresholds = [v for v in verdicts if v.pair is None]
     if thresholds:
         lines += ["## Analysis and speed", "",
-                  "| id | where | the paper says | measured (limit) | read from | paper | verdict |",
+                  "| id | where | the paper says | measured (limit) | read from | paper "
+                  "| verdict |",
                   "|---|---|---|---|---|---|---|"]
         for v in thresholds:
             m = v.measured

@@ -87,7 +87,8 @@ def _check_tests(tests, measure, where):
         _check(t["label"] not in labels, where, f"two tests labelled {t['label']!r}")
         labels.add(t["label"])
         if measure["kind"] in ("length_bins", "params"):
-            _check("of" in t, where, f"a {measure['kind']} test compares 'system' with 'of'")
+            _check("of" in t and "times" not in t, where,
+                   f"a {measure['kind']} test compares 'system' with 'of' against a 'limit'")
 
 
 def _check_paper(numbers, where, paper_numbers):
