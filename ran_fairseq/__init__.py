@@ -3,8 +3,10 @@
 Importing the package registers its models, criterions and scorers with fairseq and makes
 fairseq checkpoints loadable under torch's safe (weights-only) unpickling; it also corrects, in
 ``compat``, fairseq 0.12 behaviours: the dropped last batch, non-atomic checkpoint copies,
-multi-process training on CPUs, and errors for too-long sentences and truncated checkpoints
-that name the problem. Nothing else.
+multi-process training on CPUs, checkpoint saves under names unique to the writer, errors for
+too-long sentences, truncated checkpoints and damaged data-bins that name the problem, and a
+resume that stops when the model's architecture flags differ from the checkpoint's. Nothing
+else.
 """
 from . import compat
 
@@ -14,5 +16,8 @@ compat.atomic_checkpoint_copies()
 compat.cpu_data_parallel()
 compat.named_length_errors()
 compat.named_checkpoint_errors()
+compat.atomic_checkpoint_saves()
+compat.named_data_bin_errors()
+compat.architecture_checked_on_resume()
 
 from . import criterions, models, optim, scoring  # noqa: E402,F401  (register with fairseq)

@@ -21,10 +21,17 @@ import sys
 import torch
 
 from . import compat
+from .textio import unique_tmp
 
 compat.allow_fairseq_checkpoints()
 
 _INTERVAL = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
+
+
+def _load(path):
+    """A checkpoint through torch's weights-only unpickler (the classes ran_fairseq.compat allows),
+    asked for explicitly: whatever torch's default, a checkpoint never runs code."""
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def interval_checkpoints(directory):
@@ -40,7 +47,7 @@ def interval_checkpoints(directory):
 
 def _updates(path):
     """The update count stored in a fairseq checkpoint (None if it stores none)."""
-    history = torch.load(path, map_location="cpu").get("optimizer_history") or [{}]
+    history = _load(path).get("optimizer_history") or [{}]
     return history[-1].get("num_updates")
 
 
@@ -73,7 +80,7 @@ def average_checkpoints(paths):
         raise ValueError("no checkpoint to average")
     sums, names, state = None, None, None
     for path in paths:
-        state = torch.load(path, map_location="cpu")
+        state = _load(path)
         model = state["model"]
         if sums is None:
             names = list(model)
@@ -119,9 +126,14 @@ def main(argv=None):
     except (ValueError, OSError) as e:
         print(f"checkpoint_average: {e}", file=sys.stderr)
         return 2
-    tmp = args.output + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, args.output)
+    tmp = unique_tmp(args.output)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, args.output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(x) for x in paths)}) "
           f"into {args.output}")
     return 0

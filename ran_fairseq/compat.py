@@ -11,6 +11,8 @@ unpickled by torch's restricted loader.
 import argparse
 import os
 import shutil
+import struct
+import threading
 import zipfile
 
 import numpy as np
@@ -85,14 +87,25 @@ def keep_last_batch():
     data_utils.batch_by_size = batch_by_size
 
 
+def _remove_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def atomic_checkpoint_copies():
     """fairseq writes the first checkpoint of a save atomically (``.tmp`` then rename) but copies
     it to the others (``checkpoint_last.pt``, ``checkpoint_best.pt``, ...) with a plain
     ``shutil.copyfile``: a kill during the copy leaves a truncated ``checkpoint_last.pt`` that
-    the next run cannot resume from. For local paths, copy to ``<dst>.tmp``, flush it to disk and
-    rename it over ``<dst>``, so ``<dst>`` is always either the old or the new checkpoint. Paths
-    handled by ioPath (``s3://``, ``manifold://``, ...) keep fairseq's behaviour."""
+    the next run cannot resume from. For local paths, copy to a temporary file beside ``<dst>``
+    whose name is unique to the writer (``<dst>.tmp-PID-RANDOM``: two trainings writing one folder
+    by mistake never share one), flush it to disk and rename it over ``<dst>``, so ``<dst>`` is
+    always either the old or the new checkpoint; a failed copy (a full disk) removes its partial
+    file. Paths handled by ioPath (``s3://``, ``manifold://``, ...) keep fairseq's behaviour."""
     from fairseq.file_io import PathManager
+
+    from .textio import unique_tmp
 
     original = PathManager.copy
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -104,15 +117,54 @@ def atomic_checkpoint_copies():
             return original(src_path, dst_path, overwrite=overwrite)
         if not overwrite and os.path.exists(dst_path):
             raise FileExistsError(f"{dst_path} exists and overwrite=False")
-        tmp = f"{dst_path}.tmp"
-        shutil.copyfile(src_path, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, dst_path)
+        tmp = unique_tmp(dst_path)
+        try:
+            shutil.copyfile(src_path, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, dst_path)
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
         return True
 
     copy._ran_fairseq_atomic = True
     PathManager.copy = staticmethod(copy)
+
+
+def atomic_checkpoint_saves():
+    """fairseq saves a checkpoint to ``<file>.tmp`` and renames it: two trainings writing one
+    folder by mistake write the same ``.tmp`` (one then fails with FileNotFoundError, or renames
+    the other's half-written file), and a save that fails (a full disk) leaves the partial
+    ``.tmp`` behind, taking the space that is left. For local paths we save to a temporary name
+    unique to the writer (``<file>.tmp-PID-RANDOM``), flush it to disk, rename it, and remove it
+    when the save fails; asynchronous and ioPath saves keep fairseq's behaviour."""
+    from fairseq import checkpoint_utils
+    from fairseq.file_io import PathManager
+
+    from .textio import unique_tmp
+
+    original = checkpoint_utils.torch_persistent_save
+    if getattr(original, "_ran_fairseq_atomic", False):
+        return
+
+    def torch_persistent_save(obj, filename, async_write: bool = False):
+        if async_write or not isinstance(filename, str) \
+                or PathManager.path_requires_pathmanager(filename):
+            return original(obj, filename, async_write)
+        tmp = unique_tmp(filename)
+        try:
+            with open(tmp, "wb") as f:
+                checkpoint_utils._torch_persistent_save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, filename)
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
+
+    torch_persistent_save._ran_fairseq_atomic = True
+    checkpoint_utils.torch_persistent_save = torch_persistent_save
 
 
 def cpu_data_parallel():
@@ -202,14 +254,31 @@ def named_length_errors():
                     or not str(error).startswith("Size of sample #"):
                 raise
             _, too_long = dataset.filter_indices_by_size(indices, max_positions)
-            raise ValueError(_too_long_message(dataset, too_long, max_positions)) from error
+            # fairseq-interactive builds a dataset per --buffer-size lines: number the sentence
+            # by its line in the input, as the user counts, not by its place in the buffer
+            offset = getattr(self, "_ran_fairseq_input_offset", None)
+            raise ValueError(_too_long_message(dataset, too_long, max_positions, offset)) \
+                from error
 
     filter_indices_by_size._ran_fairseq_named = True
     FairseqTask.filter_indices_by_size = filter_indices_by_size
 
+    tokens_of = FairseqTask.get_interactive_tokens_and_lengths
 
-def _too_long_message(dataset, too_long, max_positions):
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        # only fairseq-interactive calls this, once per buffer of input lines, in input order
+        self._ran_fairseq_input_offset = getattr(self, "_ran_fairseq_lines_read", 0)
+        self._ran_fairseq_lines_read = self._ran_fairseq_input_offset + len(lines)
+        return tokens_of(self, lines, encode_fn)
+
+    FairseqTask.get_interactive_tokens_and_lengths = get_interactive_tokens_and_lengths
+
+
+def _too_long_message(dataset, too_long, max_positions, input_offset=None):
     first = too_long[0]
+    name = (f"sentence {first}" if input_offset is None else
+            f"input line {input_offset + int(first) + 1} (id {input_offset + int(first)} in the "
+            f"S-/H- lines)")
     size = dataset.size(first)
     sizes = tuple(size) if isinstance(size, (tuple, list, np.ndarray)) else (size,)
     limits = max_positions if isinstance(max_positions, tuple) else (max_positions,)
@@ -217,7 +286,7 @@ def _too_long_message(dataset, too_long, max_positions):
     over = [(side, int(n), limit) for side, n, limit in zip(sides, sizes, limits)
             if limit is not None and n > limit]
     if not over:  # a dict of limits (multilingual tasks): keep fairseq's wording
-        return (f"sentence {first} is longer than the model takes (size {size}, "
+        return (f"{name} is longer than the model takes (size {size}, "
                 f"max_positions={max_positions})")
     parts = []
     for side, n, limit in over:
@@ -225,7 +294,7 @@ def _too_long_message(dataset, too_long, max_positions):
         parts.append(f"{n} {side} tokens (end of sentence included), more than the {int(limit)} "
                      f"this model takes ({flag})")
     others = f" ({len(too_long)} sentences of this set are too long)" if len(too_long) > 1 else ""
-    return (f"sentence {first} is too long: {'; '.join(parts)}{others}. The limit was set when the "
+    return (f"{name} is too long: {'; '.join(parts)}{others}. The limit was set when the "
             f"model was trained; split the sentence, or pass "
             f"--skip-invalid-size-inputs-valid-test to leave such sentences untranslated "
             f"(fairseq-generate, fairseq-interactive).")
@@ -258,3 +327,100 @@ def named_checkpoint_errors():
 
     load_checkpoint_to_cpu._ran_fairseq_named = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+def named_data_bin_errors():
+    """A truncated or damaged data-bin file (``.idx``, ``.bin``) makes fairseq fail with numpy's
+    "offset must be non-negative" or "buffer is smaller than requested size", an AssertionError,
+    or, for a ``.bin`` cut short, garbage or a crash at the first batch that reads past its end;
+    its ``__del__`` then adds "AttributeError: _bin_buffer_mmap". We raise a ValueError naming
+    the file, what is wrong and what to do, and check when a dataset is opened that the ``.bin``
+    holds every sentence its index points to."""
+    from fairseq.data import indexed_dataset
+
+    cls = indexed_dataset.MMapIndexedDataset
+    original = cls._do_init
+    if getattr(original, "_ran_fairseq_named", False):
+        return
+
+    def _do_init(self, path):
+        index = indexed_dataset.index_file_path(path)
+        data = indexed_dataset.data_file_path(path)
+        rebuild = ("rebuild the data-bin (its prepare command with --force, e.g. "
+                   "scripts/prepare-multi30k.sh de en --force)")
+        try:
+            original(self, path)
+        except (AssertionError, ValueError, IndexError, KeyError, struct.error, OSError) as error:
+            raise ValueError(f"cannot read the data-bin file {index} (with {data}): it is "
+                             f"truncated or damaged ({error or type(error).__name__}); "
+                             f"{rebuild}") from None
+        sizes, pointers = self._index.sizes, self._index._pointers
+        needed = int(pointers[-1]) + int(sizes[-1]) * self._index._dtype_size if len(sizes) else 0
+        have = os.path.getsize(data)
+        if have < needed:
+            raise ValueError(f"the data-bin file {data} is truncated: {have} bytes where its "
+                             f"index {index} needs {needed}; {rebuild}")
+
+    def __del__(self):
+        if hasattr(self, "_bin_buffer_mmap"):  # not there when opening the files failed
+            self._bin_buffer_mmap._mmap.close()
+            del self._bin_buffer_mmap
+        if hasattr(self, "_index"):
+            del self._index
+
+    _do_init._ran_fairseq_named = True
+    cls._do_init = _do_init
+    cls.__del__ = __del__
+
+
+class _Resuming(threading.local):
+    """The model options of the checkpoint that ``Trainer.load_checkpoint`` is loading."""
+    active = False
+    model_args = None
+
+
+_RESUMING = _Resuming()
+
+
+def architecture_checked_on_resume():
+    """fairseq-train resuming from a checkpoint loads its parameters into the model built from
+    this run's flags: a changed option that keeps the parameter shapes (a RAN model's
+    ``--no-encoder-positional-embeddings`` or ``--ran-decoder-initial full``) trains on silently,
+    and the checkpoint then records flags its first updates did not use. When
+    ``Trainer.load_checkpoint`` resumes a model of this plugin (not with ``--reset-optimizer``,
+    which starts a new training from a checkpoint's weights), the model's own architecture flags
+    are compared with the checkpoint's (``ran_fairseq.models._common.check_resumed_flags``), and
+    a difference stops training before its first update with an error naming the flags."""
+    from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
+
+    original = Trainer.load_checkpoint
+    if getattr(original, "_ran_fairseq_checked", False):
+        return
+    load_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
+
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        state = load_to_cpu(path, *args, **kwargs)
+        if _RESUMING.active and isinstance(state, dict):
+            cfg = state.get("cfg") or {}
+            model = cfg.get("model") if hasattr(cfg, "get") else None
+            _RESUMING.model_args = model if model is not None else state.get("args")
+        return state
+
+    def load_checkpoint(self, filename, reset_optimizer=False, *args, **kwargs):
+        _RESUMING.active, _RESUMING.model_args = True, None
+        try:
+            extra = original(self, filename, reset_optimizer, *args, **kwargs)
+            checkpoint_args = _RESUMING.model_args
+        finally:
+            _RESUMING.active, _RESUMING.model_args = False, None
+        if checkpoint_args is not None and not reset_optimizer:
+            from .models._common import check_resumed_flags
+
+            check_resumed_flags(self.get_model(), checkpoint_args, self.cfg.model, filename)
+        return extra
+
+    load_checkpoint_to_cpu._ran_fairseq_named = getattr(load_to_cpu, "_ran_fairseq_named", False)
+    load_checkpoint._ran_fairseq_checked = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    Trainer.load_checkpoint = load_checkpoint

@@ -50,6 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from . import textio
+from .runguard import Children, FolderLock, LockedError, Stopped
+
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "ran_fairseq"
 
@@ -204,6 +207,10 @@ def parse_cli(paper, argv):
                    help="train and decode on this device instead of the config's (its recipe "
                         "unchanged); results made on either device tabulate together "
                         "(--resume), with speed ratios only between runs on one machine")
+    p.add_argument("--force", action="store_true",
+                   help="replace stored results and checkpoints made with other commands (without "
+                        "it the engine refuses to replace them, or to leave them out of the "
+                        "table, and says which)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the commands and run nothing")
     args = p.parse_args(argv)
@@ -262,10 +269,26 @@ def read_json(path, what):
     path = Path(path)
     if not path.is_file():
         raise ReproError(f"{what} {path} does not exist")
+    return load_json(path, what, "fix the file (or take it again from the repository)")
+
+
+def load_json(path, what, fix):
+    """The JSON value in ``path``; a ReproError naming the file, where it is broken and ``fix``
+    (what to do) when it is not valid JSON (cut short by a full disk, say)."""
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ReproError(f"{what} {path} is not valid JSON: {e}") from e
+        return textio.read_json(path, what, fix)
+    except textio.BadTextFile as e:
+        raise ReproError(str(e)) from None
+
+
+def read_text_lines(path):
+    """The lines of a text file the engine scores with, split on "\n" only (a sentence may hold
+    U+2028 or another character that str.splitlines() would split at), a byte-order mark dropped;
+    invalid UTF-8 is a ReproError naming the file and the line."""
+    try:
+        return textio.read_lines(path)
+    except textio.BadTextFile as e:
+        raise ReproError(str(e)) from None
 
 
 def check_flags(flags, owned, where, error=ReproError, verb="the script controls"):
@@ -581,6 +604,7 @@ class Run:
         self.save_dir = Path(args.checkpoints) / self.pair / slug(trained) / f"seed{seed}"
         self.trains = system["checkpoint_of"] is None
         self.checkpoint = self.save_dir / SELECT[config["select"]]
+        self.lock_fds = ()  # the open lock files of its folders, once locked (lock_runs)
         # the same (pair, system, seed) of the config this one continues (its 'continues')
         cont = config.get("continues")
         self.continues = None if cont is None else {
@@ -671,9 +695,15 @@ def flag_pairs(flags):
     return out
 
 
-def run_logged(argv, log_path, env, what, append=False):
+# The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
+# engine dies (even by SIGKILL), and sent the engine's SIGTERM or SIGINT (ran_fairseq.runguard).
+CHILDREN = Children()
+
+
+def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
-    separator); return the text this run wrote."""
+    separator), as one of :data:`CHILDREN` (``pass_fds``: open files it keeps, the run's locks, so
+    that they stay held while it lives); return the text this run wrote."""
     cmd = [sys.executable, *argv]
     log_path = Path(log_path)
     offset = log_path.stat().st_size if append and log_path.is_file() else 0
@@ -681,12 +711,13 @@ def run_logged(argv, log_path, env, what, append=False):
         if offset:
             log.write(f"\n===== {what}: continued (--resume) =====\n")
             log.flush()
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                  pass_fds=tuple(pass_fds))
     with open(log_path, encoding="utf-8", errors="replace") as log:
         log.seek(offset)
         text = log.read()
-    if proc.returncode != 0:
-        raise ReproError(f"{what} failed with exit code {proc.returncode}: {shlex.join(cmd)}\n"
+    if returncode != 0:
+        raise ReproError(f"{what} failed with exit code {returncode}: {shlex.join(cmd)}\n"
                          f"--- {log_path} (tail) ---\n{text[-4000:]}")
     return text
 
@@ -790,11 +821,9 @@ def training_seconds(save_dir, walls, seconds):
     across resumes (``previous_training_time``; the ``wall`` of the epoch lines starts again, or
     stays 0, in a resumed fairseq-train); else the last epoch line's ``wall``; else ``seconds``
     (the engine's timing of its last fairseq-train)."""
-    import torch
-
     path = Path(save_dir) / "checkpoint_last.pt"
     if path.is_file():
-        state = torch.load(path, map_location="cpu")  # safe loading: ran_fairseq.compat
+        state = load_checkpoint(path)
         total = (state.get("extra_state") or {}).get("previous_training_time")
         if total:
             return float(total)
@@ -827,7 +856,7 @@ def start_from_continued(run, label):
     elif not old_log.is_file():
         why = f"{old_log} is missing"
     else:
-        old = json.loads(finished.read_text())["argv"]
+        old = load_json(finished, "the continued training's record", FIX_FINISHED).get("argv")
         if comparable(old) != comparable(run.train_argv):
             diff = sorted(set(comparable(old).items()) ^ set(comparable(run.train_argv).items()),
                           key=str)
@@ -842,23 +871,47 @@ def start_from_continued(run, label):
         print(f"reproduce: {label}: trains from the start, not from {cont['config']}'s run: {why}",
               file=sys.stderr, flush=True)
         return
-    shutil.copy2(old_log, run.dir / "train.log")
-    (run.dir / "continued_from.json").write_text(json.dumps({
+    copy_atomic(old_log, run.dir / "train.log")
+    textio.write_json(run.dir / "continued_from.json", {
         "config": cont["config"], "checkpoints": shown(cont["save_dir"]),
-        "train_log": shown(old_log), "max_update": before}))
+        "train_log": shown(old_log), "max_update": before})
     # checkpoint_last.pt last: once it is there, --resume goes on from this run's own files
     for name in ("checkpoint_best.pt", "checkpoint_last.pt"):
         if (cont["save_dir"] / name).is_file():
-            shutil.copy2(cont["save_dir"] / name, run.save_dir / name)
+            copy_atomic(cont["save_dir"] / name, run.save_dir / name)
     print(f"reproduce: {label}: continues {cont['config']}'s training from update {before}",
           file=sys.stderr, flush=True)
 
 
-def selected_checkpoint(path):
-    """Epoch, update and validation score stored in a fairseq checkpoint (what ``select`` chose)."""
+def copy_atomic(src, dst):
+    """Copy ``src`` to ``dst`` through a temporary file of a name unique to this writer, renamed
+    over ``dst``; a failed copy leaves no partial file."""
+    tmp = textio.unique_tmp(dst)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path):
+    """A fairseq checkpoint, unpickled with torch's weights-only loader (classes allowed by
+    ran_fairseq.compat only), whatever torch's default."""
     import torch
 
-    state = torch.load(path, map_location="cpu")  # safe loading: ran_fairseq.compat allow-lists
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def checkpoint_updates(path):
+    """The number of updates a fairseq checkpoint was saved at (None if it records none)."""
+    history = load_checkpoint(path).get("optimizer_history") or [{}]
+    return history[-1].get("num_updates")
+
+
+def selected_checkpoint(path):
+    """Epoch, update and validation score stored in a fairseq checkpoint (what ``select`` chose)."""
+    state = load_checkpoint(path)
     extra = state.get("extra_state") or {}
     history = state.get("optimizer_history") or [{}]
     return {"file": Path(path).name, "epoch": (extra.get("train_iterator") or {}).get("epoch"),
@@ -874,7 +927,7 @@ def score_subset(run, subset, env, label):
             raise ReproError(f"{path} is missing: the data-bin needs the raw and tokenized text "
                              f"that scripts/prepare-*.sh write (data-bins made before tokenized "
                              f"references were kept need a rebuild: add --force)")
-    refs = run.raw_ref[subset].read_text(encoding="utf-8").splitlines()
+    refs = read_text_lines(run.raw_ref[subset])
     start = time.perf_counter()
     gen = run_logged(["-m", "fairseq_cli.generate", *run.generate_argv[subset]],
                      run.output[subset], env, f"fairseq-generate {label} on {subset}")
@@ -900,14 +953,14 @@ def score_subset(run, subset, env, label):
             raise ReproError(f"the postprocess command of {label} wrote no {output}")
     try:
         hyps_tok = read_generate_output(output, prefix="H")
+        # fairseq writes a reference word outside the vocabulary as <<unk>> in its T- lines
+        ref_unks = sum(line.split().count("<<unk>>")
+                       for line in read_generate_output(run.output[subset], prefix="T"))
     except ValueError as e:
         raise ReproError(f"{label}: {e}") from e
     hyps = detokenize(hyps_tok, run.src, run.tgt)
-    run.hyp_file[subset].write_text("".join(h + "\n" for h in hyps))
-    # fairseq writes a reference word outside the vocabulary as <<unk>> in its T- lines
-    ref_unks = sum(line.split().count("<<unk>>")
-                   for line in read_generate_output(run.output[subset], prefix="T"))
-    tok_refs = run.tok_ref[subset].read_text(encoding="utf-8").splitlines()
+    textio.write_text_atomic(run.hyp_file[subset], "".join(h + "\n" for h in hyps))
+    tok_refs = read_text_lines(run.tok_ref[subset])
     try:
         sacre = score(hyps, refs)
         tok = tokenized_bleu(hyps_tok, tok_refs) if len(tok_refs) == len(hyps_tok) else None
@@ -930,6 +983,52 @@ def score_subset(run, subset, env, label):
     }
 
 
+FIX_FINISHED = ("delete it: --resume then compares checkpoint_last.pt's update count with the "
+                "budget, and trains only if it falls short")
+PARTIAL = re.compile(r".+\.pt\.tmp(-\d+-[0-9a-f]+)?$")
+
+
+def remove_partial_files(save_dir):
+    """Remove the partial checkpoints (``*.pt.tmp``, ``*.pt.tmp-PID-RANDOM``) a killed training
+    left in ``save_dir`` (the caller holds the folder's lock: no writer is alive)."""
+    for path in Path(save_dir).iterdir():
+        if PARTIAL.fullmatch(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
+
+
+def stored_train_argv(run):
+    """The training command recorded in ``run``'s checkpoint folder (None if none)."""
+    path = run.save_dir / "train_argv.json"
+    if not path.is_file():
+        return None
+    return load_json(path, "the training command of the folder's checkpoints",
+                     f"delete it if the checkpoints beside it were trained by this run's command "
+                     f"({shown(run.save_dir)}), else delete the folder")
+
+
+def finished_at_budget(run, label):
+    """The training seconds of ``run``'s training if its checkpoint_last.pt is already at the
+    budget (``--max-update``) though no record says the training finished (its engine was killed
+    as fairseq-train ended, say): fairseq-train would take one more update. None where the
+    training must run (no checkpoint, no budget, fewer updates). A checkpoint past the budget is
+    an error."""
+    last = run.save_dir / "checkpoint_last.pt"
+    budget = int(flag_pairs(run.train_argv).get("--max-update") or 0)
+    if budget <= 0 or not last.is_file():
+        return None
+    state = load_checkpoint(last)
+    updates = ((state.get("optimizer_history") or [{}])[-1]).get("num_updates")
+    if updates is None or updates < budget:
+        return None
+    if updates > budget:
+        raise ReproError(f"{label}: {last} is at update {updates}, past this run's --max-update "
+                         f"{budget} (a training went on beyond it); rerun without --resume to "
+                         f"train it again from the start")
+    print(f"reproduce: {label}: {shown(last)} is at update {updates} of {budget}: its training "
+          f"had finished; not trained again", file=sys.stderr, flush=True)
+    return float((state.get("extra_state") or {}).get("previous_training_time") or 0.0)
+
+
 def execute(run, env, trained):
     """Train (unless ``trained`` holds the result of the system whose checkpoint it decodes),
     decode and score one (pair, system, seed) on every subset; return its result dict."""
@@ -937,24 +1036,29 @@ def execute(run, env, trained):
     label = f"({run.pair}, {run.system['name']}, seed {run.seed})"
     if run.trains:
         run.save_dir.mkdir(parents=True, exist_ok=True)
-        argv_file = run.save_dir / "train_argv.json"
-        if argv_file.is_file() and json.loads(argv_file.read_text()) != run.train_argv:
-            raise ReproError(f"{run.save_dir} holds checkpoints trained with other flags; delete "
-                             f"it or rerun without --resume")
-        argv_file.write_text(json.dumps(run.train_argv))
+        remove_partial_files(run.save_dir)
+        if stored_train_argv(run) not in (None, run.train_argv):
+            raise ReproError(f"{run.save_dir} holds checkpoints trained with other flags; they "
+                             f"are kept: rerun with --force to train there again, or pass "
+                             f"--checkpoints DIR")
+        textio.write_json(run.save_dir / "train_argv.json", run.train_argv, indent=None)
         if run.continues and not (run.save_dir / "checkpoint_last.pt").is_file():
             start_from_continued(run, label)
         # A finished training is not restarted: fairseq-train, given a checkpoint at its
         # --max-update, would still take one more step before it stops.
         finished = run.save_dir / "train_finished.json"
-        if finished.is_file() and json.loads(finished.read_text()).get("argv") == run.train_argv:
-            seconds = json.loads(finished.read_text())["seconds"]
+        record = (load_json(finished, "the record of a finished training", FIX_FINISHED)
+                  if finished.is_file() else {})
+        if record.get("argv") == run.train_argv:
+            seconds = record["seconds"]
         else:
-            start = time.perf_counter()
-            run_logged(["-m", "fairseq_cli.train", *run.train_argv], run.dir / "train.log", env,
-                       f"fairseq-train {label}", append=True)
-            seconds = time.perf_counter() - start
-            finished.write_text(json.dumps({"argv": run.train_argv, "seconds": seconds}))
+            seconds = finished_at_budget(run, label)
+            if seconds is None:
+                start = time.perf_counter()
+                run_logged(["-m", "fairseq_cli.train", *run.train_argv], run.dir / "train.log",
+                           env, f"fairseq-train {label}", append=True, pass_fds=run.lock_fds)
+                seconds = time.perf_counter() - start
+            textio.write_json(finished, {"argv": run.train_argv, "seconds": seconds}, indent=None)
         log = (run.dir / "train.log").read_text(encoding="utf-8", errors="replace")
         params = PARAMS_RE.search(log)
         if not params:
@@ -968,7 +1072,9 @@ def execute(run, env, trained):
                     "valid_curve": validation_curve(log)}
         started = run.dir / "continued_from.json"
         if started.is_file():
-            training["continued_from"] = json.loads(started.read_text())
+            training["continued_from"] = load_json(
+                started, "where the training was continued from",
+                f"delete {run.dir} and rerun with --resume (the training's checkpoints are kept)")
     else:
         training = {k: trained.get(k) for k in ("params", "params_trained", "train_seconds",
                                                 "train_step_seconds", "train_words_per_s",
@@ -1013,73 +1119,186 @@ def device_free(commands):
     return commands
 
 
-def previous_result(run):
-    """The stored result of ``run`` if it was made by the same commands (on any device); error if
-    by others."""
-    path = run.dir / "result.json"
-    if not path.is_file():
+FIX_RESULT = ("delete it: --resume then decodes and scores the run again (its training is "
+              "kept)")
+
+
+def flags_difference(old, new, most=4):
+    """'--max-update 1300 → 300, --seed 1 → 2': the flags whose values differ between two
+    command lines (a flag without a value shows as 'set', an absent one as 'unset')."""
+    a, b = flag_pairs(old or []), flag_pairs(new or [])
+
+    def value(flags, key):
+        return "unset" if key not in flags else ("set" if flags[key] is None else flags[key])
+
+    keys = [k for k in dict.fromkeys(list(a) + list(b))
+            if value(a, k) != value(b, k) and k.startswith("-")]
+    parts = [f"{k} {value(a, k)} → {value(b, k)}" for k in keys[:most]]
+    if len(keys) > most:
+        parts.append(f"{len(keys) - most} more")
+    return ", ".join(parts) or "the same flags in another order or with other data"
+
+
+def difference(run, old):
+    """None if the stored result ``old`` was made by ``run``'s commands (on any device, in any
+    checkout), else what differs, e.g. 'training: --max-update 1300 → 300'."""
+    mine = json.loads(portable(device_free(run.recorded()), str(REPO)))
+    theirs = json.loads(portable(device_free(old.get("commands")), old.get("repo", str(REPO))))
+    if mine == theirs:
         return None
-    old = json.loads(path.read_text())
-    # paths in the commands are the checkout's where the run was made (another machine's, say)
-    if portable(device_free(old.get("commands")), old.get("repo", str(REPO))) != \
-            portable(device_free(run.recorded()), str(REPO)):
-        raise ReproError(f"{path} was made with other settings; rerun without --resume to "
-                         f"redo it, or pick another --out")
+    if not isinstance(theirs, dict):
+        return "commands not recorded"
+    if theirs.get("train") != mine["train"]:
+        return f"training: {flags_difference(theirs.get('train'), mine['train'])}"
+    generate = theirs.get("generate") or {}
+    for subset in dict.fromkeys(list(mine["generate"]) + list(generate)):
+        if generate.get(subset) != mine["generate"].get(subset):
+            return (f"decoding {subset}: "
+                    f"{flags_difference(generate.get(subset), mine['generate'].get(subset))}")
+    return "another postprocess command"
+
+
+def read_result(run):
+    """``run``'s stored result.json (None if there is none)."""
+    path = run.dir / "result.json"
+    return load_json(path, "a run's result", FIX_RESULT) if path.is_file() else None
+
+
+def previous_result(run, force=False):
+    """The stored result of ``run`` if it was made by the same commands (on any device); error if
+    by others, or, with ``force``, None (the run is made again)."""
+    old = read_result(run)
+    if old is None:
+        return None
+    diff = difference(run, old)
+    if diff is not None:
+        if force:
+            return None
+        raise ReproError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
+                         f"kept: rerun with --force to replace it, or pick another --out")
     return old
 
 
-def stored_result(run):
+def stored_result(run, force=False):
     """(``run``'s stored result, rescored in place and on disk by :func:`rescore`, True if that
-    changed it), or (None, False) where it has none; error if made by other commands."""
-    old = previous_result(run)
+    changed it), or (None, False) where it has none (or, with ``force``, one made by other
+    commands); error if made by other commands."""
+    old = previous_result(run, force)
     if old is None:
         return None, False
     rescored = rescore(run, old)
     if rescored:
-        (run.dir / "result.json").write_text(json.dumps(old, indent=2) + "\n")
+        textio.write_json(run.dir / "result.json", old)
     return old, rescored
 
 
-def finished_beside(args, config, runs, data_template, name):
-    """The stored results in --out of the config's other runs, those this invocation did not
-    select (every system of its systems file, its pairs and seeds and these), made by the same
-    commands: [(run, result)]. So the table holds every finished run of its folder, and two
-    engines training different systems into one folder each leave a table of both."""
+def stored_report(out):
+    """The folder's results.json ({} if there is none)."""
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        return {}
+    return load_json(path, "the folder's table data",
+                     "delete it: the engine writes it again from the runs' result.json")
+
+
+def other_runs(args, config, runs, data_template):
+    """The config's runs in --out that this invocation did not select (every system of its
+    systems file, its pairs and seeds, these, and those of the folder's last table) and that hold
+    a result.json."""
     chosen = {(run.pair, run.system["name"], run.seed) for run in runs}
+    tabulated = stored_report(args.out).get("results") or []  # the folder's last table's runs
     pairs = list(dict.fromkeys(parse_pairs(",".join(config["pairs"]))
-                               + [(run.src, run.tgt) for run in runs]))
-    seeds = list(dict.fromkeys(list(config["seeds"]) + [run.seed for run in runs]))
-    found = []
+                               + [(run.src, run.tgt) for run in runs]
+                               + [tuple(r["pair"].split("-")) for r in tabulated
+                                  if re.fullmatch(r"[a-z]{2,3}-[a-z]{2,3}", str(r.get("pair")))]))
+    seeds = list(dict.fromkeys(list(config["seeds"]) + [run.seed for run in runs]
+                               + [r["seed"] for r in tabulated if isinstance(r.get("seed"), int)]))
     for src, tgt in pairs:
         data = Path(data_template.format(src=src, tgt=tgt)).resolve()
         for seed in seeds:
             for system in config["systems"].values():
                 run = Run(args, config, (src, tgt), system, data, seed)
-                if (run.pair, system["name"], seed) in chosen \
-                        or not (run.dir / "result.json").is_file():
-                    continue
-                try:
-                    old, _ = stored_result(run)
-                except ReproError:
-                    print(f"{name}: {shown(run.dir / 'result.json')} left out of the table: made "
-                          f"with other settings", file=sys.stderr)
-                    continue
-                found.append((run, old))
+                if (run.pair, system["name"], seed) not in chosen \
+                        and (run.dir / "result.json").is_file():
+                    yield run
+
+
+def finished_beside(args, config, runs, data_template, name):
+    """The stored results in --out of the config's other runs (:func:`other_runs`) made by the
+    same commands: [(run, result)]. So the table holds every finished run of its folder, and two
+    engines training different systems into one folder each leave a table of both. One made by
+    other commands is left out (which needs --force: :func:`check_stored`), and the log says so."""
+    found = []
+    for run in other_runs(args, config, runs, data_template):
+        old = read_result(run)
+        diff = difference(run, old)
+        if diff is not None:
+            print(f"{name}: {shown(run.dir / 'result.json')} left out of the table: made with "
+                  f"other settings ({diff})", file=sys.stderr)
+            continue
+        if rescore(run, old):
+            textio.write_json(run.dir / "result.json", old)
+        found.append((run, old))
     return found
+
+
+def check_stored(args, config, runs, data_template, name):
+    """Refuse, unless ``--force``, to replace what --out and --checkpoints hold that was made by
+    other commands: a selected run's result (replaced by a new one), a checkpoint folder trained
+    with other flags (trained again), another run's result (left out of the table), and rows of
+    the folder's results.json and TABLE.md that the new ones would not hold (made by another
+    systems file, say). With ``--force``, say what is replaced."""
+    found = []
+    for run in runs:
+        old = read_result(run)
+        diff = None if old is None else difference(run, old)
+        if diff is not None:
+            found.append(f"{shown(run.dir / 'result.json')} was made with other settings "
+                         f"({diff}) and would be replaced")
+        elif old is not None and args.resume:
+            continue  # skipped: its checkpoints are not touched
+        argv = stored_train_argv(run) if run.trains else None
+        if argv is not None and argv != run.train_argv:
+            found.append(f"the checkpoints in {shown(run.save_dir)} were trained with other "
+                         f"flags ({flags_difference(argv, run.train_argv)}) and would be "
+                         f"trained again")
+    kept = {(run.pair, run.system["name"], run.seed) for run in runs}
+    for run in other_runs(args, config, runs, data_template):
+        diff = difference(run, read_result(run))
+        if diff is not None:
+            found.append(f"{shown(run.dir / 'result.json')} was made with other settings "
+                         f"({diff}) and would be left out of the table")
+        else:
+            kept.add((run.pair, run.system["name"], run.seed))
+    lost = [f"{r.get('pair')} {r.get('system')} seed {r.get('seed')}"
+            for r in stored_report(args.out).get("results") or []
+            if (r.get("pair"), r.get("system"), r.get("seed")) not in kept]
+    if lost:
+        found.append(f"{shown(args.out / 'results.json')} and TABLE.md hold runs that this "
+                     f"config does not make or find in the folder ({', '.join(lost[:4])}"
+                     f"{f' and {len(lost) - 4} more' if len(lost) > 4 else ''}), which would be "
+                     f"dropped from them")
+    if not found:
+        return
+    listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else "")
+    if not args.force:
+        raise ReproError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
+                         f"another --out (and --checkpoints) to keep them")
+    print(f"{name}: --force: {listed}", file=sys.stderr, flush=True)
 
 
 def rescore(run, old):
     """Recompute a stored result's sacreBLEU, chrF and TER from its hypotheses with this checkout's
     scoring (so a fix to scoring reaches finished runs through ``--resume``), in place; True if a
     value changed. A subset whose hypotheses or references are not here keeps its scores."""
-    from .scoring.evaluate import read_lines, score
+    from .scoring.evaluate import score
 
     changed = False
     for subset, scores in old.get("subsets", {}).items():
         hyps, refs = run.dir / scores.get("hyp_file", ""), run.raw_ref.get(subset)
         if not (scores.get("hyp_file") and hyps.is_file() and refs and refs.is_file()):
             continue
-        new = score(read_lines(hyps), read_lines(refs))
+        new = score(read_text_lines(hyps), read_text_lines(refs))
         values = {"sacrebleu": new["bleu"][0], "chrf": new["chrf"][0], "ter": new["ter"][0]}
         if any(scores.get(k) is None or abs(scores[k] - v) > 1e-9 for k, v in values.items()):
             scores.update(values, signatures={k: v[1] for k, v in new.items()})
@@ -1110,7 +1329,7 @@ def add_significance(results, baseline, significance, out, refs=None):
             ref_file = Path((refs or {}).get((r["pair"], subset), scores["raw_ref"]))
             if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
                 continue
-            texts = [f.read_text(encoding="utf-8").splitlines() for f in (base_hyps, hyps, ref_file)]
+            texts = [read_text_lines(f) for f in (base_hyps, hyps, ref_file)]
             scores["p_value"], _, _ = paired_bootstrap(*texts, significance["samples"])
             delta = scores["sacrebleu"] - base["subsets"][subset]["sacrebleu"]
             scores["better"] = None if delta == 0 else delta > 0
@@ -1427,10 +1646,19 @@ def prepare(config, pair, log_path, env):
     cmd[0] = str(repo_path(cmd[0]))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    if proc.returncode != 0:
+        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    if returncode != 0:
         raise ReproError(f"preparing {src}-{tgt} failed: {shlex.join(cmd)}\n--- {log_path} "
                          f"(tail) ---\n{log_path.read_text()[-3000:]}")
+
+
+def made_otherwise(run):
+    """Whether ``run``'s folders hold a result or checkpoints made by other commands."""
+    old = read_result(run)
+    if old is not None and difference(run, old) is not None:
+        return True
+    argv = stored_train_argv(run) if run.trains else None
+    return argv is not None and argv != run.train_argv
 
 
 def execute_all(runs, args, config, env, paper, name):
@@ -1466,16 +1694,19 @@ def execute_all(runs, args, config, env, paper, name):
         if trainer is not None and trained is None:
             return None  # its checkpoint's training did not run
         try:
-            old, rescored = stored_result(run) if args.resume else (None, False)
+            old, rescored = stored_result(run, args.force) if args.resume else (None, False)
             if old is not None:
                 say(f"{label(run)}: done before, skipped (--resume)"
                     + (f"; rescored: sacreBLEU {old['sacrebleu']:.2f}" if rescored else ""))
                 return old
-            if failures or (args.stop_after is not None
-                            and time.monotonic() - start > 60 * args.stop_after):
+            if failures or CHILDREN.stopped_by is not None or (
+                    args.stop_after is not None
+                    and time.monotonic() - start > 60 * args.stop_after):
                 return None
             machine = here()
-            if not args.resume:
+            if not args.resume or (args.force and made_otherwise(run)):
+                # made again from the start (check_stored refused other commands' files
+                # unless --force)
                 if run.trains:
                     shutil.rmtree(run.save_dir, ignore_errors=True)
                 shutil.rmtree(run.dir, ignore_errors=True)
@@ -1487,7 +1718,7 @@ def execute_all(runs, args, config, env, paper, name):
             with lock:
                 failures.append(e)
             return None
-        (run.dir / "result.json").write_text(json.dumps(old, indent=2) + "\n")
+        textio.write_json(run.dir / "result.json", old)
         say(f"{label(run)}: tok BLEU {old['tok_bleu']:.2f}, sacreBLEU {old['sacrebleu']:.2f}, "
             f"TER {old['ter']:.2f}, {old['decode']['sentences_per_s']:.2f} sent/s, "
             f"{old['train_seconds'] / 60:.1f} min training")
@@ -1512,6 +1743,33 @@ def execute_all(runs, args, config, env, paper, name):
         print(f"{name}: not run before --stop-after {args.stop_after:g} min: "
               f"{'; '.join(not_run)} (rerun with --resume)", file=sys.stderr)
     return [results[id(run)] for run in runs if results[id(run)] is not None], not_run
+
+
+def folder_lock(folder, what):
+    """The lock of a run's output or checkpoint folder: a hidden file beside it
+    (``.seedN.lock``), so that removing the folder to make the run again keeps the lock."""
+    folder = Path(folder)
+    return FolderLock(folder, what, lock_file=folder.parent / f".{folder.name}.lock")
+
+
+def lock_runs(runs):
+    """Lock every run's output folder and, for a training, its checkpoint folder; a ReproError
+    naming the holder if another engine holds one (nothing is then kept locked). Returns the
+    locks. Engines with different runs may share --out (the table then holds both); two with a
+    run in common may not (each would take the other's checkpoint or result)."""
+    locks = []
+    try:
+        for run in runs:
+            mine = [folder_lock(run.dir, "the run folder").acquire()]
+            if run.trains:
+                mine.append(folder_lock(run.save_dir, "the checkpoint folder").acquire())
+            run.lock_fds = tuple(lock._file.fileno() for lock in mine)
+            locks += mine
+    except LockedError as e:
+        for lock in locks:
+            lock.release()
+        raise ReproError(str(e)) from None
+    return locks
 
 
 def run_all(paper, args):
@@ -1540,15 +1798,36 @@ def run_all(paper, args):
             for cmd in run.commands():
                 print(shlex.join(cmd))
         return
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-               PYTHONUNBUFFERED="1")
-    if args.data is None:
-        for pair in pairs:
-            print(f"{name}: preparing {pair[0]}-{pair[1]}", file=sys.stderr, flush=True)
-            prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
-    results, not_run = execute_all(runs, args, config, env, paper, name)
-    if not results:
-        raise ReproError("no run finished before --stop-after; nothing to tabulate")
+    locks = lock_runs(runs)
+    CHILDREN.stopped_by = None
+    restore = (CHILDREN.install() if threading.current_thread() is threading.main_thread()
+               else None)
+    try:
+        check_stored(args, config, runs, data_template, name)
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
+                   MKL_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
+        if args.data is None:
+            for pair in pairs:
+                print(f"{name}: preparing {pair[0]}-{pair[1]}", file=sys.stderr, flush=True)
+                prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
+        results, not_run = execute_all(runs, args, config, env, paper, name)
+        if not results:
+            raise ReproError("no run finished before --stop-after; nothing to tabulate")
+        # engines sharing --out (with different runs) write its table one at a time
+        with FolderLock(args.out, "the results folder's table",
+                        lock_file=args.out / ".table.lock").acquire(wait=True):
+            tabulate(paper, args, config, runs, results, not_run, data_template, name)
+    finally:
+        CHILDREN.wait_all()
+        if restore is not None:
+            restore()
+        for lock in locks:
+            lock.release()
+
+
+def tabulate(paper, args, config, runs, results, not_run, data_template, name):
+    """Write OUT/results.json and OUT/TABLE.md from this invocation's ``results`` and the
+    finished runs beside them, and print the table."""
     beside = finished_beside(args, config, runs, data_template, name)
     if beside:
         found = "; ".join(f"{run.pair} {run.system['name']} seed {run.seed}" for run, _ in beside)
@@ -1588,9 +1867,9 @@ def run_all(paper, args):
         or machine_info("cpu" if config["device"] == "cuda" else config["device"], args.threads),
         "paper": config["paper_numbers"], "results": results}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    textio.write_json(args.out / "results.json", report)
     table = markdown(paper, report)
-    (args.out / "TABLE.md").write_text(table)
+    textio.write_text_atomic(args.out / "TABLE.md", table)
     claims = repo_path(config["paper"]).parent / "claims.json"
     if claims.is_file():  # CLAIMS.md beside TABLE.md: each claim's verdict (ran_fairseq.lab.claims)
         from .lab.claims import write_claims
@@ -1607,3 +1886,7 @@ def main(paper: Paper, argv: Optional[List[str]] = None):
         run_all(paper, args)
     except ReproError as e:
         sys.exit(f"reproduce-{paper.key}: error: {e}")
+    except Stopped as e:
+        print(f"reproduce-{paper.key}: stopped by {e}: the fairseq processes under way were "
+              f"stopped with it; rerun with --resume to go on", file=sys.stderr)
+        sys.exit(128 + e.signal)

@@ -9,17 +9,19 @@
 #   scripts/offline-gpu.sh data DIR                 copy the raw Multi30k ($MULTI30K_DIR, else
 #       ../shared/data/multi30k) into DIR/multi30k: a machine that gets only the checkout has none
 #   scripts/offline-gpu.sh run DIR -- COMMAND...    on the GPU machine: install them into $SITE
-#       (default /tmp/site), then run COMMAND with the plugin and them importable, and with
-#       MULTI30K_DIR=DIR/multi30k where DIR has it and MULTI30K_DIR is unset
+#       (default: a new private temporary folder, removed afterwards), then run COMMAND with the
+#       plugin and them importable, and with MULTI30K_DIR=DIR/multi30k where DIR has it and
+#       MULTI30K_DIR is unset
 #
 # `run` builds fairseq's wheel from its source the first time (its C++/Cython extensions, without
-# the CUDA ones: 1-3 minutes) into $WHEEL_CACHE (default /tmp/offline-gpu-wheels), so that a later
-# run on the same machine skips the build, and copies it to $WHEEL_OUT if set; a wheel in DIR is
-# used as it is. torch, numpy and the rest of fairseq's needs are the image's own (fairseq is
-# compiled against its numpy, 1.x or 2.x). Nothing is installed into the image's environment.
+# the CUDA ones: 1-3 minutes) into $WHEEL_CACHE (default ~/.cache/ran_fairseq/offline-gpu-wheels,
+# a folder only its owner can write: another user's wheel or sitecustomize.py is never taken), so
+# that a later run on the same machine skips the build, and copies it to $WHEEL_OUT if set; a wheel
+# in DIR is used as it is. torch, numpy and the rest of fairseq's needs are the image's own (fairseq
+# is compiled against its numpy, 1.x or 2.x). Nothing is installed into the image's environment.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
 [ $# -ge 2 ] || usage
 mode=$1 dir=$2
 shift 2
@@ -69,7 +71,15 @@ download)
 run)
     [ "${1:-}" = "--" ] && shift
     [ $# -ge 1 ] || usage
-    site=${SITE:-/tmp/site}
+    # private folders only: a fixed name in /tmp could be made first by another user, with a
+    # sitecustomize.py that python would run (the site is first on PYTHONPATH) or a wheel that
+    # would be installed unchecked
+    if [ -n "${SITE:-}" ]; then
+        site=$SITE
+    else
+        site=$(mktemp -d "${TMPDIR:-/tmp}/offline-gpu-site.XXXXXX")
+        trap 'rm -rf "$site"' EXIT
+    fi
     pip=("$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir
          --target "$site" --upgrade)
     wheels=()
@@ -77,7 +87,13 @@ run)
         case $(basename "$w") in fairseq*) ;; *) wheels+=("$w") ;; esac
     done
     "${pip[@]}" "${wheels[@]}" "$dir"/antlr4-python3-runtime-*.tar.gz --no-build-isolation
-    cache=${WHEEL_CACHE:-/tmp/offline-gpu-wheels}
+    cache=${WHEEL_CACHE:-${XDG_CACHE_HOME:-${HOME:?HOME is unset: set WHEEL_CACHE}/.cache}/ran_fairseq/offline-gpu-wheels}
+    mkdir -p "$cache"
+    [ -n "${WHEEL_CACHE:-}" ] || chmod 700 "$cache"
+    if [ ! -O "$cache" ] || [ -n "$(find "$cache" -maxdepth 0 -perm /022)" ]; then
+        echo "offline-gpu: $cache is not a folder of yours that only you can write; its wheels are not taken. Set WHEEL_CACHE to one that is (mkdir -m 700 DIR)" >&2
+        exit 1
+    fi
     built=$(ls "$dir"/fairseq_fixed-*.whl "$cache"/fairseq_fixed-*.whl 2>/dev/null | head -n1 || true)
     if [ -n "$built" ]; then
         echo "offline-gpu: fairseq's wheel from an earlier build: $built" >&2
@@ -108,7 +124,12 @@ run)
         export MULTI30K_DIR=$(cd "$dir/multi30k" && pwd)
     fi
     "$python" -c "import fairseq, ran_fairseq, torch; print('offline-gpu: fairseq', fairseq.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())" 2>&1 | grep -v tensorboardX >&2
-    exec "$@"
+    if [ -n "${SITE:-}" ]; then
+        exec "$@"
+    fi
+    # not exec: the private site is removed when COMMAND ends (the EXIT trap); signals reach
+    # COMMAND, which is in this shell's process group
+    "$@"
     ;;
 *)
     usage

@@ -9,7 +9,8 @@ is ``ran_fairseq.reproduce``; the settings are ``configs/pervasive/cpu.json`` (M
 ``--full``: ``configs/pervasive/full.json``, IWSLT'14 De<->En at the paper's sizes) and their
 systems files.
 
-    python scripts/reproduce-pervasive.py --pairs de-en --systems max,Transformer --max-update 300
+    python scripts/reproduce-pervasive.py --pairs de-en --systems max,Transformer --max-update 300 \\
+        --out runs/try --checkpoints runs/try/checkpoints
 """
 import sys
 from pathlib import Path

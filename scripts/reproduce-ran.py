@@ -7,7 +7,8 @@ table beside the paper's published numbers. The engine is ``ran_fairseq.reproduc
 have a prepare script here: ``wmt14-base.json`` (WMT'14 En-De both ways, the default) and
 ``wmt17-en-tr-base.json`` (WMT'17 En-Tr both ways); the systems are ``configs/ran/systems.json``.
 
-    python scripts/reproduce-ran.py --pairs de-en --systems TransF,RAN-ALL --max-update 300
+    python scripts/reproduce-ran.py --pairs de-en --systems TransF,RAN-ALL --max-update 300 \\
+        --out runs/try --checkpoints runs/try/checkpoints
     python scripts/reproduce-ran.py --full wmt17-en-tr --dry-run
 """
 import sys

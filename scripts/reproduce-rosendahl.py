@@ -9,7 +9,8 @@ development set, Table 2 on the three test sets). The engine is ``ran_fairseq.re
 size: ``full-wmt16-ro-en.json`` (the default), ``full-wmt18-tr-en.json``, ``full-iwslt17-en-it.json``;
 the systems are ``configs/recurrent_cross/systems.json``.
 
-    python scripts/reproduce-rosendahl.py --pairs de-en --systems baseline,coverage --max-update 300
+    python scripts/reproduce-rosendahl.py --pairs de-en --systems baseline,coverage --max-update 300 \\
+        --out runs/try --checkpoints runs/try/checkpoints
     python scripts/reproduce-rosendahl.py --full iwslt17-en-it --dry-run
 """
 import sys

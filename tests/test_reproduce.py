@@ -464,6 +464,27 @@ def test_resume_decodes_again_without_training_again(first_run, corpus, config):
     assert (ran_dir / "train.log").read_text() == log_before  # fairseq-train did not run
 
 
+def test_resume_takes_a_training_at_its_budget_as_finished(first_run, corpus, config):
+    """An engine killed as fairseq-train ended leaves no train_finished.json (issue 43): --resume
+    finds checkpoint_last.pt at the budget and does not train again (fairseq-train, resumed from
+    it, would take one more update: 4 of a 3-update budget)."""
+    from ran_fairseq.reproduce import checkpoint_updates
+
+    root, data = corpus
+    ran_dir = first_run / "de-en" / "RAN-ALL" / "seed1"
+    save = root / "ckpt" / "de-en" / "RAN-ALL" / "seed1"
+    log_before = (ran_dir / "train.log").read_text()
+    (save / "train_finished.json").unlink()
+    (ran_dir / "result.json").unlink()
+    proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
+                     ",".join(SYSTEMS), "--max-update", "3", "--out", first_run, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "is at update 3 of 3: its training had finished; not trained again" in proc.stderr
+    assert (ran_dir / "train.log").read_text() == log_before
+    assert checkpoint_updates(save / "checkpoint_last.pt") == 3
+    assert (save / "train_finished.json").is_file()  # recorded now
+
+
 def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     """Two seeds, the test and valid subsets, and the best checkpoint by validation BLEU
     (fairseq's --eval-bleu): one result per seed, mean ± std in the table, a section per subset."""
@@ -570,7 +591,7 @@ def test_the_table_holds_the_finished_runs_of_other_invocations(first_run, corpu
     """An invocation that selects some systems tabulates the other finished runs in its --out
     beside them (so two engines training different systems into one folder leave one table),
     with significance against the baseline, in the systems file's order; a stored result made
-    with other settings is left out, and said so."""
+    with other settings is left out (with --force), and said so."""
     _, data = corpus
     out = first_run.parent / "out-beside"
     shutil.copytree(first_run, out)
@@ -591,7 +612,14 @@ def test_the_table_holds_the_finished_runs_of_other_invocations(first_run, corpu
     other = json.loads(stored.read_text())
     other["commands"]["generate"]["test"].append("--nbest")
     stored.write_text(json.dumps(other))
+    # leaving it out of the table needs --force (issue 43): refused, nothing changed
+    table = (out / "TABLE.md").read_text()
     proc = reproduce(*args)
+    assert proc.returncode != 0
+    assert "RAN-ALL_greedy/seed1/result.json was made with other settings (decoding test: " \
+           "--nbest set → unset) and would be left out of the table" in proc.stderr
+    assert "--force" in proc.stderr and (out / "TABLE.md").read_text() == table
+    proc = reproduce(*args, "--force")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RAN-ALL_greedy/seed1/result.json left out of the table: made with other settings" \
         in proc.stderr

@@ -6,14 +6,18 @@ turned into spaces and the ends stripped, so that line ``i`` of a source file st
 line ``i`` of its target file through every later step (fairseq-preprocess would split a line at
 a bare ``\\r``). Nothing here tokenizes or unescapes: the text is what the corpus distributes.
 """
+import codecs
 import gzip
 import re
 import shutil
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
+
+from ..textio import BadTextFile, decode_line
 
 FORMATS = ("text", "seg", "tags")
 
@@ -36,34 +40,46 @@ def _clean(line: str) -> str:
     return line.replace("\r", " ").strip()
 
 
-def _open_text(path: Path):
-    # newline="\n": only \n ends a line; a stray \r inside a sentence must not split it.
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-    return open(path, "r", encoding="utf-8", newline="\n")
+def _numbered_lines(path: Path) -> Iterator[Tuple[int, str]]:
+    """(line number, text) of each line of ``path`` (``.gz`` decompressed), split on ``\\n`` only
+    (a stray ``\\r`` or U+2028 inside a sentence must not split it), a UTF-8 byte-order mark
+    dropped. Invalid UTF-8 and a truncated or damaged gzip file are CorpusErrors naming the file
+    and the line."""
+    lineno = 0
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            for lineno, raw in enumerate(f, 1):
+                if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8):]
+                try:
+                    text = decode_line(raw, path, lineno)
+                except BadTextFile as err:
+                    raise CorpusError(str(err)) from None
+                yield lineno, text
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        where = f"after line {lineno}" if lineno else "at its start"
+        raise CorpusError(f"{path}: the gzip file is truncated or damaged ({where}: {err}); "
+                          f"download or copy it again") from None
 
 
 def read_text(path) -> Iterator[str]:
     """Lines of a plain-text file (``.gz`` is decompressed)."""
-    path = Path(path)
-    with _open_text(path) as f:
-        for line in f:
-            yield _clean(line)
+    for _, line in _numbered_lines(Path(path)):
+        yield _clean(line)
 
 
 def read_seg(path) -> Iterator[str]:
     """The ``<seg>`` texts of a WMT ``.sgm`` or IWSLT ``.xml`` file, in file order, with runs of
     whitespace collapsed (as sacrebleu reads these files; XML entities are left as they are)."""
     path = Path(path)
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if "<seg" not in line:
-                continue
-            match = _SEG.search(line)
-            if match is None:
-                raise CorpusError(f"{path}:{lineno}: a <seg> that does not close on its line: "
-                                  f"{line.strip()[:80]!r}")
-            yield _SPACES.sub(" ", match.group(1)).strip()
+    for lineno, line in _numbered_lines(path):
+        if "<seg" not in line:
+            continue
+        match = _SEG.search(line)
+        if match is None:
+            raise CorpusError(f"{path}:{lineno}: a <seg> that does not close on its line: "
+                              f"{line.strip()[:80]!r}")
+        yield _SPACES.sub(" ", match.group(1)).strip()
 
 
 def read_iwslt_tags(path) -> Iterator[str]:

@@ -405,19 +405,28 @@ def binarize(prefixes: Dict[str, Path], src: str, tgt: str, dest: Path, workers:
     """``fairseq-preprocess [--joined-dictionary]`` of ``{prefix}.{src,tgt}`` per split (the
     ``EXTRA_TESTS`` present become fairseq's test1, ...), keeping
     the ``nwords_*`` most frequent words (specials included; 0: all)."""
-    tests = ",".join(str(prefixes[k]) for k in ("test", *EXTRA_TESTS) if k in prefixes)
+    # fairseq-preprocess splits --validpref and --testpref on commas: the prefixes are given
+    # relative to the folder that holds them (run there), so a comma in --out or --work-dir
+    # (that folder's path) does not split them
+    folder = Path(prefixes["train"]).parent
+    names = {k: (Path(p).name if Path(p).parent == folder else str(p)) for k, p in prefixes.items()}
+    commas = [p for p in names.values() if "," in p]
+    if commas:
+        raise PrepareError(f"fairseq-preprocess splits its file prefixes on commas, and "
+                           f"{commas[0]} has one: use a work folder (--work-dir) without a comma")
+    tests = ",".join(names[k] for k in ("test", *EXTRA_TESTS) if k in names)
     cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src,
-           "--target-lang", tgt, "--trainpref", str(prefixes["train"]),
-           "--validpref", str(prefixes["valid"]),
+           "--target-lang", tgt, "--trainpref", names["train"],
+           "--validpref", names["valid"],
            "--testpref", tests,
-           "--destdir", str(dest), "--workers", str(max(1, workers))]
+           "--destdir", str(Path(dest).resolve()), "--workers", str(max(1, workers))]
     cmd += ["--joined-dictionary"] if joined else []
     cmd += ["--nwordssrc", str(nwords_src)] if nwords_src > 0 else []
     cmd += ["--nwordstgt", str(nwords_tgt)] if nwords_tgt > 0 else []
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    log = (proc.stdout + proc.stderr).splitlines()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=folder)
+    log = (proc.stdout + proc.stderr).split("\n")
     if proc.returncode != 0:
         tail = "\n".join(log[-30:])
         raise PrepareError(f"fairseq-preprocess failed (exit {proc.returncode}): "

@@ -51,3 +51,72 @@ def small_transformer_sizes(args):
         for name, value in (("embed_dim", 256), ("ffn_embed_dim", 1024),
                             ("attention_heads", 4), ("layers", 3)):
             setattr(args, f"{side}_{name}", getattr(args, f"{side}_{name}", value))
+
+
+# ---- resuming: the architecture flags of a checkpoint against this run's -----------------------
+
+# Options a resumed training may change: regularization (every option whose name holds
+# "dropout"), and options that change how, not what, the model computes or how it starts.
+RESUME_FREE = {"memory_efficient_densenet": "recomputes the dense blocks' features",
+               "recompute_grid": "recomputes the decoder grid in the backward pass",
+               "init_range": "initialization only"}
+
+
+def _options(cls):
+    """``{dest: (flag, default)}`` of the options ``cls.add_args`` declares."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    cls.add_args(parser)
+    return {a.dest: (a.option_strings[0] if a.option_strings else a.dest, a.default)
+            for a in parser._actions}
+
+
+def architecture_flags(cls):
+    """``{dest: (flag, default)}`` of the architecture options a plugin model class adds to the
+    fairseq class it extends (fairseq's own, e.g. the transformer's, are fairseq's business),
+    without :data:`RESUME_FREE` and dropout options."""
+    base = next((c for c in cls.__mro__[1:] if hasattr(c, "add_args")
+                 and not c.__module__.startswith("ran_fairseq.")), None)
+    inherited = _options(base) if base is not None else {}
+    return {dest: option for dest, option in _options(cls).items()
+            if dest not in inherited and dest not in RESUME_FREE and "dropout" not in dest}
+
+
+def _value(args, dest, default):
+    value = getattr(args, dest, default) if args is not None else default
+    return default if value is None else value
+
+
+def changed_flags(cls, checkpoint_args, args):
+    """``[(flag, checkpoint's value, this run's value)]`` of the architecture flags of ``cls``
+    (:func:`architecture_flags`) that differ; an option the checkpoint does not record (it
+    predates the option) counts as its default."""
+    changed = []
+    for dest, (flag, default) in sorted(architecture_flags(cls).items()):
+        old, new = _value(checkpoint_args, dest, default), _value(args, dest, default)
+        if old != new:
+            changed.append((flag, old, new))
+    return changed
+
+
+def check_resumed_flags(model, checkpoint_args, args, checkpoint="the checkpoint"):
+    """Raise a ValueError naming the flags that differ when ``model`` (a plugin model, built from
+    ``args``) resumes a training whose checkpoint was made with ``checkpoint_args``; nothing for a
+    model of another package."""
+    cls = type(model)
+    if not cls.__module__.startswith("ran_fairseq.models.") or not hasattr(cls, "add_args"):
+        return
+    changed = changed_flags(cls, checkpoint_args, args)
+    if changed:
+        def shown(value):
+            return {True: "set", False: "not set"}.get(value, repr(value)) \
+                if isinstance(value, bool) else repr(value)
+
+        flags = "; ".join(f"{flag} (checkpoint: {shown(old)}, this run: {shown(new)})"
+                          for flag, old, new in changed)
+        raise ValueError(
+            f"resuming from {checkpoint}, trained with other architecture flags than this run's: "
+            f"{flags}. Training on would mix the two (the checkpoint would record flags its first "
+            f"updates did not use): pass the checkpoint's flags, train into another --save-dir, "
+            f"or pass --reset-optimizer to start a new training from its weights.")

@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from ..textio import BOM, decode_line, read_lines  # noqa: F401  (read_lines: this module's API)
+
 METRICS = ("bleu", "chrf", "ter")
 
 
@@ -26,9 +28,14 @@ def read_generate_output(path, prefix="D"):
     ``S-``/``T-`` lines (source, reference) are ``<tag>\t<text>`` with no score column. Raises
     ValueError if no such line exists or if ids are missing."""
     texts = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            tag, sep, rest = line.rstrip("\n").partition("\t")
+    with open(path, "rb") as f:
+        # split on "\n" only: a hypothesis may hold U+2028 or another character that
+        # str.splitlines() (or text mode's "\r") would take for a line break
+        for lineno, raw in enumerate(f, 1):
+            line = decode_line(raw, path, lineno).removesuffix("\n").removesuffix("\r")
+            if lineno == 1:
+                line = line.removeprefix(BOM)
+            tag, sep, rest = line.partition("\t")
             if not sep or not tag.startswith(prefix + "-") or not tag[len(prefix) + 1:].isdigit():
                 continue
             idx = int(tag[len(prefix) + 1:])
@@ -46,11 +53,6 @@ def read_generate_output(path, prefix="D"):
                          f"{missing[:5]}: was a batch dropped (fairseq-generate needs "
                          f"--required-batch-size-multiple 1) or a sentence skipped as too long?")
     return [texts[i] for i in range(len(texts))]
-
-
-def read_lines(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 # A word-level model writes <unk> for a word outside its vocabulary. sacreBLEU's 13a tokenizer
@@ -73,6 +75,8 @@ def score(hyps, refs, metrics=METRICS, lowercase=False, literal_unk=False):
 
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align line by line")
+    if not hyps:
+        raise ValueError("no hypotheses and no references: nothing to score")
     if not literal_unk:
         hyps = unk_as_one_word(hyps)
     # TER as TERCom computes it by default (sacrebleu's TER defaults: case-insensitive, no
@@ -101,7 +105,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         hyps = read_generate_output(args.generate_output) if args.generate_output else read_lines(args.hyp)
-        result = score(hyps, read_lines(args.ref), args.metrics, args.lowercase, args.literal_unk)
+        refs = read_lines(args.ref)
+        if not hyps and not refs:
+            raise ValueError(f"{args.generate_output or args.hyp} and {args.ref} are empty: nothing to score; pass the "
+                             f"hypotheses and references of a test set")
+        result = score(hyps, refs, args.metrics, args.lowercase, args.literal_unk)
     except (OSError, ValueError) as e:
         sys.exit(f"evaluate: {e}")
     if args.json:
