@@ -856,6 +856,20 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
     with torch.no_grad():
         expected = trained.eval()(tokens, torch.tensor([4]), tokens)[0]
         torch.testing.assert_close(old.eval()(tokens, torch.tensor([4]), tokens)[0], expected)
+    # resuming such a training with today's defaults changes no architecture flag (fairseq-train
+    # refuses a resumed run whose flags differ from its checkpoint's)
+    from ran_fairseq.models._common import changed_flags
+
+    def parsed(*flags):
+        return options.parse_args_and_arch(options.get_training_parser(),
+                                           ["unused-data", "--arch", "ran_transformer", "--task",
+                                            "translation", *SMALL, *flags])
+
+    saved = parsed()
+    del saved.ran_initial_init, saved.ran_ffn_dim, saved.ran_transition
+    assert changed_flags(RanTransformerModel, saved, parsed()) == []
+    assert changed_flags(RanTransformerModel, saved, parsed("--ran-initial-init", "xavier")) == [
+        ("--ran-initial-init", "normal", "xavier")]
 
 
 def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():

@@ -254,7 +254,9 @@ class RanTransformerModel(TransformerModel):
                                  "j <= i only, the rest kept at zero; full: the whole row is "
                                  "transitioned and the future masked only at the softmax (before "
                                  "this option; the authors' code); default lower-triangle")
-        parser.add_argument(TRANSITION_FLAG, choices=list(RAN_TRANSITIONS),
+        # the defaults of --ran-transition and --ran-initial-init are argparse's too: resuming a
+        # checkpoint saved before the option existed compares its (absent) value with the default
+        parser.add_argument(TRANSITION_FLAG, choices=list(RAN_TRANSITIONS), default="paper",
                             help="RAN transition: paper (Eqs. 3-4, LN(tanh(W A + b)) + A) or ffn "
                                  "(the authors' released code's: A + W2 ReLU(W1 A + b1) + b2, "
                                  "n -> m -> n with m = --ran-ffn-dim, no layer norm; §2.3 names "
@@ -263,7 +265,7 @@ class RanTransformerModel(TransformerModel):
                             help="RAN: hidden width m of --ran-transition ffn; default 4n (n = "
                                  "--max-attention-positions); the authors' code uses 1024 "
                                  "whatever n")
-        parser.add_argument(INITIAL_INIT_FLAG, choices=list(RAN_INITIAL_INIT),
+        parser.add_argument(INITIAL_INIT_FLAG, choices=list(RAN_INITIAL_INIT), default="normal",
                             help="RAN: random initialization of the initial matrices A_0 (§2.2 "
                                  "says 'randomly initialized'): normal (N(0, n^-1/2)) or xavier "
                                  "(Xavier-uniform over the (heads, n, n) tensor, as the authors' "
