@@ -8,13 +8,20 @@ import torch
 from fairseq import options
 from fairseq.data import Dictionary
 
+from ran_fairseq.lab.bench.kernels import KernelCounter
 from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
 from ran_fairseq.modules.attention_entropy import AttentionEntropyRecorder
 from ran_fairseq.modules.recurrent_cross_attention import (
+    ContinuousScan,
+    FullContextRecurrence,
+    HeadContextRecurrence,
+    PrevContextRecurrence,
     RecurrentCrossAttention,
+    WeightRecurrence,
     check_options,
     continuous_scan,
     continuous_step,
+    step_functions,
     window_average,
     window_matrix,
 )
@@ -310,6 +317,188 @@ def test_gradients_reach_every_parameter(variant, kv_variant):
     assert torch.isfinite(states.grad).all()
 
 
+@pytest.mark.parametrize("left_pad", [True, False], ids=["left-pad", "right-pad"])
+@pytest.mark.parametrize("variant,kv_variant", VARIANTS, ids=VARIANT_IDS)
+def test_gradients_match_naive_reference(variant, kv_variant, left_pad):
+    """The hand-written backward passes of the training recurrences give the gradients autograd
+    computes through the naive reference, for every input and parameter, with a loss on the
+    outputs and on the returned weights."""
+    module = make_module(variant, kv_variant)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(0.5)
+    states, encoder, padding, sentences = make_batch(left_pad)
+    states.requires_grad_(True)
+    encoder.requires_grad_(True)
+    inputs = [states, encoder] + list(module.parameters())
+    out, weights = module(states, encoder, encoder, padding, need_head_weights=True)
+    g = torch.Generator().manual_seed(7)
+    grad_out, grad_weights = (torch.randn(out.shape, generator=g),
+                              torch.randn(weights.shape, generator=g))
+    ours = torch.autograd.grad((out * grad_out).sum() + (weights * grad_weights).sum(), inputs)
+    loss = 0
+    for b, (sentence, span) in enumerate(sentences):
+        expected_out, expected_weights = naive(module, states[:, b], encoder[span, b])
+        loss = loss + (expected_out * grad_out[:, b]).sum()
+        loss = loss + (expected_weights * grad_weights[:, b, :, span]).sum()
+    theirs = torch.autograd.grad(loss, inputs, allow_unused=True)
+    names = ["states", "encoder"] + [name for name, _ in module.named_parameters()]
+    for name, a, e in zip(names, ours, theirs):
+        e = torch.zeros_like(a) if e is None else e
+        scale = max(e.abs().max().item(), 1.0)
+        torch.testing.assert_close(a / scale, e / scale, atol=1e-5, rtol=0, msg=name)
+
+
+def _gradcheck_inputs(seed=0, batch=2, heads=2, steps=4, src_len=3, dim=2):
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, dtype=torch.double) * scale).requires_grad_()
+
+    padding = torch.zeros(batch, src_len, dtype=torch.bool)
+    padding[1, 0] = True
+    masks = (torch.rand(steps, batch, heads, src_len + 1, generator=g, dtype=torch.double)
+             > 0.3).double() / 0.7
+    return rand, padding, masks
+
+
+@pytest.mark.parametrize("with_masks", [False, True], ids=["no-dropout", "dropout"])
+def test_training_kernels_pass_gradcheck(with_masks):
+    """Each training recurrence's backward pass against finite differences (float64), with
+    source padding, and with attention-dropout masks where the variant takes them."""
+    rand, padding, masks = _gradcheck_inputs()
+    batch, heads, steps, src_len, dim = 2, 2, 4, 3, 2
+    masks = masks if with_masks else None
+    eager = step_functions("eager")
+    pad = padding[:, None, :]
+
+    def masked_energies():
+        return rand(batch, heads, steps, src_len, scale=2.0)
+
+    def masking(e):
+        return e.masked_fill(padding[:, None, None, :], -1e9)
+
+    gain = rand(batch, heads, src_len)
+    for accumulate in (False, True):
+        energies = rand(steps, batch, heads, src_len)
+        assert torch.autograd.gradcheck(
+            lambda e, w: WeightRecurrence.apply(e, pad, w, 0.0, accumulate, eager),
+            (energies, gain))
+        assert torch.autograd.gradcheck(
+            lambda e: WeightRecurrence.apply(e, pad, None, -0.7, accumulate, eager), (energies,))
+    relation = rand(batch, heads, src_len, src_len)
+    source_masks = None if masks is None else masks[..., :src_len].contiguous()
+    assert torch.autograd.gradcheck(
+        lambda e, r: PrevContextRecurrence.apply(e, pad, r, source_masks, eager),
+        (rand(steps, batch, heads, src_len), relation))
+    values, query = rand(batch, heads, src_len, dim), rand(batch, heads, steps, dim)
+    key_bias = rand(batch, heads, steps)
+    weight, bias = rand(heads, dim, dim), rand(heads, dim)
+    energies = masked_energies()
+    for need_weights in (False, True):
+        def head(e, v, q, kb, w, b):  # Eq. 7
+            return HeadContextRecurrence.apply(masking(e), v, q, kb, w, b, masks, need_weights,
+                                               eager)
+
+        def head8(e, v, q):  # Eq. 8
+            return HeadContextRecurrence.apply(masking(e), v, q, None, None, None, masks,
+                                               need_weights, eager)
+
+        assert torch.autograd.gradcheck(head, (energies, values, query, key_bias, weight, bias))
+        assert torch.autograd.gradcheck(head8, (energies, values, query))
+        full_weight, full_bias = rand(2 * heads * dim, heads * dim), rand(2 * heads * dim)
+        query_t = rand(steps, batch, heads, dim)
+
+        def full(e, v, q, w, b):  # Eqs. 5, 6
+            return FullContextRecurrence.apply(masking(e), v, q, w, b, masks, need_weights,
+                                               eager)
+
+        assert torch.autograd.gradcheck(full, (energies, values, query_t, full_weight, full_bias))
+    power = window_matrix(padding, src_len, 1, scale=0.4).double().expand(batch, -1, -1)
+    for steps_ in (1, 3, 5):
+        assert torch.autograd.gradcheck(lambda e: ContinuousScan.apply(e, power, 0.3),
+                                        (rand(batch, heads, steps_, src_len),))
+
+
+# Kernels (aten operators, views excluded: ran_fairseq.lab.bench.kernels) of one training forward
+# and backward pass of a module (E = 8, 2 heads, 3 sentences of up to 9 source tokens), at 12
+# target positions, and what each further target position adds. Before the training kernels,
+# a target position cost prev-context 7, prev-weight 9, prev-accum-weight 11, coverage 7 and
+# expand-kv 31/31/37/30 kernels, and each doubling of the target length 11 for continuous.
+KERNELS_AT_12 = {"dot": 34, "prev-context": 98, "prev-weight": 92, "prev-accum-weight": 93,
+                 "coverage": 82, "expand-kv1": 138, "expand-kv2": 134, "expand-kv3": 124,
+                 "expand-kv4": 120, "continuous": 66}
+KERNELS_PER_STEP = {"dot": 0, "prev-context": 4, "prev-weight": 4, "prev-accum-weight": 4,
+                    "coverage": 4, "expand-kv1": 7, "expand-kv2": 7, "expand-kv3": 5,
+                    "expand-kv4": 5}
+PREV_CONTEXT_PER_STEP_BEFORE = 7
+
+
+def training_kernels(variant, kv_variant, steps):
+    module = make_module(variant, kv_variant).train()
+    _, encoder, padding, _ = make_batch(left_pad=False)
+    states = torch.randn(steps, encoder.size(1), E, generator=torch.Generator().manual_seed(2))
+    states.requires_grad_(True)
+    encoder.requires_grad_(True)
+    with KernelCounter() as forward:
+        out, _ = module(states, encoder, encoder, padding, need_weights=False)
+    loss = out.sum()
+    with KernelCounter() as backward:
+        loss.backward()
+    return forward.total + backward.total
+
+
+@pytest.mark.parametrize("variant,kv_variant", VARIANTS, ids=VARIANT_IDS)
+def test_training_kernel_counts(variant, kv_variant):
+    """Guards the kernel counts of a training step: a change that adds kernels to a recurrence's
+    loop (or to the rest of the step) fails here. Raise a bound only with a reason."""
+    name = VARIANT_IDS[VARIANTS.index((variant, kv_variant))]
+    counts = {t: training_kernels(variant, kv_variant, t) for t in (8, 9, 12, 16)}
+    assert counts[12] <= KERNELS_AT_12[name], counts
+    if variant == "continuous":  # a doubling of the target length adds one scan level
+        assert counts[9] - counts[8] <= 5 and counts[16] == counts[9], counts
+        return
+    assert counts[9] - counts[8] <= KERNELS_PER_STEP[name], counts
+    assert counts[16] - counts[12] <= 4 * KERNELS_PER_STEP[name], counts
+    if variant == "expand-kv":
+        assert KERNELS_PER_STEP[name] <= PREV_CONTEXT_PER_STEP_BEFORE
+
+
+COMPILED = [("prev-accum-weight", 1, 0.0), ("coverage", 1, 0.0), ("prev-context", 1, 0.3),
+            ("expand-kv", 1, 0.3), ("expand-kv", 3, 0.0), ("expand-kv", 4, 0.3)]
+
+
+def _torch_compile_works():
+    try:
+        torch.compile(lambda x: x * 2, dynamic=True)(torch.ones(3))
+        return None
+    except Exception as error:  # no compiler toolchain for the inductor backend, say
+        return f"torch.compile does not run here: {type(error).__name__}: {error}"
+
+
+@pytest.mark.parametrize("variant,kv_variant,dropout", COMPILED,
+                         ids=[f"{v}{n if v == 'expand-kv' else ''}-p{p}" for v, n, p in COMPILED])
+def test_compiled_recurrence_matches_eager(variant, kv_variant, dropout):
+    """--cross-attention-recurrence compile (the loop bodies through torch.compile) gives the
+    eager outputs and gradients, with and without attention dropout (the same masks)."""
+    reason = _torch_compile_works()
+    if reason is not None:
+        pytest.skip(reason)
+    results = {}
+    for recurrence in ("eager", "compile"):
+        module = make_module(variant, kv_variant, dropout=dropout).train()
+        module.recurrence = recurrence
+        states, encoder, padding, _ = make_batch(left_pad=True)
+        states.requires_grad_(True)
+        torch.manual_seed(3)
+        out, weights = module(states, encoder, encoder, padding)
+        (out.pow(2).sum() + weights.sum()).backward()
+        results[recurrence] = [out, states.grad] + [p.grad for p in module.parameters()]
+    scale = max(t.abs().max().item() for t in results["eager"])  # near-0 gradients have noise
+    for a, b in zip(results["eager"], results["compile"]):
+        torch.testing.assert_close(b / scale, a / scale, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("variant,kv_variant", VARIANTS, ids=VARIANT_IDS)
 def test_half_precision_and_a_fully_padded_row_stay_finite(variant, kv_variant):
     module = make_module(variant, kv_variant).half()
@@ -329,6 +518,7 @@ def test_bad_options_name_their_flag():
         (("coverage", 1, -1.0, 5), "--rescale-lambda"),
         (("coverage", 1, float("nan"), 5), "--rescale-lambda"),
         (("continuous", 1, 0.5, -1), "--rescale-window"),
+        (("coverage", 1, 0.5, 5, "jit"), "--cross-attention-recurrence"),
     ]
     for arguments, flag in cases:
         with pytest.raises(ValueError, match=flag):

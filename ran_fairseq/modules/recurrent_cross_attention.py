@@ -57,6 +57,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules.fairseq_dropout import FairseqDropout
@@ -64,6 +65,8 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 CROSS_ATTENTION_VARIANTS = ("dot", "prev-context", "prev-weight", "prev-accum-weight",
                             "expand-kv", "continuous", "coverage")
 KV_VARIANTS = (1, 2, 3, 4)
+# how the training recurrences run their loop bodies (--cross-attention-recurrence)
+RECURRENCES = ("eager", "compile")
 
 # Masked energies get a large finite value (energies are float32): a fully padded row then yields
 # uniform weights instead of NaN, and masked positions get weights of exactly 0 otherwise.
@@ -77,8 +80,16 @@ _STATE_KEY = {"prev-context": "prev_context", "expand-kv": "prev_context",
 _SOURCE_KEYS = ("key", "value", "gain")
 
 
-def check_options(variant: str, kv_variant: int, rescale_lambda: float, rescale_window: int):
+def check_options(variant: str, kv_variant: int, rescale_lambda: float, rescale_window: int,
+                  recurrence: str = "eager"):
     """Raise a ValueError naming the flag for options no variant can use."""
+    if recurrence not in RECURRENCES:
+        raise ValueError(f"--cross-attention-recurrence must be one of {', '.join(RECURRENCES)}, "
+                         f"got {recurrence!r}")
+    if recurrence == "compile" and not hasattr(torch, "compile"):
+        raise ValueError("--cross-attention-recurrence compile needs torch.compile (PyTorch 2.0 or "
+                         f"later, this is {torch.__version__}); use --cross-attention-recurrence "
+                         "eager")
     if variant not in CROSS_ATTENTION_VARIANTS:
         raise ValueError(f"--cross-attention must be one of {', '.join(CROSS_ATTENTION_VARIANTS)}, "
                          f"got {variant!r}")
@@ -112,17 +123,18 @@ def window_average(x: Tensor, padding: Optional[Tensor], window: int) -> Tensor:
 
 
 def window_matrix(padding: Optional[Tensor], src_len: int, window: int,
-                  device=None) -> Tensor:
-    """Eq. 9's windowed averaging as a matrix: M[b, j, j'] = 1/(2k+1) where |j-j'| ≤ k and both
-    positions are real, else 0. Shape (B, S, S), or (1, S, S) without padding; symmetric."""
+                  device=None, scale: Optional[float] = None) -> Tensor:
+    """Eq. 9's windowed averaging as a matrix: M[b, j, j'] = 1/(2k+1) (or ``scale``) where
+    |j-j'| ≤ k and both positions are real, else 0. Shape (B, S, S), or (1, S, S) without
+    padding; symmetric."""
     if padding is not None:
         device = padding.device
-    pos = torch.arange(src_len, device=device)
-    band = ((pos[:, None] - pos[None, :]).abs() <= window).float() / (2 * window + 1)
+    value = 1.0 / (2 * window + 1) if scale is None else scale
+    band = torch.full((src_len, src_len), value, device=device).triu_(-window).tril_(window)
     if padding is None:
         return band.unsqueeze(0)
-    real = (~padding).float()
-    return band * real[:, :, None] * real[:, None, :]
+    real = ~padding
+    return band * (real[:, :, None] & real[:, None, :])
 
 
 def continuous_step(previous: Optional[Tensor], energies: Tensor, padding: Optional[Tensor],
@@ -135,27 +147,69 @@ def continuous_step(previous: Optional[Tensor], energies: Tensor, padding: Optio
                                                                               window)
 
 
+class ContinuousScan(torch.autograd.Function):
+    """Eq. 9's linear recurrence for all steps, α̊_i = A α̊_{i-1} + b_i (b_0 = α̂_0, b_i = λ α̂_i,
+    A = (1-λ) M symmetric and constant), by a Hillis-Steele scan: for d = 1, 2, 4, ... each row
+    i ≥ d adds A^d times row i-d, one batched product per doubling (rows of all heads and steps
+    together), so the scan costs ⌈log2 T⌉ products instead of T steps. The backward pass is the
+    same scan run backwards (Aᵀ = A). ``energies`` α̂ (B, H, T, S), ``power`` A (B, S, S)."""
+
+    @staticmethod
+    def forward(ctx, energies, power, rescale_lambda):
+        batch, heads, steps_, src_len = energies.shape
+        x = energies.transpose(1, 2).clone(memory_format=torch.contiguous_format)  # (B, T, H, S)
+        x[:, 1:].mul_(rescale_lambda)
+        powers = []
+        if steps_ > 1:
+            y = torch.empty_like(x)
+            shift = 1
+            while shift < steps_:
+                rows = (steps_ - shift) * heads
+                torch.baddbmm(x[:, shift:].view(batch, rows, src_len),
+                              x[:, :-shift].view(batch, rows, src_len), power,
+                              out=y[:, shift:].view(batch, rows, src_len))
+                y[:, :shift].copy_(x[:, :shift])
+                powers.append(power)
+                x, y = y, x
+                shift *= 2
+                if shift < steps_:
+                    power = torch.bmm(power, power)
+        ctx.rescale_lambda = rescale_lambda
+        ctx.save_for_backward(*powers)
+        return x.transpose(1, 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        powers = ctx.saved_tensors
+        batch, heads, steps_, src_len = grad.shape
+        g = grad.transpose(1, 2).clone(memory_format=torch.contiguous_format)
+        if powers:
+            h = torch.empty_like(g)
+            for level in range(len(powers) - 1, -1, -1):  # the adjoint of each doubling, last first
+                shift = 1 << level
+                rows = (steps_ - shift) * heads
+                torch.baddbmm(g[:, :-shift].view(batch, rows, src_len),
+                              g[:, shift:].view(batch, rows, src_len), powers[level],
+                              out=h[:, :-shift].view(batch, rows, src_len))
+                h[:, -shift:].copy_(g[:, -shift:])
+                g, h = h, g
+        g[:, 1:].mul_(ctx.rescale_lambda)
+        return g.transpose(1, 2), None, None
+
+
 def continuous_scan(energies: Tensor, padding: Optional[Tensor], rescale_lambda: float,
                     window: int) -> Tensor:
     """Eq. 9 for all steps at once: energies α̂ (B, H, T, S) -> α̊ (B, H, T, S).
 
     With A = (1-λ) M (:func:`window_matrix`), b_0 = α̂_0 and b_i = λ α̂_i, the recurrence is
-    α̊_i = A α̊_{i-1} + b_i, i.e. α̊_i = Σ_{p≤i} A^p b_{i-p}. A Hillis-Steele scan adds
-    A^d α̊_{i-d} for d = 1, 2, 4, ...: ⌈log2 T⌉ batched products instead of T steps. It is exact
-    up to rounding and stable, since A's rows sum to at most 1-λ < 1 (powers shrink)."""
-    steps = energies.size(2)
-    power = (1 - rescale_lambda) * window_matrix(padding, energies.size(3), window,
-                                                 energies.device)
-    power = power.unsqueeze(1).to(energies.dtype)  # A^d, (B, 1, S, S); symmetric, so x A = A x
-    x = torch.cat([energies[:, :, :1], rescale_lambda * energies[:, :, 1:]], dim=2)
-    shift = 1
-    while shift < steps:
-        x = torch.cat([x[:, :, :shift], x[:, :, shift:] + torch.matmul(x[:, :, :-shift], power)],
-                      dim=2)
-        shift *= 2
-        if shift < steps:
-            power = torch.matmul(power, power)
-    return x
+    α̊_i = A α̊_{i-1} + b_i, i.e. α̊_i = Σ_{p≤i} A^p b_{i-p}, computed by :class:`ContinuousScan`
+    in ⌈log2 T⌉ batched products. It is exact up to rounding and stable, since A's rows sum to
+    at most 1-λ < 1 (powers shrink)."""
+    power = window_matrix(padding, energies.size(3), window, energies.device,
+                          scale=(1 - rescale_lambda) / (2 * window + 1)).to(energies.dtype)
+    power = power.expand(energies.size(0), -1, -1)
+    return ContinuousScan.apply(energies, power, rescale_lambda)
 
 
 # ---- Eqs. 3, 4, 10: recurrences on weights ------------------------------------------------------
@@ -176,6 +230,523 @@ def weight_recurrence(energies: Tensor, gain, accumulate: bool,
         steps.append(p)
         r = r + p if accumulate and r is not None else p
     return torch.stack(steps, dim=2), r
+
+
+# ---- training kernels: whole-sequence recurrences with hand-written backward passes ------------
+#
+# Each autograd Function below runs one recurrence over all target steps of a teacher-forced call.
+# Everything that does not depend on the previous step is computed before the loop, per-step
+# results are written into preallocated buffers (``out=``, in-place updates of slices), and the
+# backward pass is a second loop over the steps in reverse whose gradients are formed by hand from
+# quantities kept by the forward pass. A loop body is one of the ``_*_step`` functions, which the
+# ``compile`` recurrence (``--cross-attention-recurrence compile``) runs through ``torch.compile``.
+
+def _softmax_into(x: Tensor, out: Tensor):
+    torch._softmax(x, -1, False, out=out)
+
+
+def _softmax_backward_into(grad: Tensor, probs: Tensor, out: Tensor):
+    torch.ops.aten._softmax_backward_data.out(grad, probs, -1, probs.dtype, grad_input=out)
+
+
+def _weight_forward_step(energy, probs, rest, gain, scalar: float):
+    """Eqs. 3, 4, 10, step i: α_i = softmax(energy); the energies still to come (``rest``: step
+    i+1, or all later steps for a running sum) get gain ⊙ α_i."""
+    _softmax_into(energy, probs)
+    if rest is not None:
+        if gain is None:
+            rest.add_(probs, alpha=scalar)
+        else:
+            rest.addcmul_(gain, probs)
+
+
+def _weight_backward_step(grad, probs, delta, rest, gain, scalar: float):
+    """The reverse of :func:`_weight_forward_step`: δ_i = ∂L/∂(energy of step i) from the
+    gradient of α_i; the gradients of the weights that fed step i (``rest``) get gain ⊙ δ_i."""
+    _softmax_backward_into(grad, probs, delta)
+    if rest is not None:
+        if gain is None:
+            rest.add_(delta, alpha=scalar)
+        else:
+            rest.addcmul_(gain, delta)
+
+
+def _context_forward_step(energy, probs, previous, relation, mask, used):
+    """Eq. 2, step i: energies + a_{i-1} R (one batched product), softmax, and with attention
+    dropout the weights the context uses. ``energy`` (B, H, S) is updated in place."""
+    if previous is not None:
+        flat = energy.view(-1, 1, energy.size(-1))
+        flat.baddbmm_(previous.view(flat.shape), relation)
+    _softmax_into(energy, probs)
+    if mask is not None:
+        torch.mul(probs, mask, out=used)
+
+
+def _context_backward_step(grad, probs, delta, grad_used, mask, relation_t, previous):
+    """The reverse of :func:`_context_forward_step`: δ_i from the gradient of α_i (plus that of
+    the dropped-out weights), then the gradient of a_{i-1} gets δ_i Rᵀ."""
+    if mask is not None:
+        grad.addcmul_(grad_used, mask)
+    _softmax_backward_into(grad, probs, delta)
+    if previous is not None:
+        flat = previous.view(-1, 1, previous.size(-1))
+        flat.baddbmm_(delta.view(flat.shape), relation_t)
+
+
+def _head_forward_step(bias, previous, matrix, out, logit, sigma, current, value, mask, scaled):
+    """Eqs. 7, 8, step i: one product gives the extra value u_i (Eq. 7) and the logits z of the
+    extra pair from c_{i-1}; σ_i = sigmoid(z_i); c_i = c^0_i + σ_i (m_i u_i - c^0_i)."""
+    torch.baddbmm(bias, previous, matrix, out=out)
+    torch.sigmoid(logit, out=sigma)
+    if mask is not None:
+        value = torch.mul(value, mask, out=scaled)
+    current.lerp_(value, sigma.unsqueeze(-1))
+
+
+def _head_backward_step(grad, matrix, out, coefficients, rows, previous):
+    """The reverse of :func:`_head_forward_step`: one product gives gc_i W and gc_i·y_i, a
+    second adds s_i q̃_i + σ'_i gc_i W to the gradient of c_{i-1}."""
+    torch.bmm(grad, matrix, out=out)
+    previous.baddbmm_(coefficients, rows)
+
+
+def _full_forward_step(bias, previous, weight_t, projected, lse, query, logits, sigma, current,
+                       mask):
+    """Eqs. 5, 6, step i: [k'_i; u_i] = W_f c_{i-1} + b_f (one product for all heads), the
+    extra logits q_i·k'_i - L_i (of every pair of heads, one batched product; the diagonal is
+    used), σ_i = sigmoid, c_i = c^0_i + σ_i (m_i u_i - c^0_i)."""
+    if bias is None:
+        torch.mm(previous, weight_t, out=projected)
+    else:
+        torch.addmm(bias, previous, weight_t, out=projected)
+    batch, heads, dim = query.shape
+    keys = projected[:, :heads * dim].view(batch, heads, dim).transpose(1, 2)
+    torch.baddbmm(lse, query, keys, beta=-1, out=logits)
+    torch.sigmoid(torch.diagonal(logits, 0, 1, 2), out=sigma)
+    value = projected[:, heads * dim:].view(batch, heads, dim)
+    if mask is not None:
+        value.mul_(mask.unsqueeze(-1))
+    current.lerp_(value, sigma.unsqueeze(-1))
+
+
+def _full_backward_step(stacked, y, coefficients, left, previous, weight, extra):
+    """The reverse of :func:`_full_forward_step`: s_i = gc_i·y_i per head (plus ``extra``, the
+    gradient of z_i through the returned weights) into row 0 of ``coefficients`` [s_i; σ'_i]
+    (2, B, H), then [s_i q_i | σ'_i gc_i] (one product with ``stacked`` [q_i; gc_i] (2, B, E))
+    into ``left`` (B, 2E) and through W_f into the gradient of c_{i-1}."""
+    _, batch, heads = coefficients.shape
+    dim = stacked.size(2) // heads
+    grad = stacked[1].view(batch * heads, 1, dim)
+    s_out = coefficients[0].view(batch * heads, 1, 1)
+    if extra is None:
+        torch.bmm(grad, y, out=s_out)
+    else:
+        torch.baddbmm(extra, grad, y, out=s_out)
+    torch.mul(coefficients.transpose(0, 1).unsqueeze(-1),
+              stacked.transpose(0, 1).view(batch, 2, heads, dim),
+              out=left.view(batch, 2, heads, dim))
+    previous.addmm_(left, weight)
+
+
+def _context_backward_step_for_compile(grad, probs, delta, grad_used, mask, relation_t,
+                                       previous):
+    """:func:`_context_backward_step` in a form ``torch.compile`` lowers (no in-place update of
+    an input that an ``out=`` operator then reads)."""
+    if mask is not None:
+        grad = grad + grad_used * mask
+    step_delta = torch._softmax_backward_data(grad, probs, -1, probs.dtype)
+    delta.copy_(step_delta)
+    if previous is not None:
+        flat = previous.view(-1, 1, previous.size(-1))
+        flat.baddbmm_(step_delta.view(flat.shape), relation_t)
+
+
+def _full_backward_step_for_compile(stacked, y, coefficients, left, previous, weight, extra):
+    """:func:`_full_backward_step` without ``out=`` into a view of another layout, which
+    ``torch.compile`` does not lower (it fuses the product and the copy into one kernel)."""
+    _, batch, heads = coefficients.shape
+    dim = stacked.size(2) // heads
+    grad = stacked[1].view(batch * heads, 1, dim)
+    s_out = coefficients[0].view(batch * heads, 1, 1)
+    if extra is None:
+        s_out.copy_(torch.bmm(grad, y))
+    else:
+        s_out.copy_(torch.baddbmm(extra, grad, y))
+    left.view(batch, 2, heads, dim).copy_(coefficients.transpose(0, 1).unsqueeze(-1)
+                                          * stacked.transpose(0, 1).view(batch, 2, heads, dim))
+    previous.addmm_(left, weight)
+
+
+_STEP_FUNCTIONS = {f.__name__: f for f in (
+    _weight_forward_step, _weight_backward_step, _context_forward_step, _context_backward_step,
+    _head_forward_step, _head_backward_step, _full_forward_step, _full_backward_step)}
+_COMPILED_STEPS: Dict[str, object] = {}
+
+
+def step_functions(recurrence: str) -> Dict[str, object]:
+    """The loop bodies of the training kernels by name: as written (``eager``) or through
+    ``torch.compile`` (``compile``, compiled once per process, shapes dynamic)."""
+    if recurrence == "eager":
+        return _STEP_FUNCTIONS
+    if not _COMPILED_STEPS:
+        if not hasattr(torch, "compile"):
+            raise ValueError("--cross-attention-recurrence compile needs torch.compile "
+                             "(PyTorch 2.0 or later); use --cross-attention-recurrence eager")
+        compiled = dict(_STEP_FUNCTIONS, _full_backward_step=_full_backward_step_for_compile,
+                        _context_backward_step=_context_backward_step_for_compile)
+        _COMPILED_STEPS.update({name: torch.compile(f, dynamic=True)
+                                for name, f in compiled.items()})
+    return _COMPILED_STEPS
+
+
+class WeightRecurrence(torch.autograd.Function):
+    """Eqs. 3, 4, 10 for all steps: α_i = softmax(α̂_i + g ⊙ r_{i-1}), r the previous weights
+    (Eq. 3) or their running sum (Eqs. 4, 10). ``energies`` (T, B, H, S) float32 (any strides),
+    ``padding`` broadcastable to it (True at pads) or None, ``gain`` g (B, H, S) or None with the
+    number ``scalar`` instead. Returns α (T, B, H, S). A running sum is kept by adding g ⊙ α_i to
+    all later energies at once, so a step is two kernels forward and two backward."""
+
+    @staticmethod
+    def forward(ctx, energies, padding, gain, scalar, accumulate, steps):
+        work = energies.clone(memory_format=torch.contiguous_format)
+        if padding is not None:
+            work.masked_fill_(padding, _MASKED)
+        probs = torch.empty_like(work)
+        forward_step = steps["_weight_forward_step"]
+        last = work.size(0) - 1
+        for i in range(last + 1):
+            rest = None if i == last else (work[i + 1:] if accumulate else work[i + 1])
+            forward_step(work[i], probs[i], rest, gain, scalar)
+        ctx.accumulate, ctx.scalar, ctx.steps = accumulate, scalar, steps
+        ctx.save_for_backward(probs, gain, padding)
+        return probs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_probs):
+        probs, gain, padding = ctx.saved_tensors
+        grad = grad_probs.clone(memory_format=torch.contiguous_format)
+        delta = torch.empty_like(probs)
+        backward_step = ctx.steps["_weight_backward_step"]
+        for i in range(probs.size(0) - 1, -1, -1):
+            rest = None if i == 0 else (grad[:i] if ctx.accumulate else grad[i - 1])
+            backward_step(grad[i], probs[i], delta[i], rest, gain, ctx.scalar)
+        grad_gain = None
+        if gain is not None and ctx.needs_input_grad[2] and probs.size(0) > 1:
+            earlier = probs[:-1].cumsum(0) if ctx.accumulate else probs[:-1]
+            grad_gain = (delta[1:] * earlier).sum(0)
+        if padding is not None:  # the masked energies are constants
+            delta.masked_fill_(padding, 0.0)
+        return delta, None, grad_gain, None, None, None
+
+
+class PrevContextRecurrence(torch.autograd.Function):
+    """Eq. 2 for all steps as a recurrence on weights: α_i = softmax(α̂_i + a_{i-1} R) with a the
+    weights the context used (α, or α times the dropout ``masks``). ``energies`` (T, B, H, S)
+    float32, ``padding`` broadcastable to it or None, ``relation`` R (B, H, S, S), ``masks``
+    (T, B, H, S) scaled dropout masks or None. Returns α, and a when ``masks`` is given."""
+
+    @staticmethod
+    def forward(ctx, energies, padding, relation, masks, steps):
+        steps_, batch, heads, src_len = energies.shape
+        ctx.set_materialize_grads(False)
+        work = energies.clone(memory_format=torch.contiguous_format)
+        if padding is not None:
+            work.masked_fill_(padding, _MASKED)
+        probs = torch.empty_like(work)
+        used = probs if masks is None else torch.empty_like(work)
+        flat = relation.reshape(batch * heads, src_len, src_len)
+        forward_step = steps["_context_forward_step"]
+        for i in range(steps_):
+            forward_step(work[i], probs[i], used[i - 1] if i else None, flat,
+                         None if masks is None else masks[i], used[i])
+        ctx.steps = steps
+        ctx.save_for_backward(probs, used if masks is not None else None, flat, masks, padding)
+        return probs if masks is None else (probs, used)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_probs, grad_used=None):
+        probs, used, flat, masks, padding = ctx.saved_tensors
+        steps_, batch, heads, src_len = probs.shape
+        if grad_probs is None:
+            grad_probs = torch.zeros_like(probs)
+        grad = grad_probs.clone(memory_format=torch.contiguous_format)
+        grad_a = None
+        if masks is not None:
+            grad_a = (torch.zeros_like(probs) if grad_used is None
+                      else grad_used.clone(memory_format=torch.contiguous_format))
+        delta = torch.empty_like(probs)
+        relation_t = flat.transpose(1, 2)
+        backward_step = ctx.steps["_context_backward_step"]
+        recurrent = grad if masks is None else grad_a  # the gradient that a_{i-1} R feeds
+        for i in range(steps_ - 1, -1, -1):
+            backward_step(grad[i], probs[i], delta[i], None if masks is None else grad_a[i],
+                          None if masks is None else masks[i], relation_t,
+                          recurrent[i - 1] if i else None)
+        grad_relation = None
+        if ctx.needs_input_grad[2] and steps_ > 1:
+            a = (probs if used is None else used)[:-1].view(steps_ - 1, batch * heads, src_len)
+            d = delta[1:].view(steps_ - 1, batch * heads, src_len)
+            grad_relation = torch.bmm(a.permute(1, 2, 0), d.transpose(0, 1)).view(
+                batch, heads, src_len, src_len)
+        if padding is not None:
+            delta.masked_fill_(padding, 0.0)
+        return delta, None, grad_relation, None, None
+
+
+def _carve(buffer: Tensor, *shapes) -> Tuple[Tensor, ...]:
+    """Consecutive views of a flat ``buffer`` with the given shapes (one allocation for all)."""
+    views, offset = [], 0
+    for shape in shapes:
+        size = math.prod(shape)
+        views.append(buffer[offset:offset + size].view(shape))
+        offset += size
+    return tuple(views)
+
+
+def _plain_attention(masked: Tensor, values: Tensor, masks: Optional[Tensor]):
+    """Eqs. 5-8 before the recurrence, for all steps at once: softmax(α̂_i) over the source,
+    L_i = logsumexp_j α̂_{i,j}, the weights the plain context uses (with the source part of the
+    dropout masks) and the plain contexts c^0_i (B, H, T, d)."""
+    source = torch.softmax(masked, dim=-1)
+    lse = torch.logsumexp(masked, dim=-1)
+    used = source
+    if masks is not None:
+        used = source * masks[..., :-1].permute(1, 2, 0, 3)
+    return source, lse, used, torch.matmul(used, values)
+
+
+def _plain_attention_backward(grad_c0, grad_z, source, used, values, masks, sigma, grad_probs):
+    """The gradients of the masked energies and the values from those of c^0 (T, B, H, d), of
+    z = x - L (B, H, T) and of the returned source weights (1 - σ) softmax(α̂) if any."""
+    grad_c0 = grad_c0.permute(1, 2, 0, 3)
+    grad_values = torch.matmul(used.transpose(2, 3), grad_c0)
+    grad_source = torch.matmul(grad_c0, values.transpose(2, 3))
+    if masks is not None:
+        grad_source.mul_(masks[..., :-1].permute(1, 2, 0, 3))
+    if grad_probs is not None:
+        keep = sigma.permute(1, 2, 0).unsqueeze(-1)
+        grad_source.add_(grad_probs).addcmul_(grad_probs, keep, value=-1.0)
+    grad_masked = torch._softmax_backward_data(grad_source, source, -1, source.dtype)
+    grad_masked.addcmul_(source, grad_z.unsqueeze(-1), value=-1.0)  # ∂L_i/∂α̂_i = softmax(α̂_i)
+    return grad_masked, grad_values
+
+
+def _sigma_gradient(grad_probs, source, slope):
+    """The gradient of z = x - L through the returned source weights (1 - σ) softmax(α̂):
+    -Σ_j g_j softmax_j times σ (1 - σ), (T, B, H)."""
+    return (grad_probs * source).sum(-1).permute(2, 0, 1).mul_(slope).neg_()
+
+
+class HeadContextRecurrence(torch.autograd.Function):
+    """Eqs. 7, 8 for all steps. With L_i = logsumexp_j α̂_{i,j}, the extra pair's weight is
+    σ_i = sigmoid(x_i - L_i) (x_i its energy), the source weights are (1 - σ_i) softmax(α̂_i),
+    and so c_i = c^0_i + σ_i (m_i u_i - c^0_i) with c^0_i = Σ_j softmax(α̂_i)_j m_{i,j} v_j the
+    plain context (dropout masks m, 1 without dropout): only σ_i and u_i recur. x_i =
+    q_i·(W_k c_{i-1} + b_k) = q̃_i·c_{i-1} + q_i·b_k with q̃_i = W_kᵀ q_i, so one product of
+    c_{i-1} with [W_vᵀ | q̃ᵀ] (per head, all steps' q̃) gives u_i and z_i = x_i - L_i.
+
+    ``masked`` energies (B, H, T, S) with pads masked, ``values`` (B, H, S, d), ``query`` q̃
+    (B, H, T, d), ``key_bias`` q·b_k (B, H, T) or None, ``weight`` W_v (H, d, d) and ``bias``
+    b_v (H, d) of Eq. 7 (None, None: Eq. 8, u_i = c_{i-1}), ``masks`` scaled dropout masks
+    (T, B, H, S + 1) or None. Returns the contexts (T, B, H, d), and with ``need_weights`` the
+    source weights (B, H, T, S)."""
+
+    @staticmethod
+    def forward(ctx, masked, values, query, key_bias, weight, bias, masks, need_weights, steps):
+        ctx.set_materialize_grads(False)
+        source, lse, used, c0 = _plain_attention(masked, values, masks)
+        batch, heads, steps_, dim = c0.shape
+        rows = batch * heads
+        offset = 0 if weight is None else dim
+        width = offset + steps_
+        contexts = c0.permute(2, 0, 1, 3).clone(memory_format=torch.contiguous_format)
+        eq8_masks = weight is None and masks is not None
+        sigma, out, scaled, block = _carve(
+            c0.new_zeros(steps_ * rows * (1 + width + 3 * (dim + steps_) + eq8_masks * dim)),
+            (steps_, batch, heads), (rows, steps_, width), (steps_ * eq8_masks, rows, dim),
+            (steps_, rows, 3, dim + steps_))
+        zrow = (-lse if key_bias is None else key_bias - lse).unsqueeze(2)  # (B, H, 1, T)
+        if steps_ > 1:
+            columns = query.transpose(2, 3)  # (B, H, d, T)
+            if weight is None:
+                matrix, row_bias = columns.reshape(rows, dim, steps_), zrow.reshape(rows, 1, steps_)
+            else:
+                matrix = torch.cat([weight.transpose(1, 2).expand(batch, heads, dim, dim),
+                                    columns], dim=3).view(rows, dim, width)
+                values_bias = (bias.view(1, heads, 1, dim).expand(batch, heads, 1, dim)
+                               if bias is not None else zrow.new_zeros(()).expand(
+                                   batch, heads, 1, dim))
+                row_bias = torch.cat([values_bias, zrow], dim=3).view(rows, 1, width)
+            flat = contexts.view(steps_, rows, dim)
+            flat_sigma = sigma.view(steps_, rows)
+            extra = None if masks is None else masks[..., -1].reshape(steps_, rows, 1)
+            forward_step = steps["_head_forward_step"]
+            for i in range(1, steps_):
+                value = flat[i - 1] if weight is None else out[:, i, :dim]
+                forward_step(row_bias, flat[i - 1].unsqueeze(1), matrix, out[:, i:i + 1],
+                             out[:, i, offset + i], flat_sigma[i], flat[i], value,
+                             None if extra is None else extra[i],
+                             value if weight is not None else scaled[i] if eq8_masks else None)
+        ctx.steps = steps
+        ctx.save_for_backward(source, used, values, query, weight, masks, c0, contexts)
+        # views of one buffer that the backward pass writes into: kept outside the version checks
+        ctx.buffers = (sigma, out, scaled, block)
+        if not need_weights:
+            return contexts
+        probs = torch.addcmul(source, source, sigma.permute(1, 2, 0).unsqueeze(-1), value=-1.0)
+        return contexts, probs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_contexts, grad_probs=None):
+        source, used, values, query, weight, masks, c0, contexts = ctx.saved_tensors
+        sigma, out, scaled, block = ctx.buffers
+        if grad_contexts is None:  # only the returned weights have a gradient
+            grad_contexts = torch.zeros_like(contexts)
+        batch, heads, steps_, dim = c0.shape
+        rows = batch * heads
+        grad = grad_contexts.clone(memory_format=torch.contiguous_format)  # (T, B, H, d)
+        grad_query = grad_weight = grad_bias = None
+        if steps_ == 1:
+            grad_z = query.new_zeros(steps_, batch, heads)
+        else:
+            c0_t = c0.permute(2, 0, 1, 3)
+            # y_i = σ_i (1 - σ_i) (m_i u_i - c^0_i): gc_i·y_i is the gradient of z_i
+            slope = torch.addcmul(sigma, sigma, sigma, value=-1.0)  # (T, B, H), 0 at step 0
+            if weight is None:
+                y = torch.zeros_like(contexts)
+                previous = contexts[:-1] if scaled.numel() == 0 else scaled[1:].view(
+                    steps_ - 1, batch, heads, dim)
+                torch.sub(previous, c0_t[1:], out=y[1:])
+            else:
+                y = torch.sub(out[:, :, :dim].transpose(0, 1).view(steps_, batch, heads, dim),
+                              c0_t)
+            y.mul_(slope.unsqueeze(-1))
+            eye = c0.new_ones(dim).diag() if weight is None else weight
+            matrix = torch.cat([eye.expand(batch, heads, dim, dim), y.permute(1, 2, 3, 0)],
+                               dim=3).view(rows, dim, dim + steps_)
+            sigma_used = sigma if masks is None else sigma * masks[..., -1]  # σ' = σ m
+            # per step i: rows [q̃_i | .], [gc_i W | gc_i·y_j for all j], [. | σ'_i at d+i]
+            block[:, :, 0, :dim].view(steps_, batch, heads, dim).copy_(query.permute(2, 0, 1, 3))
+            torch.diagonal(block[:, :, 2, dim:], 0, 0, 2).copy_(sigma_used.view(steps_, rows).t())
+            query_t = query.permute(2, 0, 1, 3)
+            extra = None
+            if grad_probs is not None:  # through the returned source weights
+                extra = _sigma_gradient(grad_probs, source, slope)
+                grad[:-1].addcmul_(extra[1:].unsqueeze(-1), query_t[1:])
+            flat = grad.view(steps_, rows, 1, dim)
+            backward_step = ctx.steps["_head_backward_step"]
+            for i in range(steps_ - 1, 0, -1):
+                backward_step(flat[i], matrix, block[i, :, 1:2],
+                              block[i, :, 1:3, dim + i].unsqueeze(1), block[i, :, 0:2, :dim],
+                              flat[i - 1])
+            grad_z = torch.diagonal(block[:, :, 1, dim:], 0, 0, 2).t().reshape(
+                steps_, batch, heads)
+            if extra is not None:
+                grad_z = grad_z + extra
+            grad_query = torch.zeros_like(query_t)
+            torch.mul(grad_z[1:].unsqueeze(-1), contexts[:-1], out=grad_query[1:])
+            grad_query = grad_query.permute(1, 2, 0, 3)
+            if weight is not None:
+                grad_u = grad * sigma_used.unsqueeze(-1)  # (T, B, H, d), 0 at step 0
+                grad_weight = torch.einsum("tbho,tbhi->hoi", grad_u[1:], contexts[:-1])
+                grad_bias = grad_u.sum((0, 1)) if ctx.needs_input_grad[5] else None
+            grad.addcmul_(sigma.unsqueeze(-1), grad, value=-1.0)  # now the gradient of c^0
+        grad_z_b = grad_z.permute(1, 2, 0)
+        grad_masked, grad_values = _plain_attention_backward(
+            grad, grad_z_b, source, used, values, masks, sigma, grad_probs)
+        grad_key_bias = grad_z_b if ctx.needs_input_grad[3] and steps_ > 1 else None
+        return (grad_masked, grad_values, grad_query, grad_key_bias, grad_weight, grad_bias,
+                None, None, None)
+
+
+class FullContextRecurrence(torch.autograd.Function):
+    """Eqs. 5, 6 for all steps, as :class:`HeadContextRecurrence` but from the layer's full
+    context: [k'_i; u_i] = W_f c_{i-1} + b_f with c_{i-1} all heads' contexts (B, E) and W_f the
+    extra key/value projections times the output projection (see ``_fused_full_context``), so a
+    step is one (B, E) x (E, 2E) product, the logits q_i·k'_i - L_i of every head (one batched
+    product), a sigmoid and the update of c_i. ``masked`` (B, H, T, S), ``values`` (B, H, S, d),
+    ``query`` q (T, B, H, d) (scaled), ``weight`` W_f (2E, E) (key rows, then value rows),
+    ``bias`` b_f (2E) or None, ``masks`` (T, B, H, S + 1) or None. Returns the contexts
+    (T, B, H, d), and with ``need_weights`` the source weights (B, H, T, S)."""
+
+    @staticmethod
+    def forward(ctx, masked, values, query, weight, bias, masks, need_weights, steps):
+        ctx.set_materialize_grads(False)
+        source, lse, used, c0 = _plain_attention(masked, values, masks)
+        batch, heads, steps_, dim = c0.shape
+        embed = heads * dim
+        contexts = c0.permute(2, 0, 1, 3).clone(memory_format=torch.contiguous_format)
+        # σ in row 1 of (T, 2, B, H); row 0 takes s_i = gc_i·y_i in the backward pass
+        coefficients, projected, logits, left = _carve(
+            c0.new_zeros(steps_ * batch * (2 * heads + 2 * embed + heads * heads + 2 * embed)),
+            (steps_, 2, batch, heads), (steps_, batch, 2 * embed),
+            (steps_, batch, heads, heads), (steps_, batch, 2, heads, dim))
+        sigma = coefficients[:, 1]
+        if steps_ > 1:
+            flat = contexts.view(steps_, batch, embed)
+            weight_t = weight.t()
+            forward_step = steps["_full_forward_step"]
+            for i in range(1, steps_):
+                forward_step(bias, flat[i - 1], weight_t, projected[i],
+                             lse[:, :, i].unsqueeze(-1), query[i], logits[i], sigma[i],
+                             contexts[i], None if masks is None else masks[i, :, :, -1])
+        ctx.steps = steps
+        ctx.save_for_backward(source, used, values, query, weight, masks, c0, contexts)
+        # views of one buffer that the backward pass writes into: kept outside the version checks
+        ctx.buffers = (coefficients, projected, left)
+        if not need_weights:
+            return contexts
+        probs = torch.addcmul(source, source, sigma.permute(1, 2, 0).unsqueeze(-1), value=-1.0)
+        return contexts, probs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_contexts, grad_probs=None):
+        source, used, values, query, weight, masks, c0, contexts = ctx.saved_tensors
+        coefficients, projected, left = ctx.buffers
+        if grad_contexts is None:  # only the returned weights have a gradient
+            grad_contexts = torch.zeros_like(contexts)
+        batch, heads, steps_, dim = c0.shape
+        embed = heads * dim
+        rows = batch * heads
+        sigma = coefficients[:, 1]
+        # per step: [q_i ; gc_i] stacked, the gradient of c_i being updated in place
+        stacked = torch.stack([query.reshape(steps_, batch, embed),
+                               grad_contexts.reshape(steps_, batch, embed)], dim=1)
+        grad = stacked[:, 1]  # (T, B, E)
+        grad_query = grad_weight = grad_bias = None
+        if steps_ > 1:
+            slope = torch.addcmul(sigma, sigma, sigma, value=-1.0)  # σ (1 - σ), 0 at step 0
+            values_t = projected[:, :, embed:].view(steps_, batch, heads, dim)  # m_i u_i
+            y = torch.sub(values_t, c0.permute(2, 0, 1, 3))
+            y.mul_(slope.unsqueeze(-1))
+            if masks is not None:  # [s_i | σ'_i = σ_i m_i]
+                coefficients = torch.stack([sigma, sigma * masks[..., -1]], dim=1)
+            keys = projected[:, :, :embed].view(steps_, batch, heads, dim)
+            extra = None
+            if grad_probs is not None:  # the gradient of z through the returned weights
+                extra = _sigma_gradient(grad_probs, source, slope).reshape(steps_, rows, 1, 1)
+            backward_step = ctx.steps["_full_backward_step"]
+            for i in range(steps_ - 1, 0, -1):
+                backward_step(stacked[i], y[i].view(rows, dim, 1), coefficients[i],
+                              left[i].view(batch, 2 * embed), grad[i - 1], weight,
+                              None if extra is None else extra[i])
+            grad_z = coefficients[:, 0]
+            grad_query = grad_z.unsqueeze(-1) * keys  # 0 at step 0 (k'_0 = 0, s_0 = 0)
+            left_flat = left[1:].view(-1, 2 * embed)
+            grad_weight = torch.mm(left_flat.t(), contexts[:-1].view(-1, embed))
+            grad_bias = left_flat.sum(0) if ctx.needs_input_grad[4] else None
+            grad4 = grad.view(steps_, batch, heads, dim)
+            grad = torch.addcmul(grad4, sigma.unsqueeze(-1), grad4, value=-1.0)  # of c^0
+        else:
+            grad = grad.view(steps_, batch, heads, dim)
+            grad_z = query.new_zeros(steps_, batch, heads)
+        grad_masked, grad_values = _plain_attention_backward(
+            grad, grad_z.permute(1, 2, 0), source, used, values, masks, sigma, grad_probs)
+        return grad_masked, grad_values, grad_query, grad_weight, grad_bias, None, None, None
 
 
 class HeadwiseLinear(nn.Module):
@@ -221,9 +792,9 @@ class RecurrentCrossAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, kdim: Optional[int] = None,
                  vdim: Optional[int] = None, dropout: float = 0.0, bias: bool = True,
                  variant: str = "dot", kv_variant: int = 1, rescale_lambda: float = 0.5,
-                 rescale_window: int = 5):
+                 rescale_window: int = 5, recurrence: str = "eager"):
         super().__init__()
-        check_options(variant, kv_variant, rescale_lambda, rescale_window)
+        check_options(variant, kv_variant, rescale_lambda, rescale_window, recurrence)
         if embed_dim % num_heads:
             raise ValueError(f"embedding size {embed_dim} is not divisible by {num_heads} heads")
         kdim = kdim if kdim is not None else embed_dim
@@ -238,6 +809,7 @@ class RecurrentCrossAttention(nn.Module):
         self._full_context = variant == "expand-kv" and kv_variant in (1, 2)
         self.rescale_lambda = rescale_lambda
         self.rescale_window = rescale_window
+        self.recurrence = recurrence
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.beam_size = 1
 
@@ -282,6 +854,8 @@ class RecurrentCrossAttention(nn.Module):
             s += f", lambda={self.rescale_lambda}"
         if self.variant == "continuous":
             s += f", window={self.rescale_window}"
+        if self.recurrence != "eager":
+            s += f", recurrence={self.recurrence}"
         return s
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
@@ -313,7 +887,7 @@ class RecurrentCrossAttention(nn.Module):
         energies = torch.matmul(q, k.transpose(2, 3)).float()  # α̂ (Eq. 1), (B, H, T, S)
 
         if state is None:
-            probs, context = self._full(q, k, v, energies, padding)
+            probs, context = self._full(q, k, v, energies, padding, need_weights)
         else:
             probs, context = self._step(q, k, v, energies, padding, state)
             state["key"], state["value"] = k, v
@@ -350,44 +924,83 @@ class RecurrentCrossAttention(nn.Module):
             return -self.rescale_lambda * self.scaling
         return torch.einsum("bhsd,hd->bhs", k, self.weight_query.to(k.dtype)).float() * self.scaling
 
+    def _dropout_masks(self, steps: int, batch: int, width: int, like: Tensor) -> Optional[Tensor]:
+        """Attention-dropout masks (T, B, H, width), already scaled by 1/(1-p), for the weights
+        of ``steps`` steps over ``width`` keys, or None when dropout is off. Eqs. 2, 5-8 draw
+        them once per call and apply them inside their recurrences."""
+        dropout = self.dropout_module
+        if dropout.p <= 0 or not (dropout.training or dropout.apply_during_inference):
+            return None
+        ones = like.new_ones(steps, batch, self.num_heads, width)
+        return F.dropout(ones, dropout.p, training=True)
+
+    def _steps(self):
+        return step_functions(self.recurrence)
+
     # ---- full (teacher-forced) sequences ---------------------------------------------------------
-    def _full(self, q, k, v, energies, padding):
+    def _full(self, q, k, v, energies, padding, need_weights=True):
         variant = self.variant
+        pad = None if padding is None else padding[:, None, :]  # broadcasts to (T, B, H, S)
         if variant == "dot":
             probs = torch.softmax(self._masked(energies, padding), dim=-1)
         elif variant == "continuous":
             rescaled = continuous_scan(energies, padding, self.rescale_lambda, self.rescale_window)
             probs = torch.softmax(self._masked(rescaled, padding), dim=-1)  # Eq. 9
-        elif variant in ("prev-weight", "prev-accum-weight", "coverage"):
-            probs, _ = weight_recurrence(self._masked(energies, padding), self._gain(k),
-                                         accumulate=variant != "prev-weight")  # Eqs. 3, 4, 10
+        elif variant in ("prev-weight", "prev-accum-weight", "coverage"):  # Eqs. 3, 4, 10
+            gain = self._gain(k)
+            tensor_gain = gain if torch.is_tensor(gain) else None
+            probs = WeightRecurrence.apply(
+                energies.permute(2, 0, 1, 3), pad, tensor_gain,
+                0.0 if tensor_gain is not None else float(gain), variant != "prev-weight",
+                self._steps()).permute(1, 2, 0, 3)
         elif variant == "prev-context":
-            return self._prev_context_full(k, v, energies, padding)
+            return self._prev_context_full(k, v, energies, pad)
         else:
-            extra = self._fused_full_context_kv() if self._full_context else self._head_context_kv
-            return self._expand_kv_steps(q, v, self._masked(energies, padding), None, extra)[:2]
+            return self._expand_kv_full(q, v, energies, padding, need_weights)
         return probs, self._mix(probs, v)
 
-    def _prev_context_full(self, k, v, energies, padding):
+    def _prev_context_full(self, k, v, energies, pad):
         """Eq. 2 as a recurrence on weights: the extra energies of step i are a_{i-1} R with
         R[j', j] = (U v_j')·k_j / √d_k and a_{i-1} the previous (dropped-out) weights."""
         batch, heads, steps, src_len = energies.shape
         relation = torch.matmul(self.context_query(v), k.transpose(2, 3)).float() * self.scaling
-        relation = relation.view(batch * heads, src_len, src_len)
-        masked = self._masked(energies, padding).permute(2, 0, 1, 3).reshape(
-            steps, batch * heads, 1, src_len)
-        probs, used = [], []
-        previous = None
-        for e in masked:
-            if previous is not None:
-                e = torch.baddbmm(e, previous, relation)
-            p = torch.softmax(e, dim=-1)
-            previous = self.dropout_module(p)
-            probs.append(p)
-            used.append(previous)
-        probs = torch.cat(probs, dim=1).view(batch, heads, steps, src_len)
-        used = torch.cat(used, dim=1).view(batch, heads, steps, src_len)
+        masks = self._dropout_masks(steps, batch, src_len, energies)
+        out = PrevContextRecurrence.apply(energies.permute(2, 0, 1, 3), pad, relation, masks,
+                                          self._steps())
+        probs, used = (out, out) if masks is None else out
+        probs, used = probs.permute(1, 2, 0, 3), used.permute(1, 2, 0, 3)
         return probs, torch.matmul(used.to(v.dtype), v)
+
+    def _expand_kv_full(self, q, v, energies, padding, need_weights):
+        """Eqs. 5-8 for all steps (see :class:`HeadContextRecurrence`): the plain weights and
+        contexts of every step at once, then a recurrence on the extra pair's weight σ_i and the
+        context. Returns the source weights (1 - σ_i) softmax(α̂_i) (None without
+        ``need_weights``) and the contexts."""
+        batch, heads, steps, src_len = energies.shape
+        masked = self._masked(energies, padding)
+        masks = self._dropout_masks(steps, batch, src_len + 1, energies)
+        values = v.float()
+        if self._full_context:  # Eqs. 5, 6
+            weight, bias = self._fused_full_context()
+            out = FullContextRecurrence.apply(
+                masked, values, q.permute(2, 0, 1, 3).float(), weight.float(),
+                None if bias is None else bias.float(), masks, need_weights, self._steps())
+        else:  # Eqs. 7, 8
+            key_weight, key_bias = self.extra_key.weight.to(q.dtype), self.extra_key.bias
+            if key_bias is None:
+                query, query_bias = torch.matmul(q, key_weight).float(), None
+            else:  # [q̃ | q·b_k] = q [W_k | b_k] in one product
+                both = torch.matmul(q, torch.cat([key_weight, key_bias.to(q.dtype).unsqueeze(-1)],
+                                                 dim=2)).float()
+                query, query_bias = both[..., :-1], both[..., -1]
+            weight = bias = None
+            if self.kv_variant == 3:
+                weight = self.extra_value.weight.float()
+                bias = None if self.extra_value.bias is None else self.extra_value.bias.float()
+            out = HeadContextRecurrence.apply(masked, values, query, query_bias, weight, bias,
+                                              masks, need_weights, self._steps())
+        contexts, probs = out if need_weights else (out, None)
+        return probs, contexts.to(v.dtype).permute(1, 2, 0, 3)
 
     def _full_context_projections(self) -> Tuple[nn.Linear, nn.Linear]:
         """The maps of the full context to the extra key and value: W_k, W_v shared with the
@@ -403,27 +1016,20 @@ class RecurrentCrossAttention(nn.Module):
         shape = (full.size(0), self.num_heads, self.head_dim)
         return k_proj(full).view(shape), v_proj(full).view(shape)
 
-    def _fused_full_context_kv(self):
-        """Eqs. 5, 6 from the heads' previous contexts C (B, H, d), for a full pass: with
-        c^ℓ = W_o C + b_o, [g_k; g_v] = W_g c^ℓ + b_g = (W_g W_o) C + (W_g b_o + b_g). The product
-        W_g W_o is formed once here; each step is then one (B, E) x (E, 2E) product."""
+    def _fused_full_context(self) -> Tuple[Tensor, Optional[Tensor]]:
+        """Eqs. 5, 6 for a full pass, from the heads' previous contexts C (B, E): with
+        c^ℓ = W_o C + b_o, [g_k; g_v] = W_g c^ℓ + b_g = (W_g W_o) C + (W_g b_o + b_g). Returns
+        W_g W_o (2E, E), formed once per call (each step is then one product), and the bias."""
         k_proj, v_proj = self._full_context_projections()
         w_g = torch.cat([k_proj.weight, v_proj.weight])  # (2E, E)
         weight = torch.matmul(w_g, self.out_proj.weight)
         bias = None
         if self.out_proj.bias is not None:
-            bias = torch.matmul(w_g, self.out_proj.bias)
+            bias = torch.mv(w_g, self.out_proj.bias)
         if k_proj.bias is not None:
             b_g = torch.cat([k_proj.bias, v_proj.bias])
             bias = b_g if bias is None else bias + b_g
-        heads, d = self.num_heads, self.head_dim
-
-        def extra(context: Tensor) -> Tuple[Tensor, Tensor]:
-            both = F.linear(context.reshape(context.size(0), self.embed_dim), weight, bias)
-            both = both.view(context.size(0), 2, heads, d)
-            return both[:, 0], both[:, 1]
-
-        return extra
+        return weight, bias
 
     def _head_context_kv(self, context: Tensor) -> Tuple[Tensor, Tensor]:
         """Eqs. 7, 8 from each head's own previous context c^{ℓ,n}_{i-1} (B, H, d)."""
@@ -437,18 +1043,21 @@ class RecurrentCrossAttention(nn.Module):
         (B, H, d). From the second of these steps on, ``previous`` is the heads' context of the
         step before (B, H, d). Returns source weights (B, H, T, S), contexts (B, H, T, d) and the
         last context."""
-        src_len = masked.size(3)
+        batch, _, _, src_len = masked.shape
         probs, contexts = [], []
         for i, e in enumerate(masked.unbind(2)):
+            mask = self._dropout_masks(1, batch, src_len + 1, e)
+            mask = None if mask is None else mask[0]  # (B, H, S + 1)
             if previous is None:  # first step: the source only
                 p = torch.softmax(e, dim=-1)
-                context = torch.matmul(self.dropout_module(p).to(v.dtype).unsqueeze(2), v)
+                a = p if mask is None else p * mask[..., :src_len]
+                context = torch.matmul(a.to(v.dtype).unsqueeze(2), v)
                 source = p
             else:
                 extra_k, extra_v = extra(previous)
                 extra_e = (q[:, :, i] * extra_k).sum(dim=-1, keepdim=True).float()
                 p = torch.softmax(torch.cat([e, extra_e], dim=-1), dim=-1)  # S + 1 pairs
-                a = self.dropout_module(p).to(v.dtype)
+                a = (p if mask is None else p * mask).to(v.dtype)
                 context = torch.matmul(a[..., :src_len].unsqueeze(2), v)
                 context = context + (a[..., src_len:] * extra_v).unsqueeze(2)
                 source = p[..., :src_len]
@@ -484,7 +1093,9 @@ class RecurrentCrossAttention(nn.Module):
                 extra_q = self.context_query(previous).unsqueeze(2) * self.scaling
                 energies = energies + torch.matmul(extra_q, k.transpose(2, 3)).float()
             probs = torch.softmax(self._masked(energies, padding), dim=-1)
-            context = self._mix(probs, v)
+            mask = self._dropout_masks(1, probs.size(0), probs.size(3), probs)
+            used = probs if mask is None else probs * mask.permute(1, 2, 0, 3)
+            context = torch.matmul(used.to(v.dtype), v)
             state[name] = context[:, :, 0]
             return probs, context
         else:
