@@ -378,6 +378,14 @@ def run_worker_process(spec, workdir):
     return json.loads(result_path.read_text())
 
 
+def progress_line(result):
+    """One system's main figures, printed as it finishes (kept in the log if a later one fails)."""
+    t, d = result["train"], result["decode"]
+    return (f"{t['seconds'] / t['updates']:.4f} s/update, train {t['tokens_per_s']:,.1f} tok/s, "
+            f"decode {d['sentences_per_s']:,.2f} sent/s, peak train {t['mem_peak_mib']:,.1f} "
+            f"MiB, peak decode {d['mem_peak_mib']:,.1f} MiB")
+
+
 def add_ratios(results, baseline):
     """Give every result a 'ratios' dict: each metric divided by the baseline's (None if 0)."""
     base = next(r for r in results if r["name"] == baseline)["metrics"]
@@ -645,6 +653,8 @@ def run_benchmark(args, out):
             if args.checkpoint:
                 spec["checkpoint"] = system_checkpoint(args.checkpoint, system["name"])
             results.append(run_worker_process(spec, workdir))
+            print(f"bench: {system['name']}: {progress_line(results[-1])}", file=sys.stderr,
+                  flush=True)
     if not all(r["train"]["mem_peak_since_phase_start"] for r in results):
         settings["memory"] = ("process-lifetime peak resident set size (ru_maxrss; this kernel "
                               "cannot reset VmHWM); increment over the RSS at the phase start")

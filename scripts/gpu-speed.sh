@@ -12,9 +12,9 @@
 #   recurrent-cross     Rosendahl et al.'s baseline and the nine recurrent systems at base size with
 #                       the training flags of configs/recurrent_cross/full-wmt16-ro-en.json (float16,
 #                       9,600-token batches): time per update (Table 2's training-time column)
-#   recurrent-compiled  the same systems with the recurrence compiled (--cross-attention-recurrence
-#                       compile, configs/bench/recurrent_cross-compiled.json)
 #   dynmem, pervasive   configs/bench/dynmem.json and configs/bench/pervasive.json
+#   recurrent-compiled  five recurrent systems with the recurrence compiled (--cross-attention-
+#                       recurrence compile, configs/bench/recurrent_cross-compiled.json)
 # OUT receives speed.tgz (OUT-relative folders NAME/ with bench.json, bench.md and bench.log) and
 # gpu-speed.log. The Multi30k de-en data-bin is prepared first when it is missing (PREPARE=0 skips).
 # Prefix with `scripts/offline-gpu.sh run DIR --` on a machine without a package index.
@@ -73,14 +73,12 @@ train_only=(--train-updates 20 --warmup-updates 5 --beam 4 --decode-batch-size 1
             --decode-sentences 100 --decode-length 30)
 bench recurrent-cross 150 --systems configs/recurrent_cross/systems.json \
     --train-flags-of configs/recurrent_cross/full-wmt16-ro-en.json "${train_only[@]}"
-if [ -f configs/bench/recurrent_cross-compiled.json ]; then
-    bench recurrent-compiled 150 --systems configs/bench/recurrent_cross-compiled.json \
-        --train-flags-of configs/recurrent_cross/full-wmt16-ro-en.json "${train_only[@]}"
-fi
 bench dynmem 60 --systems configs/bench/dynmem.json --train-updates 20 --warmup-updates 5 \
     "${decode[@]}"
 bench pervasive 60 --systems configs/bench/pervasive.json --train-updates 20 --warmup-updates 5 \
     --beam 4 --decode-batch-size 100 --decode-sentences 200 --max-len-a 0 --max-len-b 40
+bench recurrent-compiled 120 --systems configs/bench/recurrent_cross-compiled.json \
+    --train-flags-of configs/recurrent_cross/full-wmt16-ro-en.json "${train_only[@]}"
 
 tar -czf "$out/speed.tgz" -C "$work" --exclude=prepare.log . && say "packed $out/speed.tgz"
 say "done in $(( $(date +%s) - start )) s"
