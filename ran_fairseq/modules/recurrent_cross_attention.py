@@ -394,6 +394,13 @@ def step_functions(recurrence: str) -> Dict[str, object]:
                              "(PyTorch 2.0 or later); use --cross-attention-recurrence eager")
         compiled = dict(_STEP_FUNCTIONS, _full_backward_step=_full_backward_step_for_compile,
                         _context_backward_step=_context_backward_step_for_compile)
+        # a loop body is traced once per kind of call (the last step, a running sum of one more
+        # step, the variant's gain...), more than the default limit when variants are mixed
+        config = torch._dynamo.config
+        if hasattr(config, "recompile_limit"):
+            config.recompile_limit = max(config.recompile_limit, 64)
+        else:
+            config.cache_size_limit = max(config.cache_size_limit, 64)
         _COMPILED_STEPS.update({name: torch.compile(f, dynamic=True)
                                 for name, f in compiled.items()})
     return _COMPILED_STEPS
@@ -533,10 +540,18 @@ def _plain_attention_backward(grad_c0, grad_z, source, used, values, masks, sigm
     return grad_masked, grad_values
 
 
-def _sigma_gradient(grad_probs, source, slope):
+def _sigma_gradient(grad_probs, source, sigma):
     """The gradient of z = x - L through the returned source weights (1 - σ) softmax(α̂):
     -Σ_j g_j softmax_j times σ (1 - σ), (T, B, H)."""
+    slope = torch.addcmul(sigma, sigma, sigma, value=-1.0)
     return (grad_probs * source).sum(-1).permute(2, 0, 1).mul_(slope).neg_()
+
+
+def _z_slopes(contexts, c0, sigma):
+    """y_i = σ_i (1 - σ_i) (m_i u_i - c^0_i) = (1 - σ_i) (c_i - c^0_i), (T, B, H, d): gc_i·y_i
+    is the gradient of z_i = x_i - L_i through c_i (0 at step 0, where σ_0 = 0)."""
+    delta = contexts - c0.permute(2, 0, 1, 3)
+    return torch.addcmul(delta, delta, sigma.unsqueeze(-1), value=-1.0)
 
 
 class HeadContextRecurrence(torch.autograd.Function):
@@ -592,7 +607,7 @@ class HeadContextRecurrence(torch.autograd.Function):
         ctx.steps = steps
         ctx.save_for_backward(source, used, values, query, weight, masks, c0, contexts)
         # views of one buffer that the backward pass writes into: kept outside the version checks
-        ctx.buffers = (sigma, out, scaled, block)
+        ctx.buffers = (sigma, block)
         if not need_weights:
             return contexts
         probs = torch.addcmul(source, source, sigma.permute(1, 2, 0).unsqueeze(-1), value=-1.0)
@@ -602,7 +617,7 @@ class HeadContextRecurrence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_contexts, grad_probs=None):
         source, used, values, query, weight, masks, c0, contexts = ctx.saved_tensors
-        sigma, out, scaled, block = ctx.buffers
+        sigma, block = ctx.buffers
         if grad_contexts is None:  # only the returned weights have a gradient
             grad_contexts = torch.zeros_like(contexts)
         batch, heads, steps_, dim = c0.shape
@@ -612,18 +627,7 @@ class HeadContextRecurrence(torch.autograd.Function):
         if steps_ == 1:
             grad_z = query.new_zeros(steps_, batch, heads)
         else:
-            c0_t = c0.permute(2, 0, 1, 3)
-            # y_i = σ_i (1 - σ_i) (m_i u_i - c^0_i): gc_i·y_i is the gradient of z_i
-            slope = torch.addcmul(sigma, sigma, sigma, value=-1.0)  # (T, B, H), 0 at step 0
-            if weight is None:
-                y = torch.zeros_like(contexts)
-                previous = contexts[:-1] if scaled.numel() == 0 else scaled[1:].view(
-                    steps_ - 1, batch, heads, dim)
-                torch.sub(previous, c0_t[1:], out=y[1:])
-            else:
-                y = torch.sub(out[:, :, :dim].transpose(0, 1).view(steps_, batch, heads, dim),
-                              c0_t)
-            y.mul_(slope.unsqueeze(-1))
+            y = _z_slopes(contexts, c0, sigma)
             eye = c0.new_ones(dim).diag() if weight is None else weight
             matrix = torch.cat([eye.expand(batch, heads, dim, dim), y.permute(1, 2, 3, 0)],
                                dim=3).view(rows, dim, dim + steps_)
@@ -634,7 +638,7 @@ class HeadContextRecurrence(torch.autograd.Function):
             query_t = query.permute(2, 0, 1, 3)
             extra = None
             if grad_probs is not None:  # through the returned source weights
-                extra = _sigma_gradient(grad_probs, source, slope)
+                extra = _sigma_gradient(grad_probs, source, sigma)
                 grad[:-1].addcmul_(extra[1:].unsqueeze(-1), query_t[1:])
             flat = grad.view(steps_, rows, 1, dim)
             backward_step = ctx.steps["_head_backward_step"]
@@ -719,16 +723,13 @@ class FullContextRecurrence(torch.autograd.Function):
         grad = stacked[:, 1]  # (T, B, E)
         grad_query = grad_weight = grad_bias = None
         if steps_ > 1:
-            slope = torch.addcmul(sigma, sigma, sigma, value=-1.0)  # σ (1 - σ), 0 at step 0
-            values_t = projected[:, :, embed:].view(steps_, batch, heads, dim)  # m_i u_i
-            y = torch.sub(values_t, c0.permute(2, 0, 1, 3))
-            y.mul_(slope.unsqueeze(-1))
+            y = _z_slopes(contexts, c0, sigma)
             if masks is not None:  # [s_i | σ'_i = σ_i m_i]
                 coefficients = torch.stack([sigma, sigma * masks[..., -1]], dim=1)
             keys = projected[:, :, :embed].view(steps_, batch, heads, dim)
             extra = None
             if grad_probs is not None:  # the gradient of z through the returned weights
-                extra = _sigma_gradient(grad_probs, source, slope).reshape(steps_, rows, 1, 1)
+                extra = _sigma_gradient(grad_probs, source, sigma).reshape(steps_, rows, 1, 1)
             backward_step = ctx.steps["_full_backward_step"]
             for i in range(steps_ - 1, 0, -1):
                 backward_step(stacked[i], y[i].view(rows, dim, 1), coefficients[i],
@@ -1023,13 +1024,12 @@ class RecurrentCrossAttention(nn.Module):
         k_proj, v_proj = self._full_context_projections()
         w_g = torch.cat([k_proj.weight, v_proj.weight])  # (2E, E)
         weight = torch.matmul(w_g, self.out_proj.weight)
-        bias = None
-        if self.out_proj.bias is not None:
-            bias = torch.mv(w_g, self.out_proj.bias)
-        if k_proj.bias is not None:
-            b_g = torch.cat([k_proj.bias, v_proj.bias])
-            bias = b_g if bias is None else bias + b_g
-        return weight, bias
+        b_g = None if k_proj.bias is None else torch.cat([k_proj.bias, v_proj.bias])
+        if self.out_proj.bias is None:
+            return weight, b_g
+        if b_g is None:
+            return weight, torch.mv(w_g, self.out_proj.bias)
+        return weight, torch.addmv(b_g, w_g, self.out_proj.bias)
 
     def _head_context_kv(self, context: Tensor) -> Tuple[Tensor, Tensor]:
         """Eqs. 7, 8 from each head's own previous context c^{ℓ,n}_{i-1} (B, H, d)."""
