@@ -38,16 +38,53 @@ Choices where the paper is silent:
 - ``expand-kv``: the returned weights are those of the source positions; the extra pair takes the
   rest of each row's mass.
 
-Training keeps all steps parallel where the maths allows: projections and energies α̂ are
-computed for all target positions at once. Eqs. 3, 4, 10 loop over target steps on (B, H, S)
-weights only, and contexts are formed after the loop. Eq. 2 becomes a recurrence on weights too:
-(U c_{i-1})·k_j = Σ_j' a_{i-1,j'} (U v_j')·k_j, so the extra energies are a_{i-1} R with
-R = (V Uᵀ) Kᵀ / √d_k computed once. Eq. 9 is linear in the energies: with the windowed
-averaging written as a banded matrix M, α̊_i = (1-λ) M α̊_{i-1} + b_i, solved for all steps by a
-log-depth (Hillis-Steele) scan, :func:`continuous_scan`. Only Eqs. 5-8 loop on contexts; for
-Eqs. 5, 6 the output projection and the extra key/value projections are multiplied into one
-(2E, E) matrix once per call, so a step costs one product, as without the projection.
-Incremental decoding runs one step of the same recurrences from the state kept under the
+Training (a teacher-forced call) computes projections and energies α̂ of all target positions at
+once; each recurrence then runs as one autograd Function whose loop over the target steps writes
+into preallocated buffers, with everything that does not depend on the previous step computed
+before the loop, and whose backward pass is a second loop, in reverse, over gradients formed by
+hand. A target position costs each layer:
+
+- Eqs. 3, 4, 10 (:class:`WeightRecurrence`): a softmax and one fused update of the energies
+  still to come (a running sum adds g ⊙ α_i to all later steps at once); backward the same, so
+  4 kernels. Contexts are one product after the loop.
+- Eq. 2 (:class:`PrevContextRecurrence`), a recurrence on weights too:
+  (U c_{i-1})·k_j = Σ_j' a_{i-1,j'} (U v_j')·k_j, so the extra energies are a_{i-1} R with
+  R = (V Uᵀ) Kᵀ / √d_k computed once: one product and a softmax, 4 kernels forward and backward
+  (one more each way with attention dropout, whose masks are drawn once per call).
+- Eqs. 5-8 (:class:`HeadContextRecurrence`, :class:`FullContextRecurrence`): with
+  L_i = logsumexp_j α̂_{i,j}, the extra pair's weight is σ_i = sigmoid(x_i - L_i) and the source
+  weights are (1 - σ_i) softmax(α̂_i), so c_i = c^0_i + σ_i (u_i - c^0_i) with the plain
+  contexts c^0 of all steps computed at once: only σ_i and the context recur. Eqs. 7, 8 fold
+  x_i = (W_kᵀ q_i)·c_{i-1} + q_i·b_k into one product with W_v per head: 3 kernels forward, 2
+  backward. Eqs. 5, 6 multiply the output projection and the extra key/value projections into
+  one (2E, E) matrix once per call, then a step is that product, the logits of all heads, a
+  sigmoid and the update: 4 forward, 3 backward.
+- Eq. 9 is linear in the energies: with the windowed averaging written as a banded matrix M,
+  α̊_i = (1-λ) M α̊_{i-1} + b_i, solved for all steps by a log-depth (Hillis-Steele) scan,
+  :class:`ContinuousScan`: 5 kernels per doubling of the target length, none per step.
+
+Kernels of one training step (forward and backward, aten operators without views, counted by
+``ran_fairseq.lab.bench.kernels``) of ``recurrent_cross_transformer_small`` on 64 Multi30k
+validation sentences, as multiples of ``--cross-attention dot`` (603 kernels, at any length),
+before these kernels and now (docs/recurrent_cross_transformer.md has the script):
+
+======================  ===============  ===============  ==========================
+variant                 target length 31 target length 42 per target position
+======================  ===============  ===============  ==========================
+prev-context            ×2.13 → ×1.70    ×2.51 → ×1.92    21 → 12
+prev-weight             ×2.39 → ×1.67    ×2.89 → ×1.89    27 → 12
+prev-accum-weight       ×2.69 → ×1.67    ×3.29 → ×1.89    33 → 12
+coverage                ×2.05 → ×1.62    ×2.44 → ×1.84    21 → 12
+continuous              ×1.35 → ×1.18    ×1.41 → ×1.21    33 → 15 per doubling
+expand-kv 1             ×5.71 → ×2.17    ×7.41 → ×2.55    93 → 21
+expand-kv 2             ×5.69 → ×2.15    ×7.39 → ×2.53    93 → 21
+expand-kv 3             ×6.54 → ×1.92    ×8.56 → ×2.19    111 → 15
+expand-kv 4             ×5.49 → ×1.89    ×7.13 → ×2.17    90 → 15
+======================  ===============  ===============  ==========================
+
+``recurrence="compile"`` (``--cross-attention-recurrence compile``) runs each loop body through
+``torch.compile`` (:func:`step_functions`); gradients are the same. Incremental decoding runs one
+step of the same recurrences (the equations as written, eagerly) from the state kept under the
 module's own incremental-state key, reordered with the beam.
 """
 import math
