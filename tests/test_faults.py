@@ -421,6 +421,25 @@ def test_every_plugin_model_names_its_architecture_flags():
         assert changed_flags(cls, argparse.Namespace(), argparse.Namespace()) == []
 
 
+def test_a_checkpoint_older_than_an_option_is_compared_as_it_loads():
+    """A RAN checkpoint saved before --ran-decoder-initial existed loads as 'full' (its arch
+    function says so): resuming it needs --ran-decoder-initial full, and the default is refused."""
+    import argparse
+
+    import ran_fairseq  # noqa: F401
+    from fairseq.models import MODEL_REGISTRY
+    from ran_fairseq.models._common import changed_flags
+    from ran_fairseq.models.ran_transformer import ran_transformer_small
+
+    cls = MODEL_REGISTRY["ran_transformer"]
+    old = argparse.Namespace(arch="ran_transformer_small", _name="ran_transformer_small")
+    for flags, changed in (({}, [("--ran-decoder-initial", "full", "lower-triangle")]),
+                           ({"ran_decoder_initial": "full"}, [])):
+        now = argparse.Namespace(arch="ran_transformer_small", **flags)
+        ran_transformer_small(now)
+        assert changed_flags(cls, old, now) == changed
+
+
 # ---- 7. damaged input: one line naming the file -------------------------------------------------
 
 def prepare_custom(tmp_path, raw, *extra):

@@ -88,12 +88,36 @@ def _value(args, dest, default):
     return default if value is None else value
 
 
+def _as_loaded(cls, checkpoint_args, dests):
+    """The checkpoint's options as loading it builds the model: where it does not record one of
+    ``dests`` (it predates the option), its arch function fills it in, as for fairseq-generate (a
+    RAN decoder saved before --ran-decoder-initial keeps ``full``, say)."""
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    if not isinstance(checkpoint_args, argparse.Namespace) \
+            or all(hasattr(checkpoint_args, d) for d in dests):
+        return checkpoint_args
+    filled = argparse.Namespace(**vars(checkpoint_args))
+    arch = ARCH_CONFIG_REGISTRY.get(getattr(filled, "arch", None))
+    if arch is not None:
+        try:
+            arch(filled)
+        except Exception:  # noqa: BLE001  (then the defaults stand in, as below)
+            return checkpoint_args
+    return filled
+
+
 def changed_flags(cls, checkpoint_args, args):
     """``[(flag, checkpoint's value, this run's value)]`` of the architecture flags of ``cls``
     (:func:`architecture_flags`) that differ; an option the checkpoint does not record (it
-    predates the option) counts as its default."""
+    predates the option) takes the value its arch function gives it on loading, else its
+    default."""
     changed = []
-    for dest, (flag, default) in sorted(architecture_flags(cls).items()):
+    flags = architecture_flags(cls)
+    checkpoint_args = _as_loaded(cls, checkpoint_args, flags)
+    for dest, (flag, default) in sorted(flags.items()):
         old, new = _value(checkpoint_args, dest, default), _value(args, dest, default)
         if old != new:
             changed.append((flag, old, new))
