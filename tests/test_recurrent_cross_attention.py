@@ -572,6 +572,9 @@ def test_flags_select_variant_layers_and_hyper_parameters():
     model = build("recurrent_cross_transformer", *SMALL, "--cross-attention", "expand-kv",
                   "--kv-variant", "3")
     assert all(m.kv_variant == 3 and hasattr(m, "extra_value") for m in cross_attentions(model))
+    assert all(m.recurrence == "eager" for m in cross_attentions(model))
+    model = build("recurrent_cross_transformer", *SMALL, "--cross-attention-recurrence", "compile")
+    assert [m.recurrence for m in cross_attentions(model)] == ["compile"] * 3
 
 
 def test_bad_model_flags_name_their_flag():
@@ -585,6 +588,12 @@ def test_bad_model_flags_name_their_flag():
     ]:
         with pytest.raises(ValueError, match=message):
             build("recurrent_cross_transformer", *SMALL, *flags)
+
+
+def test_bad_recurrence_flag_names_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        parse("recurrent_cross_transformer", "--cross-attention-recurrence", "jit")
+    assert "--cross-attention-recurrence" in capsys.readouterr().err
 
 
 def test_dot_variant_is_fairseqs_transformer():
