@@ -29,6 +29,11 @@ loaded:
 Writes OUT/PAIR/SYSTEM/seedN/{train.log, generate[.SUBSET].txt, hyp.detok[.SUBSET].txt, result.json},
 OUT/results.json (every result, with settings and machine) and OUT/TABLE.md (mean ± std over seeds
 where there are several).
+
+Under faults (docs/guarantees.md): each run's output and checkpoint folders are locked while it
+runs (a second engine is refused, naming the holder); fairseq's processes live in their own process
+groups, get the engine's SIGTERM and SIGINT and end with it; files are written atomically; stored
+results and checkpoints made by other commands are not replaced without ``--force``.
 """
 import argparse
 import concurrent.futures
@@ -282,7 +287,7 @@ def load_json(path, what, fix):
 
 
 def read_text_lines(path):
-    """The lines of a text file the engine scores with, split on "\n" only (a sentence may hold
+    """The lines of a text file the engine scores with, split on "\\n" only (a sentence may hold
     U+2028 or another character that str.splitlines() would split at), a byte-order mark dropped;
     invalid UTF-8 is a ReproError naming the file and the line."""
     try:
