@@ -158,6 +158,11 @@ def parse_cli(argv):
     p.add_argument("--also-decode-lengths", type=int, nargs="+", metavar="N", default=[],
                    help="with --decode-length: time decoding again at each forced length N "
                         "(a table of its own in bench.md)")
+    p.add_argument("--warm-shapes", action="store_true",
+                   help="before timing, train one untimed update on each of the timed batches, so "
+                        "that costs paid once per new batch shape (GPU libraries' per-shape plans "
+                        "and autotuning, the allocator's growth) fall outside the timing: the "
+                        "steady state of a long training, where shapes repeat")
     p.add_argument("--fp16", action="store_true",
                    help="train and decode in float16 (fairseq's --fp16; CUDA only)")
     p.add_argument("--count-kernels", action="store_true",
@@ -439,7 +444,9 @@ def markdown(report):
               f"{m['threads']} threads, load average {m['load_average_before']:.1f} before and "
               f"{m['load_average_after']:.1f} after); torch {m['torch']}, "
               f"fairseq {m['fairseq']}; {m['date']}.",
-              f"Training: {s['train_updates']} timed updates after {s['warmup_updates']} untimed, "
+              f"Training: {s['train_updates']} timed updates after {s['warmup_updates']} untimed"
+              + (" and one untimed update on each timed batch (--warm-shapes)"
+                 if s.get("warm_shapes") else "") + ", "
               f"--max-tokens {s['max_tokens']}"
               + (f", the training flags of `{s['train_flags_of']}`" if s.get("train_flags_of")
                  else "")
@@ -538,7 +545,8 @@ def breakdown_markdown(report):
 WORKER_SETTINGS = ("train_updates", "warmup_updates", "beam", "decode_batch_size",
                    "decode_sentences", "decode_repeats", "gen_subset", "max_len_a", "max_len_b",
                    "decode_length", "seed", "decode_breakdown", "also_decode_lengths",
-                   "count_kernels", "count_sentences", "count_subset", "cuda_launches")
+                   "count_kernels", "count_sentences", "count_subset", "cuda_launches",
+                   "warm_shapes")
 SWEEP_FIELDS = ["sweep", "system", "batch_size", "beam", "sentences", "generated_tokens",
                 "mean_seconds", "tokens_per_s", "sentences_per_s", "passes"]
 
@@ -623,6 +631,7 @@ def run_benchmark(args, out):
         "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
         "decode_length": args.decode_length, "seed": args.seed,
         "also_decode_lengths": args.also_decode_lengths, "fp16": args.fp16,
+        "warm_shapes": args.warm_shapes,
         "count_kernels": args.count_kernels, "count_sentences": args.count_sentences,
         "count_subset": args.count_subset, "cuda_launches": args.cuda_launches,
         "decode_breakdown": args.decode_breakdown,
@@ -961,9 +970,10 @@ def run_worker(spec):
     batches = train_batches(trainer, spec["warmup_updates"] + spec["train_updates"])
     memory = MemoryProbe(cuda)
     memory.start()
-    for sample in batches[:spec["warmup_updates"]]:
-        trainer.train_step([sample])
     timed = batches[spec["warmup_updates"]:]
+    untimed = batches[:spec["warmup_updates"]] + (timed if spec.get("warm_shapes") else [])
+    for sample in untimed:
+        trainer.train_step([sample])
     start = clock()
     for sample in timed:
         trainer.train_step([sample])

@@ -147,7 +147,8 @@ def test_decode_length_gives_every_system_the_same_decoding_work(data_bin, syste
 
 def test_kernel_counts_and_more_forced_lengths(data_bin, systems_file, tmp_path):
     proc = run_bench(data_bin, systems_file, tmp_path, "--decode-length", "5",
-                     "--also-decode-lengths", "9", "--count-kernels", "--count-sentences", "6")
+                     "--also-decode-lengths", "9", "--count-kernels", "--count-sentences", "6",
+                     "--warm-shapes")
     assert proc.returncode == 0, proc.stderr[-3000:]
     systems = {r["name"]: r for r in json.loads((tmp_path / "bench.json").read_text())["systems"]}
     for name, r in systems.items():
@@ -162,6 +163,8 @@ def test_kernel_counts_and_more_forced_lengths(data_bin, systems_file, tmp_path)
     assert set(systems["lstm"]["kernels"]["decoding"]["components"]) <= {"encoder", "rest"}
     table = (tmp_path / "bench.md").read_text()
     assert "decode sent/s, 9 tokens" in table and "decoding kernels per step" in table
+    assert "one untimed update on each timed batch (--warm-shapes)" in table
+    assert all(r["train"]["updates"] == 2 for r in systems.values())
     base = systems["transformer"]["kernels"]["decoding"]["total"]
     assert f"{base:,.2f} (×1.00)" in table
 
