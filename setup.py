@@ -1,6 +1,6 @@
 """ran_fairseq: a fairseq --user-dir plugin with four attention architectures for NMT.
 
-Install from a checkout with ``make install`` (or ``scripts/setup-env.sh``): fairseq builds C
+Install from a checkout with ``make setup`` (``scripts/setup-env.sh``): fairseq builds C
 extensions that need torch, numpy and cython at build time, so they are installed first and the
 package is installed with ``pip install --no-build-isolation``.
 """
