@@ -4,8 +4,8 @@
 # Flags go to `python -m ran_fairseq.data.prepare multi30k` (its --help lists them all), e.g.
 #   --bpe-merges N (10000)  --lowercase  --raw-dir DIR  --out DIR  --download  --force
 # Raw files {train,val,test_2016_flickr}.LANG.gz come from --raw-dir, else $MULTI30K_DIR, else
-# ../shared/data/multi30k beside the repository; --download (or MULTI30K_DOWNLOAD=1) fetches
-# missing ones from GitHub. Output: data-bin/multi30k.SRC-TGT. Rerunning unchanged is a no-op.
+# ../shared/data/multi30k, else ~/.cache/ran_fairseq/multi30k, else are downloaded once into that
+# cache (docs/data.md). Output: data-bin/multi30k.SRC-TGT. Rerunning unchanged is a no-op.
 # PYTHON=exe picks the interpreter (default: the checkout's .venv, else python3).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

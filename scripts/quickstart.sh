@@ -3,7 +3,7 @@
 # on the CPU (optionally averaging its last checkpoints), translate the test set with beam search,
 # and print sacreBLEU/chrF/TER and examples.
 #   SRC, TGT      language pair (default de, en)
-#   MULTI30K_DIR  raw Multi30k (default ../shared/data/multi30k)
+#   MULTI30K_DIR  raw Multi30k (default: downloaded once into ~/.cache/ran_fairseq; docs/data.md)
 #   CONFIG        fairseq-train flags (default configs/quickstart.args); extra flags: "$@"
 #   AVERAGE_LAST  translate with the average of the last N checkpoints (default 1: checkpoint_last;
 #                 N > 1 needs --save-interval-updates in CONFIG)

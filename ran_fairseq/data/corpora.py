@@ -8,14 +8,17 @@ a bare ``\\r``). Nothing here tokenizes or unescapes: the text is what the corpu
 """
 import codecs
 import gzip
+import hashlib
+import os
 import re
-import shutil
+import sys
+import time
 import urllib.error
 import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..textio import BadTextFile, decode_line
 
@@ -34,6 +37,10 @@ IWSLT_UNWRAP_TAGS = ("<title>", "</title>", "<description>", "</description>")
 
 class CorpusError(Exception):
     """A raw corpus is missing, unreadable or malformed; the message says which file and why."""
+
+
+class ChecksumError(CorpusError):
+    """A downloaded file is not the published one (its SHA-256 differs)."""
 
 
 def _clean(line: str) -> str:
@@ -134,7 +141,23 @@ class Part:
 # Multi30k (task 1, raw): {train,val,test_2016_flickr}.{en,de,fr,cs}.gz, line-aligned.
 MULTI30K_LANGS = ("en", "de", "fr", "cs")
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+# Where the files are published; the environment variable MULTI30K_URL replaces it (a mirror).
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
+# The SHA-256 of each published file: a download that does not match is refused.
+MULTI30K_SHA256: Dict[str, str] = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "val.cs.gz": "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+    "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
+}
 
 
 def multi30k_files(raw_dir, langs: Sequence[str]) -> List[Path]:
@@ -147,18 +170,112 @@ def missing_files(paths: Sequence[Path]) -> List[Path]:
     return [p for p in paths if not p.is_file()]
 
 
-def download(url: str, dest: Path, timeout: float = 60.0) -> None:
+def multi30k_url() -> str:
+    """The base URL Multi30k is downloaded from: ``$MULTI30K_URL``, else :data:`MULTI30K_URL`."""
+    return (os.environ.get("MULTI30K_URL") or MULTI30K_URL).rstrip("/")
+
+
+def multi30k_cache() -> Path:
+    """The user cache Multi30k is downloaded into: ``$XDG_CACHE_HOME/ran_fairseq/multi30k``, else
+    ``~/.cache/ran_fairseq/multi30k``."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "ran_fairseq" / "multi30k"
+
+
+def _kb(n: int) -> str:
+    return f"{n / 1000:,.0f} kB"
+
+
+class Progress:
+    """One progress line per download: rewritten in place on a terminal, else written once when
+    the file is complete (a log gets one line per file, not one per block)."""
+
+    def __init__(self, name: str, stream=None, interval: float = 0.2):
+        self.name, self.stream, self.interval = name, stream or sys.stdout, interval
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: Optional[int], final: bool = False) -> None:
+        if not (final or self.tty) or (not final and time.monotonic() - self.last < self.interval):
+            return
+        self.last = time.monotonic()
+        of = f" of {_kb(total)} ({100 * done // total}%)" if total else ""
+        line = f"prepare:   {self.name} {_kb(done)}{of}"
+        self.stream.write(("\r" + line + ("\n" if final else "")) if self.tty else line + "\n")
+        self.stream.flush()
+
+
+def download(url: str, dest: Path, timeout: float = 60.0, sha256: Optional[str] = None,
+             progress: Optional[Callable[..., None]] = None) -> None:
     """Fetch ``url`` to ``dest`` (through ``dest.part``, so an interrupted fetch leaves no file
-    that looks complete). Raises ``CorpusError`` naming the URL when the fetch fails."""
+    that looks complete). Raises ``CorpusError`` naming the URL when the fetch fails and, given
+    ``sha256``, when the file's SHA-256 differs (the partial file is deleted). ``progress(done,
+    total)`` is called as blocks arrive, and with ``final=True`` at the end."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
+    digest = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as out:
-            shutil.copyfileobj(response, out)
+            length = response.headers.get("Content-Length") if response.headers else None
+            total = int(length) if length and length.isdigit() else None
+            done = 0
+            for block in iter(lambda: response.read(1 << 16), b""):
+                out.write(block)
+                digest.update(block)
+                done += len(block)
+                if progress is not None:
+                    progress(done, total)
+        if progress is not None:
+            progress(done, total, final=True)
     except (urllib.error.URLError, OSError, ValueError) as err:
         part.unlink(missing_ok=True)
         raise CorpusError(f"download failed: {url}: {err}") from err
+    actual = digest.hexdigest()
+    if sha256 is not None and actual != sha256:
+        part.unlink(missing_ok=True)
+        raise ChecksumError(f"checksum mismatch for {dest.name} downloaded from {url}: expected "
+                            f"SHA-256 {sha256}, got {actual}; the file was deleted. The server "
+                            f"does not serve the published file: set MULTI30K_URL to a mirror "
+                            f"that does (the default is {MULTI30K_URL}), or copy the published "
+                            f"files into a folder and set MULTI30K_DIR to it")
     part.replace(dest)
+
+
+def fetch_multi30k(dest_dir: Path, langs: Sequence[str], url: Optional[str] = None,
+                   timeout: float = 60.0, stream=None) -> Path:
+    """Download the Multi30k files of ``langs`` that ``dest_dir`` lacks from ``url`` (default
+    :func:`multi30k_url`), each checked against :data:`MULTI30K_SHA256`, with a progress line per
+    file. Returns ``dest_dir``. Raises ``CorpusError`` naming the URL, MULTI30K_DIR and
+    MULTI30K_URL when a file cannot be fetched."""
+    import fcntl
+
+    url = (url or multi30k_url()).rstrip("/")
+    stream = stream or sys.stdout
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    # two processes that download at once take turns; the second finds the files there
+    with open(dest_dir / ".download.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        missing = missing_files(multi30k_files(dest_dir, langs))
+        if missing:
+            stream.write(f"prepare: downloading Multi30k ({len(missing)} files) from {url} into "
+                         f"{dest_dir}, once: later runs read it there\n")
+            stream.flush()
+        for path in missing:
+            try:
+                download(f"{url}/{path.name}", path, timeout,
+                         sha256=MULTI30K_SHA256.get(path.name),
+                         progress=Progress(path.name, stream))
+            except ChecksumError:
+                raise
+            except CorpusError as err:
+                names = ",".join(MULTI30K_SPLITS.values())
+                raise CorpusError(
+                    f"{err}. Multi30k could not be downloaded from {url} into {dest_dir}. "
+                    f"Without internet, copy {{{names}}}.{{{','.join(langs)}}}.gz (published at "
+                    f"{MULTI30K_URL}) into a folder and set MULTI30K_DIR to it (or pass "
+                    f"--raw-dir), or set MULTI30K_URL to a mirror that serves them") from err
+    return dest_dir
 
 
 # ----------------------------------------------------------------------------------------------

@@ -45,10 +45,26 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 from .corpora import (IWSLT14_PAIR, IWSLT14_TEST_CHOICES, MULTI30K_LANGS, MULTI30K_SPLITS,
-                      MULTI30K_URL, CorpusError, Part, download, iwslt14_parts, missing_files,
-                      multi30k_files)
+                      MULTI30K_URL, CorpusError, Part, fetch_multi30k, iwslt14_parts,
+                      missing_files, multi30k_cache, multi30k_files, multi30k_url)
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def is_checkout(root: Path = REPO) -> bool:
+    """Whether the package runs from a checkout of the project rather than an installed copy."""
+    return (root / "setup.py").is_file() and (root / "scripts" / "prepare-multi30k.sh").is_file()
+
+
+def data_bin_root() -> Path:
+    """Where data-bins go by default: the checkout's ``data-bin/``; for an installed package,
+    ``./data-bin`` under the current directory (as fairseq's examples do)."""
+    return REPO / "data-bin" if is_checkout() else Path.cwd() / "data-bin"
+
+
+def multi30k_mirror() -> Optional[Path]:
+    """The offline mirror ``shared/data/multi30k`` beside the checkout (None when installed)."""
+    return REPO.parent / "shared" / "data" / "multi30k" if is_checkout() else None
 SPLITS = ("train", "valid", "test")
 # Optional further test sets, binarized by fairseq-preprocess as test1, test2, ... (its
 # --testpref takes a comma-separated list) and decoded with fairseq-generate --gen-subset test1.
@@ -709,41 +725,73 @@ def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # Corpora.
-def resolve_multi30k_raw(raw_dir: Path, work: Path, langs: Sequence[str], allow_download: bool,
-                         url: str) -> Path:
-    """The directory holding the Multi30k files for ``langs``: ``raw_dir``, else an earlier
-    download in ``work/raw``, else a fresh download there (when allowed)."""
-    needed = multi30k_files(raw_dir, langs)
-    missing = missing_files(needed)
-    if not missing:
-        return raw_dir
-    fetched = work / "raw"
-    if not missing_files(multi30k_files(fetched, langs)):
-        say(f"using the Multi30k files downloaded earlier to {fetched}")
-        return fetched
-    names = ", ".join(p.name for p in missing)
-    hint = (f"Point --raw-dir (or the MULTI30K_DIR environment variable) at a directory with "
-            f"{{{','.join(MULTI30K_SPLITS.values())}}}.{{{','.join(langs)}}}.gz")
-    if not allow_download:
-        raise PrepareError(f"Multi30k raw files not found in {raw_dir}: missing {names}. {hint}, "
-                           f"or pass --download (or set MULTI30K_DOWNLOAD=1) to fetch them "
-                           f"from {url}.")
-    for path in missing_files(multi30k_files(fetched, langs)):
-        say(f"downloading {url}/{path.name}")
-        try:
-            download(f"{url}/{path.name}", path)
-        except CorpusError as err:
-            raise PrepareError(f"Multi30k raw files not found in {raw_dir} (missing {names}), "
-                               f"and the download into {fetched} failed: {err}. {hint}.") from err
-    return fetched
+def _multi30k_default_download() -> Optional[bool]:
+    """MULTI30K_DOWNLOAD: 1 downloads what a named --raw-dir / MULTI30K_DIR lacks, 0 never
+    downloads; unset (None) downloads only when no folder has the files."""
+    value = os.environ.get("MULTI30K_DOWNLOAD", "")
+    return None if value == "" else value != "0"
+
+
+def resolve_multi30k_raw(raw_dir: Optional[Path], work: Path, langs: Sequence[str],
+                         download: Optional[bool] = None, url: Optional[str] = None) -> Path:
+    """The directory holding the Multi30k files for ``langs``, the first of:
+
+    1. ``raw_dir`` (--raw-dir, else $MULTI30K_DIR) when one is named; it must have the files,
+       unless ``download`` is True (--download, MULTI30K_DOWNLOAD=1): then the cache (4-5) does;
+    2. the offline mirror ``shared/data/multi30k`` beside the checkout (``multi30k_mirror``);
+    3. an earlier download into ``work/raw`` (where data-bins made before the cache fetched to);
+    4. the user cache (``multi30k_cache``: $XDG_CACHE_HOME/ran_fairseq/multi30k, else
+       ~/.cache/ran_fairseq/multi30k), when it has the files (no request is made);
+    5. a download into that cache from ``url`` (default $MULTI30K_URL, else ``MULTI30K_URL``),
+       each file checked against its published SHA-256; not when ``download`` is False
+       (MULTI30K_DOWNLOAD=0)."""
+    url = (url or multi30k_url()).rstrip("/")
+    cache = multi30k_cache()
+    files = f"{{{','.join(MULTI30K_SPLITS.values())}}}.{{{','.join(langs)}}}.gz"
+    named = ""
+    if raw_dir is not None:
+        raw_dir = Path(raw_dir).resolve()
+        missing = missing_files(multi30k_files(raw_dir, langs))
+        if not missing:
+            return raw_dir
+        named = (f"Multi30k raw files not found in {raw_dir} (--raw-dir or MULTI30K_DIR): "
+                 f"missing {', '.join(p.name for p in missing)}")
+        if not download:
+            raise PrepareError(
+                f"{named}. Point --raw-dir (or the MULTI30K_DIR environment variable) at a "
+                f"directory with {files}, or unset it to use the download cache {cache}, or pass "
+                f"--download (or set MULTI30K_DOWNLOAD=1) to fetch the missing files from {url} "
+                f"into that cache.")
+    else:
+        mirror = multi30k_mirror()
+        if mirror is not None and not missing_files(multi30k_files(mirror, langs)):
+            say(f"reading Multi30k from {mirror}")
+            return mirror
+        fetched = work / "raw"
+        if not missing_files(multi30k_files(fetched, langs)):
+            say(f"using the Multi30k files downloaded earlier to {fetched}")
+            return fetched
+    if not missing_files(multi30k_files(cache, langs)):
+        say(f"reading Multi30k from the cache {cache}")
+        return cache
+    if download is False:
+        raise PrepareError(
+            f"Multi30k raw files not found (in MULTI30K_DIR or --raw-dir, beside the checkout, "
+            f"or in the cache {cache}) and MULTI30K_DOWNLOAD=0 forbids downloading them from "
+            f"{url}: set MULTI30K_DIR to a directory with {files}, or unset MULTI30K_DOWNLOAD.")
+    try:
+        return fetch_multi30k(cache, langs, url)
+    except CorpusError as err:
+        raise PrepareError(f"{named}, and {err}" if named else str(err)) from err
 
 
 def prepare_multi30k(opts: Options, raw_dir=None, out_dir=None, work_dir=None,
-                     download_missing: Optional[bool] = None, download_url: str = MULTI30K_URL,
+                     download_missing: Optional[bool] = None, download_url: Optional[str] = None,
                      workers: Optional[int] = None, force: bool = False) -> bool:
     """Multi30k task 1 ``opts.src``->``opts.tgt`` (en, de, fr, cs): train / val -> valid /
-    test_2016_flickr -> test. Raw files come from ``raw_dir`` (default ``$MULTI30K_DIR``, else
-    ``../shared/data/multi30k`` beside the repository); see ``resolve_multi30k_raw``."""
+    test_2016_flickr -> test. Raw files come from ``raw_dir`` (default ``$MULTI30K_DIR``), else
+    the mirror beside the checkout, else the user cache, else a download into that cache
+    (``download_missing``: default from MULTI30K_DOWNLOAD); see ``resolve_multi30k_raw``."""
     src, tgt = opts.src, opts.tgt
     for flag, lang in (("--src", src), ("--tgt", tgt)):
         if lang not in MULTI30K_LANGS:
@@ -752,15 +800,14 @@ def prepare_multi30k(opts: Options, raw_dir=None, out_dir=None, work_dir=None,
     if src == tgt:
         raise PrepareError(f"source and target language are both {src!r} (--src/--tgt)")
     if raw_dir is None:
-        raw_dir = os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k"
+        raw_dir = os.environ.get("MULTI30K_DIR") or None
     if out_dir is None:
-        out_dir = REPO / "data-bin" / f"multi30k.{src}-{tgt}"
+        out_dir = data_bin_root() / f"multi30k.{src}-{tgt}"
     out_dir = Path(out_dir).resolve()
     work = Path(work_dir).resolve() if work_dir else out_dir / "prep"
     if download_missing is None:
-        download_missing = os.environ.get("MULTI30K_DOWNLOAD", "") not in ("", "0")
-    raw = resolve_multi30k_raw(Path(raw_dir).resolve(), work, (src, tgt), download_missing,
-                               download_url)
+        download_missing = _multi30k_default_download()
+    raw = resolve_multi30k_raw(raw_dir, work, (src, tgt), download_missing, download_url)
     splits = {split: [Part(raw / f"{name}.{src}.gz", raw / f"{name}.{tgt}.gz", fmt="text")]
               for split, name in MULTI30K_SPLITS.items()}
     return prepare(splits, out_dir, opts, work, workers, force, corpus="multi30k")
@@ -842,12 +889,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", required=True, help=f"target language: {', '.join(MULTI30K_LANGS)}")
     p.add_argument("--raw-dir", type=Path,
                    help="directory with {train,val,test_2016_flickr}.LANG.gz (default "
-                        "$MULTI30K_DIR, else ../shared/data/multi30k beside the repository)")
-    p.add_argument("--out", type=Path, help="data-bin (default data-bin/multi30k.SRC-TGT)")
+                        "$MULTI30K_DIR; else shared/data/multi30k beside the checkout, else the "
+                        "cache $XDG_CACHE_HOME/ran_fairseq/multi30k (~/.cache/...), else a "
+                        "download into that cache, each file checked against its SHA-256)")
+    p.add_argument("--out", type=Path, help="data-bin (default data-bin/multi30k.SRC-TGT, in the "
+                                            "checkout or, installed, the current directory)")
     p.add_argument("--download", action="store_true",
-                   help="fetch missing raw files into <work-dir>/raw (also MULTI30K_DOWNLOAD=1)")
-    p.add_argument("--download-url", default=MULTI30K_URL,
-                   help="where --download fetches NAME.LANG.gz from (default %(default)s)")
+                   help="fetch the files --raw-dir / MULTI30K_DIR lacks into the cache (also "
+                        "MULTI30K_DOWNLOAD=1; without a named directory the cache is filled "
+                        "anyway, unless MULTI30K_DOWNLOAD=0)")
+    p.add_argument("--download-url", default=None,
+                   help=f"where NAME.LANG.gz is downloaded from (default $MULTI30K_URL, else "
+                        f"{MULTI30K_URL})")
     _add_common(p)
 
     p = sub.add_parser("iwslt14", help="IWSLT'14 De-En from the extracted de-en.tgz",
@@ -908,7 +961,7 @@ def run(args) -> bool:
                                f"either order, got {args.src} and {args.tgt}")
         train, tests = iwslt14_parts(args.orig_dir, args.src, args.tgt, args.test_sets,
                                      args.extra_test_dir)
-        out = args.out or REPO / "data-bin" / f"iwslt14.{args.src}-{args.tgt}"
+        out = args.out or data_bin_root() / f"iwslt14.{args.src}-{args.tgt}"
         opts = _options(args, valid_every=args.valid_every)
         return prepare({"train": [train], "test": tests}, out, opts, args.work_dir,
                        args.workers, args.force, corpus="iwslt14")
