@@ -5,19 +5,24 @@ fairseq checkpoints loadable under torch's safe (weights-only) unpickling; it al
 ``compat``, fairseq 0.12 behaviours: the dropped last batch, non-atomic checkpoint copies,
 multi-process training on CPUs, checkpoint saves under names unique to the writer, errors for
 too-long sentences, truncated checkpoints and damaged data-bins that name the problem, and a
-resume that stops when the model's architecture flags differ from the checkpoint's. Nothing
-else.
+resume that stops when the model's architecture flags differ from the checkpoint's. Before
+fairseq is imported, ``quiet`` silences the noise its import prints (tensorboardX, hydra's
+deprecation warnings, the root logger set to DEBUG). Nothing else.
 """
-from . import compat
+from . import quiet
 
-compat.allow_fairseq_checkpoints()
-compat.keep_last_batch()
-compat.atomic_checkpoint_copies()
-compat.cpu_data_parallel()
-compat.named_length_errors()
-compat.named_checkpoint_errors()
-compat.atomic_checkpoint_saves()
-compat.named_data_bin_errors()
-compat.architecture_checked_on_resume()
+quiet.install()
+with quiet.library_logging():
+    from . import compat
 
-from . import criterions, models, optim, scoring  # noqa: E402,F401  (register with fairseq)
+    compat.allow_fairseq_checkpoints()
+    compat.keep_last_batch()
+    compat.atomic_checkpoint_copies()
+    compat.cpu_data_parallel()
+    compat.named_length_errors()
+    compat.named_checkpoint_errors()
+    compat.atomic_checkpoint_saves()
+    compat.named_data_bin_errors()
+    compat.architecture_checked_on_resume()
+
+    from . import criterions, models, optim, scoring  # noqa: E402,F401  (register with fairseq)

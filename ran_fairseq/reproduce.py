@@ -934,7 +934,7 @@ def score_subset(run, subset, env, label):
                              f"references were kept need a rebuild: add --force)")
     refs = read_text_lines(run.raw_ref[subset])
     start = time.perf_counter()
-    gen = run_logged(["-m", "fairseq_cli.generate", *run.generate_argv[subset]],
+    gen = run_logged(["-m", "ran_fairseq.quiet_cli", "generate", *run.generate_argv[subset]],
                      run.output[subset], env, f"fairseq-generate {label} on {subset}")
     seconds = time.perf_counter() - start
     speed = SPEED_RE.search(gen)
@@ -1060,7 +1060,8 @@ def execute(run, env, trained):
             seconds = finished_at_budget(run, label)
             if seconds is None:
                 start = time.perf_counter()
-                run_logged(["-m", "fairseq_cli.train", *run.train_argv], run.dir / "train.log",
+                run_logged(["-m", "ran_fairseq.quiet_cli", "train", *run.train_argv],
+                           run.dir / "train.log",
                            env, f"fairseq-train {label}", append=True, pass_fds=run.lock_fds)
                 seconds = time.perf_counter() - start
             textio.write_json(finished, {"argv": run.train_argv, "seconds": seconds}, indent=None)
