@@ -28,7 +28,9 @@ loaded:
 
 Writes OUT/PAIR/SYSTEM/seedN/{train.log, generate[.SUBSET].txt, hyp.detok[.SUBSET].txt, result.json},
 OUT/results.json (every result, with settings and machine) and OUT/TABLE.md (mean ± std over seeds
-where there are several).
+where there are several). What it writes names a path inside the checkout as ``{repo}/PATH``, and
+the logs it keeps have the machine's paths replaced likewise (``ran_fairseq.lab.portable``): results
+made in one checkout are taken by ``--resume`` in another.
 
 Under faults (docs/guarantees.md): each run's output and checkpoint folders are locked while it
 runs (a second engine is refused, naming the holder); fairseq's processes live in their own process
@@ -56,6 +58,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from . import textio
+from .lab import portable
 from .runguard import Children, FolderLock, LockedError, Stopped
 
 REPO = Path(__file__).resolve().parents[1]
@@ -721,6 +724,8 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     with open(log_path, encoding="utf-8", errors="replace") as log:
         log.seek(offset)
         text = log.read()
+    # the log is kept with the checkout's and the packages' paths as placeholders
+    portable.rewrite_log(log_path, REPO)
     if returncode != 0:
         raise ReproError(f"{what} failed with exit code {returncode}: {shlex.join(cmd)}\n"
                          f"--- {log_path} (tail) ---\n{text[-4000:]}")
@@ -861,7 +866,8 @@ def start_from_continued(run, label):
     elif not old_log.is_file():
         why = f"{old_log} is missing"
     else:
-        old = load_json(finished, "the continued training's record", FIX_FINISHED).get("argv")
+        old = portable.expand(
+            load_json(finished, "the continued training's record", FIX_FINISHED).get("argv"), REPO)
         if comparable(old) != comparable(run.train_argv):
             diff = sorted(set(comparable(old).items()) ^ set(comparable(run.train_argv).items()),
                           key=str)
@@ -1006,9 +1012,10 @@ def stored_train_argv(run):
     path = run.save_dir / "train_argv.json"
     if not path.is_file():
         return None
-    return load_json(path, "the training command of the folder's checkpoints",
-                     f"delete it if the checkpoints beside it were trained by this run's command "
-                     f"({shown(run.save_dir)}), else delete the folder")
+    return portable.expand(load_json(
+        path, "the training command of the folder's checkpoints",
+        f"delete it if the checkpoints beside it were trained by this run's command "
+        f"({shown(run.save_dir)}), else delete the folder"), REPO)
 
 
 def finished_at_budget(run, label):
@@ -1046,7 +1053,8 @@ def execute(run, env, trained):
             raise ReproError(f"{run.save_dir} holds checkpoints trained with other flags; they "
                              f"are kept: rerun with --force to train there again, or pass "
                              f"--checkpoints DIR")
-        textio.write_json(run.save_dir / "train_argv.json", run.train_argv, indent=None)
+        textio.write_json(run.save_dir / "train_argv.json", portable.record(run.train_argv, REPO),
+                          indent=None)
         if run.continues and not (run.save_dir / "checkpoint_last.pt").is_file():
             start_from_continued(run, label)
         # A finished training is not restarted: fairseq-train, given a checkpoint at its
@@ -1054,7 +1062,7 @@ def execute(run, env, trained):
         finished = run.save_dir / "train_finished.json"
         record = (load_json(finished, "the record of a finished training", FIX_FINISHED)
                   if finished.is_file() else {})
-        if record.get("argv") == run.train_argv:
+        if portable.expand(record.get("argv"), REPO) == run.train_argv:
             seconds = record["seconds"]
         else:
             seconds = finished_at_budget(run, label)
@@ -1064,7 +1072,8 @@ def execute(run, env, trained):
                            run.dir / "train.log",
                            env, f"fairseq-train {label}", append=True, pass_fds=run.lock_fds)
                 seconds = time.perf_counter() - start
-            textio.write_json(finished, {"argv": run.train_argv, "seconds": seconds}, indent=None)
+            textio.write_json(finished, {"argv": portable.record(run.train_argv, REPO),
+                                         "seconds": seconds}, indent=None)
         log = (run.dir / "train.log").read_text(encoding="utf-8", errors="replace")
         params = PARAMS_RE.search(log)
         if not params:
@@ -1110,11 +1119,6 @@ def execute(run, env, trained):
     }
 
 
-def portable(commands, repo):
-    """``commands`` as JSON text with the checkout's path ``repo`` replaced by a placeholder."""
-    return json.dumps(commands).replace(json.dumps(repo)[1:-1], "<REPO>")
-
-
 def device_free(commands):
     """``commands`` without fairseq's ``--cpu``: the device is where a recipe ran, not part of it,
     so a GPU config's stored results and a CPU run of the same recipe (``--device``) go together."""
@@ -1147,9 +1151,10 @@ def flags_difference(old, new, most=4):
 
 def difference(run, old):
     """None if the stored result ``old`` was made by ``run``'s commands (on any device, in any
-    checkout), else what differs, e.g. 'training: --max-update 1300 → 300'."""
-    mine = json.loads(portable(device_free(run.recorded()), str(REPO)))
-    theirs = json.loads(portable(device_free(old.get("commands")), old.get("repo", str(REPO))))
+    checkout: both sides name the checkout's files as ``{repo}/PATH``), else what differs, e.g.
+    'training: --max-update 1300 → 300'."""
+    mine = portable.record(device_free(run.recorded()), REPO)
+    theirs = device_free(portable.upgrade_result(old, REPO).get("commands"))
     if mine == theirs:
         return None
     if not isinstance(theirs, dict):
@@ -1165,9 +1170,13 @@ def difference(run, old):
 
 
 def read_result(run):
-    """``run``'s stored result.json (None if there is none)."""
+    """``run``'s stored result.json (None if there is none), as this engine records one: a result
+    made before paths were recorded relative to the checkout (with the checkout it was made in as
+    its ``repo``) names them as ``{repo}/PATH`` too (:func:`portable.upgrade_result`)."""
     path = run.dir / "result.json"
-    return load_json(path, "a run's result", FIX_RESULT) if path.is_file() else None
+    if not path.is_file():
+        return None
+    return portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT), REPO)
 
 
 def previous_result(run, force=False):
@@ -1332,7 +1341,8 @@ def add_significance(results, baseline, significance, out, refs=None):
             hyps = run_dir / slug(r["system"]) / f"seed{r['seed']}" / scores["hyp_file"]
             base_hyps = (run_dir / slug(baseline) / f"seed{r['seed']}" /
                          base["subsets"][subset]["hyp_file"])
-            ref_file = Path((refs or {}).get((r["pair"], subset), scores["raw_ref"]))
+            ref_file = Path((refs or {}).get((r["pair"], subset))
+                            or portable.expand_path(scores["raw_ref"], REPO))
             if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
                 continue
             texts = [read_text_lines(f) for f in (base_hyps, hyps, ref_file)]
@@ -1653,6 +1663,7 @@ def prepare(config, pair, log_path, env):
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    portable.rewrite_log(log_path, REPO)
     if returncode != 0:
         raise ReproError(f"preparing {src}-{tgt} failed: {shlex.join(cmd)}\n--- {log_path} "
                          f"(tail) ---\n{log_path.read_text()[-3000:]}")
@@ -1717,9 +1728,11 @@ def execute_all(runs, args, config, env, paper, name):
                     shutil.rmtree(run.save_dir, ignore_errors=True)
                 shutil.rmtree(run.dir, ignore_errors=True)
             say(f"{label(run)} ...")
-            old = dict(execute(run, env, trained), machine=machine, repo=str(REPO))
+            old = dict(execute(run, env, trained), machine=machine)
             if paper.measure is not None:
                 old.update(paper.measure(run, old))
+            # recorded with the checkout's files as {repo}/PATH
+            old = portable.record(old, REPO)
         except Exception as e:  # noqa: BLE001  (kept, raised after the runs under way)
             with lock:
                 failures.append(e)
@@ -1856,7 +1869,7 @@ def tabulate(paper, args, config, runs, results, not_run, data_template, name):
         "settings": {
             "config": shown(config["path"]), "test_set": config["test_set"],
             "paper_file": shown(repo_path(config["paper"])), "baseline": config["baseline"],
-            "data": data_template, "pairs": list(pair_order),
+            "data": portable.record(data_template, REPO), "pairs": list(pair_order),
             "systems": [name for name in config["systems"]
                         if any(run.system["name"] == name for run in every)],
             "seeds": sorted({run.seed for run in every}),
@@ -1872,6 +1885,7 @@ def tabulate(paper, args, config, runs, results, not_run, data_template, name):
         "machine": next((r["machine"] for r in results if "machine" in r), None)
         or machine_info("cpu" if config["device"] == "cuda" else config["device"], args.threads),
         "paper": config["paper_numbers"], "results": results}
+    report = portable.record(report, REPO)  # the checkout's files as {repo}/PATH
     args.out.mkdir(parents=True, exist_ok=True)
     textio.write_json(args.out / "results.json", report)
     table = markdown(paper, report)

@@ -15,9 +15,10 @@ sentences/s and generated tokens/s (top hypothesis lengths, EOS included, as fai
 counts them); peak memory of training and of decoding (CUDA: ``max_memory_allocated``; CPU: the
 resident set high-water mark) and its increment over the memory in use when the phase began.
 The parent writes ``OUT/bench.json`` and ``OUT/bench.md`` (every figure also as a ratio to the
-baseline system) and prints the table. ``--decode-breakdown`` adds one more decoding pass with
-timers around the encoder, the decoder layers' parts, the output projection and the cache reorder,
-and a second table of each part's share of that pass.
+baseline system; a path inside the checkout written ``{repo}/PATH``) and prints the table.
+``--decode-breakdown`` adds one more decoding pass with timers around the encoder, the decoder
+layers' parts, the output projection and the cache reorder, and a second table of each part's
+share of that pass.
 
     python scripts/bench.py --data data-bin/multi30k.de-en \
         --systems configs/bench/foundation.json --out bench-out/foundation
@@ -58,6 +59,7 @@ REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "ran_fairseq"
 sys.path.insert(0, str(REPO))
 
+from ran_fairseq.lab import portable  # noqa: E402
 from ran_fairseq.reproduce import available_cores, check_flags as check_flag_list  # noqa: E402
 
 # Flags the harness sets itself; a systems file that sets them would be silently overridden.
@@ -675,6 +677,8 @@ def run_benchmark(args, out):
                                "returned to the system)")
     report = {"machine": machine_info(device, args.threads, worker_env, load_before),
               "settings": settings, "systems": results}
+    # the checkout's files as {repo}/PATH (ran_fairseq.lab.portable), not this machine's paths
+    report = portable.record(report, REPO)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)

@@ -109,6 +109,19 @@ def test_markdown_has_a_row_per_system(bench_out):
         assert cells[2] == f"{r['metrics']['params']:,} (×{r['ratios']['params']:.2f})"
 
 
+def test_bench_json_names_the_checkouts_files_relative_to_it(bench_out, data_bin):
+    """bench.json and bench.md hold no path of this checkout: its files are written {repo}/PATH
+    (the plugin's folder in every fairseq command); a data-bin elsewhere keeps its path."""
+    out, report, _ = bench_out
+    for name in ("bench.json", "bench.md"):
+        assert str(helpers.REPO) not in (out / name).read_text(), name
+    for r in report["systems"]:
+        argv = r["fairseq_argv"]
+        assert argv[argv.index("--user-dir") + 1] == "{repo}/ran_fairseq"
+        assert argv[0] == str(data_bin.resolve())
+    assert report["settings"]["data"] == str(data_bin.resolve())
+
+
 @pytest.mark.parametrize("case", ["unknown_system", "missing_data", "reserved_flag", "fp16_cpu",
                                   "lengths_alone", "count_without_length"])
 def test_bad_input_gives_a_clear_error(case, data_bin, systems_file, tmp_path):

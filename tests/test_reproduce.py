@@ -658,18 +658,31 @@ def test_a_config_inherits_its_base(tmp_path):
 
 
 def test_resume_takes_results_made_in_another_checkout(first_run, corpus, config, tmp_path):
-    """Results made on another machine (its checkout elsewhere, e.g. a GPU box) are taken by
-    --resume when their commands differ from this checkout's only in that path; another change in
-    the commands is still refused."""
+    """What the engine writes names the checkout's files as {repo}/PATH (results, logs), so results
+    made on another machine (its checkout elsewhere, e.g. a GPU box) are taken by --resume: those
+    of this engine as they are, and those of an engine that recorded absolute paths and its
+    checkout as 'repo' too; another change in the commands is still refused."""
+    from ran_fairseq.lab import portable
+
     _, data = corpus
     out = tmp_path / "out"
     shutil.copytree(first_run, out)
+    here = str(helpers.REPO)
+    for log in list(out.glob("de-en/*/seed1/train.log")) + list(out.glob("de-en/*/seed1/gen*.txt")):
+        text = log.read_text()
+        assert here not in text and "{repo}/ran_fairseq" in text, log
     elsewhere = "/elsewhere/checkout"
-    for path in out.glob("de-en/*/seed1/result.json"):
-        result = json.loads(path.read_text())
-        assert result["repo"] == str(helpers.REPO) and result["machine"]["device"] == "cpu"
-        text = json.dumps(dict(result, machine=dict(result["machine"], device_name="Elsewhere CPU")))
-        path.write_text(text.replace(json.dumps(str(helpers.REPO))[1:-1], elsewhere))
+    for i, path in enumerate(sorted(out.glob("de-en/*/seed1/result.json"))):
+        text = path.read_text()
+        result = json.loads(text)
+        assert here not in text and "repo" not in result and result["machine"]["device"] == "cpu"
+        argv = result["train_argv"]
+        assert argv[argv.index("--user-dir") + 1] == "{repo}/ran_fairseq"
+        result = dict(result, machine=dict(result["machine"], device_name="Elsewhere CPU"))
+        if i % 2 == 0:  # as engines wrote before: the checkout's absolute paths, and 'repo'
+            result = dict(portable.expand(result, elsewhere), repo=elsewhere)
+            assert f"{elsewhere}/ran_fairseq" in json.dumps(result)
+        path.write_text(json.dumps(result))
     args = ("--config", config, "--data", data, "--pairs", "de-en", "--systems", ",".join(SYSTEMS),
             "--max-update", "3", "--out", out, "--resume", "--stop-after", "0")
     proc = reproduce(*args)
@@ -677,11 +690,58 @@ def test_resume_takes_results_made_in_another_checkout(first_run, corpus, config
     assert proc.stderr.count("skipped (--resume)") == len(SYSTEMS)
     report = json.loads((out / "results.json").read_text())
     assert report["machine"]["device_name"] == "Elsewhere CPU"
+    # the table's records name no checkout: neither this one nor the one the results were made in
+    text = (out / "results.json").read_text()
+    assert here not in text and elsewhere not in text and '"repo"' not in text
     assert all(r["subsets"]["test"]["p_value"] is not None for r in report["results"][1:])
     changed = out / "de-en" / "TransF" / "seed1" / "result.json"
     changed.write_text(changed.read_text().replace('"--dropout", "0.3"', '"--dropout", "0.1"'))
     proc = reproduce(*args)
     assert proc.returncode != 0 and "was made with other settings" in proc.stderr
+
+
+def test_a_run_recorded_in_one_checkout_is_the_same_run_in_another(tmp_path, monkeypatch):
+    """Data, results and checkpoints inside the checkout: a run's stored commands (its result's,
+    and its checkpoint folder's train_argv.json) written in one checkout name its files as
+    {repo}/PATH, and are the same run's in a copy of the checkout at another path; so are those an
+    engine wrote before with absolute paths and the checkout as 'repo'. Other flags are not."""
+    import argparse
+
+    from ran_fairseq import reproduce
+    from ran_fairseq.lab import portable
+
+    config = reproduce.load_config(CONFIGS / "ran" / "cpu.json")
+
+    def run_in(checkout):
+        monkeypatch.setattr(reproduce, "REPO", checkout)
+        monkeypatch.setattr(reproduce, "USER_DIR", checkout / "ran_fairseq")
+        args = argparse.Namespace(out=checkout / "results" / "ran", max_update=None,
+                                  checkpoints=checkout / "checkpoints" / "ran")
+        return reproduce.Run(args, config, ("de", "en"), config["systems"]["TransF"],
+                             checkout / "data-bin" / "multi30k.de-en", 1)
+
+    first = tmp_path / "first"
+    run = run_in(first)
+    stored = portable.record({"system": "TransF", "commands": run.recorded()}, first)
+    assert str(first) not in json.dumps(stored)
+    assert stored["commands"]["train"][:3] == ["{repo}/data-bin/multi30k.de-en", "--user-dir",
+                                               "{repo}/ran_fairseq"]
+    before = {"system": "TransF", "commands": run.recorded(), "repo": str(first)}
+    assert reproduce.difference(run, stored) is None
+
+    second = tmp_path / "elsewhere" / "copy"
+    moved = run_in(second)
+    assert moved.train_argv != run.train_argv
+    assert reproduce.difference(moved, stored) is None
+    assert reproduce.difference(moved, before) is None
+    other = json.loads(json.dumps(stored).replace('"--dropout", "0.3"', '"--dropout", "0.1"'))
+    assert reproduce.difference(moved, other) == "training: --dropout 0.1 → 0.3"
+
+    # the checkpoint folder's record of its training command, copied with the checkout
+    moved.save_dir.mkdir(parents=True)
+    (moved.save_dir / "train_argv.json").write_text(
+        json.dumps(portable.record(run.train_argv, first)))
+    assert reproduce.stored_train_argv(moved) == moved.train_argv
 
 
 def test_speed_bench_adds_the_quiet_training_time_column(first_run, corpus, config, tmp_path):

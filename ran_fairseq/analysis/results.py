@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+from ..lab.portable import expand_path
 from ..scoring.evaluate import read_lines
 
 
@@ -67,7 +68,7 @@ def reproduction_outputs(results_dir, pair, seed=1, systems: Optional[Sequence[s
         if not hyp_path.is_file():
             raise FileNotFoundError(f"{hyp_path} is missing (the hypotheses of {r['system']!r})")
         hypotheses[r["system"]] = read_lines(hyp_path)
-        refs = Path(scores["raw_ref"])
+        refs = expand_path(scores["raw_ref"])  # {repo}/PATH: this checkout's file
         if ref_path is not None and refs != ref_path:
             raise ValueError(f"the results of {pair} were scored against different references: "
                              f"{ref_path} and {refs}")

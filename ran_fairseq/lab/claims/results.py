@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..portable import expand_path
 from .rule import Seed
 
 P_KEY = {"sacrebleu": "p_value", "ter": "ter_p_value"}
@@ -79,10 +80,12 @@ class Folder:
     def ref_file(self, pair, system, seed, subset) -> Path:
         if (pair, subset) in self.refs:
             return Path(self.refs[(pair, subset)])
-        recorded = Path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"])
+        # {repo}/PATH: the same file of this checkout (ran_fairseq.lab.portable)
+        recorded = expand_path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"],
+                               self.repo)
         if recorded.is_file():
             return recorded
-        # results.json records the machine's absolute path: try the same data-bin in this checkout
+        # a results.json made before held the machine's absolute path: try the same data-bin here
         if self.repo is not None:
             here = self.repo / "data-bin" / recorded.parent.name / recorded.name
             if here.is_file():
