@@ -83,5 +83,7 @@ bench pervasive 60 --systems configs/bench/pervasive.json --train-updates 20 --w
 bench recurrent-compiled 120 --systems configs/bench/recurrent_cross-compiled.json \
     --train-flags-of configs/recurrent_cross/full-wmt16-ro-en.json "${train_only[@]}"
 
+# the logs name this machine's folders: record them relative to the checkout, as bench.json does
+"$python" -m ran_fairseq.lab.portable "$work" "$log" > /dev/null 2>&1 || say "paths left as they are"
 tar -czf "$out/speed.tgz" -C "$work" --exclude=prepare.log . && say "packed $out/speed.tgz"
 say "done in $(( $(date +%s) - start )) s"
