@@ -66,7 +66,7 @@ for k in "${!pids[@]}"; do
 done
 if [ "$failed" = 1 ]; then
     # every command would fail the same way: stop before spending the machine's time
-    echo "gpu-batch: no command started (the data-bins could not be made; raw Multi30k is read from \$MULTI30K_DIR, else ../shared/data/multi30k, which a lent machine may not have: scripts/offline-gpu.sh data DIR copies it into DIR)" >&2
+    echo "gpu-batch: no command started (the data-bins could not be made; raw Multi30k is read from \$MULTI30K_DIR, else ../shared/data/multi30k, which a GPU node may not have: scripts/offline-gpu.sh data DIR copies it into DIR)" >&2
     pack
     exit 1
 fi

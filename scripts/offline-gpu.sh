@@ -33,7 +33,7 @@ DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 cffi==2.1.1 pycparser=
 SDISTS=(antlr4-python3-runtime==4.9.3)  # omegaconf's parser runtime: published as source only
 
 copy_data() {
-    # the raw Multi30k the data-bins are made from: a lent machine gets the checkout alone, not
+    # the raw Multi30k the data-bins are made from: a GPU node may get the checkout alone, not
     # the ../shared beside it
     local from=${MULTI30K_DIR:-$root/../shared/data/multi30k} f n=0
     mkdir -p "$dir/multi30k"

@@ -74,7 +74,7 @@ def _fake_root(tmp_path, prepare_body):
 
 
 def test_batch_starts_no_command_when_a_data_bin_cannot_be_made(tmp_path):
-    # as on a lent machine without ../shared: one prepare fails, the plan must not start
+    # as on a GPU node without ../shared: one prepare fails, the plan must not start
     root = _fake_root(tmp_path, 'if [ "$1 $2 $3" = "de en " ]; then\n'
                                 '  echo "prepare: error: Multi30k raw files not found" >&2; exit 1\nfi\n')
     plan = tmp_path / "plan"
