@@ -591,6 +591,20 @@ def _z_slopes(contexts, c0, sigma):
     return torch.addcmul(delta, delta, sigma.unsqueeze(-1), value=-1.0)
 
 
+
+def _expand_kv_outputs(ctx, steps, saved, buffers, need_weights, sigma):
+    """The end of both expand-kv Functions' forward: what backward reads, then the contexts and,
+    if asked, the source weights (the extra pair takes σ of each row's mass)."""
+    ctx.steps = steps
+    ctx.save_for_backward(*saved)
+    # views of one buffer that the backward pass writes into: kept outside the version checks
+    ctx.buffers = buffers
+    contexts, source = saved[-1], saved[0]
+    if not need_weights:
+        return contexts
+    probs = torch.addcmul(source, source, sigma.permute(1, 2, 0).unsqueeze(-1), value=-1.0)
+    return contexts, probs
+
 class HeadContextRecurrence(torch.autograd.Function):
     """Eqs. 7, 8 for all steps. With L_i = logsumexp_j α̂_{i,j}, the extra pair's weight is
     σ_i = sigmoid(x_i - L_i) (x_i its energy), the source weights are (1 - σ_i) softmax(α̂_i),
@@ -641,14 +655,8 @@ class HeadContextRecurrence(torch.autograd.Function):
                              out[:, i, offset + i], flat_sigma[i], flat[i], value,
                              None if extra is None else extra[i],
                              value if weight is not None else scaled[i] if eq8_masks else None)
-        ctx.steps = steps
-        ctx.save_for_backward(source, used, values, query, weight, masks, c0, contexts)
-        # views of one buffer that the backward pass writes into: kept outside the version checks
-        ctx.buffers = (sigma, block)
-        if not need_weights:
-            return contexts
-        probs = torch.addcmul(source, source, sigma.permute(1, 2, 0).unsqueeze(-1), value=-1.0)
-        return contexts, probs
+        return _expand_kv_outputs(ctx, steps, (source, used, values, query, weight, masks, c0,
+                                               contexts), (sigma, block), need_weights, sigma)
 
     @staticmethod
     @once_differentiable
@@ -734,14 +742,9 @@ class FullContextRecurrence(torch.autograd.Function):
                 forward_step(bias, flat[i - 1], weight_t, projected[i],
                              lse[:, :, i].unsqueeze(-1), query[i], logits[i], sigma[i],
                              contexts[i], None if masks is None else masks[i, :, :, -1])
-        ctx.steps = steps
-        ctx.save_for_backward(source, used, values, query, weight, masks, c0, contexts)
-        # views of one buffer that the backward pass writes into: kept outside the version checks
-        ctx.buffers = (coefficients, projected, left)
-        if not need_weights:
-            return contexts
-        probs = torch.addcmul(source, source, sigma.permute(1, 2, 0).unsqueeze(-1), value=-1.0)
-        return contexts, probs
+        return _expand_kv_outputs(ctx, steps, (source, used, values, query, weight, masks, c0,
+                                               contexts), (coefficients, projected, left),
+                                  need_weights, sigma)
 
     @staticmethod
     @once_differentiable
