@@ -591,7 +591,6 @@ def _z_slopes(contexts, c0, sigma):
     return torch.addcmul(delta, delta, sigma.unsqueeze(-1), value=-1.0)
 
 
-
 def _expand_kv_outputs(ctx, steps, saved, buffers, need_weights, sigma):
     """The end of both expand-kv Functions' forward: what backward reads, then the contexts and,
     if asked, the source weights (the extra pair takes σ of each row's mass)."""
@@ -604,6 +603,7 @@ def _expand_kv_outputs(ctx, steps, saved, buffers, need_weights, sigma):
         return contexts
     probs = torch.addcmul(source, source, sigma.permute(1, 2, 0).unsqueeze(-1), value=-1.0)
     return contexts, probs
+
 
 class HeadContextRecurrence(torch.autograd.Function):
     """Eqs. 7, 8 for all steps. With L_i = logsumexp_j α̂_{i,j}, the extra pair's weight is
