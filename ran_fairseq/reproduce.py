@@ -59,9 +59,17 @@ from typing import Callable, List, Optional, Sequence
 
 from . import textio
 from .lab import portable
+from .lab.common.flags import (CPU_FP16_FLAG, GPU_ONLY_FLAG, check_flags,  # noqa: F401
+                               flag_names, flag_pairs, set_flag)
+from .lab.common.flags import check_device_flags as common_device_flags
+from .lab.common.flags import config_train_flags as common_train_flags
+from .lab.common.jsonio import load_json, read_json, read_text_lines
+from .lab.common.machine import available_cores, machine_info
+from .lab.common.paths import REPO, repo_path, shown, slug
+from .lab.common.systems import parse_systems, select_systems as common_select
+from .lab.common import LabError
 from .runguard import Children, FolderLock, LockedError, Stopped
 
-REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "ran_fairseq"
 
 CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
@@ -100,7 +108,7 @@ SPEED_RE = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\
                       r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")
 
 
-class ReproError(Exception):
+class ReproError(LabError):
     """A problem with the input or a failed step; the message names it and what to change."""
 
 
@@ -154,10 +162,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if action.default is None or action.default is False:
             return action.help
         return super()._get_help_string(action)
-
-
-def available_cores():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def parse_cli(paper, argv):
@@ -261,82 +265,27 @@ def parse_seeds(items):
 # Configuration
 # ----------------------------------------------------------------------------------------------
 
-def repo_path(path):
-    """Paths in configs are relative to the repository root."""
-    path = Path(path)
-    return path if path.is_absolute() else REPO / path
-
-
-def shown(path):
-    """``path`` relative to the repository root when it lies inside it, else absolute."""
-    path = Path(path).resolve()
-    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
-
-
-def read_json(path, what):
-    path = Path(path)
-    if not path.is_file():
-        raise ReproError(f"{what} {path} does not exist")
-    return load_json(path, what, "fix the file (or take it again from the repository)")
-
-
-def load_json(path, what, fix):
-    """The JSON value in ``path``; a ReproError naming the file, where it is broken and ``fix``
-    (what to do) when it is not valid JSON (cut short by a full disk, say)."""
-    try:
-        return textio.read_json(path, what, fix)
-    except textio.BadTextFile as e:
-        raise ReproError(str(e)) from None
-
-
-def read_text_lines(path):
-    """The lines of a text file the engine scores with, split on "\\n" only (a sentence may hold
-    U+2028 or another character that str.splitlines() would split at), a byte-order mark dropped;
-    invalid UTF-8 is a ReproError naming the file and the line."""
-    try:
-        return textio.read_lines(path)
-    except textio.BadTextFile as e:
-        raise ReproError(str(e)) from None
-
-
-def check_flags(flags, owned, where, error=ReproError, verb="the script controls"):
-    """Refuse a flag list that is not a list of strings or sets a flag in ``owned`` (flag -> where
-    its value comes from)."""
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise error(f"{where} must be a list of strings")
-    for flag in flags:
-        name = flag.split("=", 1)[0]
-        if name in owned:
-            raise error(f"{where} sets {name}, which {verb}; remove it (its value comes from "
-                        f"{owned[name]})")
-
-
 def load_systems(path, arch_override=None):
     """Systems of a systems file by name, in file order, with their links checked."""
-    spec = read_json(path, "systems file (the config's 'systems')")
-    systems = {}
-    for i, system in enumerate(spec.get("systems", [])):
-        if not all(isinstance(system.get(k), str) and system[k] for k in ("name", "arch")):
-            raise ReproError(f"{path}: systems[{i}] needs string fields 'name' and 'arch'")
+    spec = read_json(path, "systems file (the config's 'systems')", ReproError)
+
+    def check(system):
         name = system["name"]
-        unknown = sorted(set(system) - SYSTEM_KEYS)
-        if unknown:
-            raise ReproError(f"{path}: system {name!r} has unknown field(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(sorted(SYSTEM_KEYS))})")
-        if name in systems:
-            raise ReproError(f"{path}: system name {name!r} appears twice")
-        check_flags(system.get("flags", []), TRAIN_OWNED, f"{path}: system {name!r} flags")
+        check_flags(system.get("flags", []), TRAIN_OWNED, f"{path}: system {name!r} flags",
+                    ReproError)
         check_flags(system.get("generate_flags", []), GENERATE_OWNED,
-                    f"{path}: system {name!r} generate_flags")
-        post = system.get("postprocess")
-        if post is not None:
-            check_postprocess(post, f"{path}: system {name!r} postprocess")
-        systems[name] = {
-            "name": name, "arch": arch_override or system["arch"],
-            "flags": list(spec.get("common_flags", [])) + list(system.get("flags", [])),
-            "tables": list(system.get("tables", [])),
-            "checkpoint_of": system.get("checkpoint_of"),
-            "generate_flags": list(system.get("generate_flags", [])), "postprocess": post}
+                    f"{path}: system {name!r} generate_flags", ReproError)
+        if system.get("postprocess") is not None:
+            check_postprocess(system["postprocess"], f"{path}: system {name!r} postprocess")
+
+    found = parse_systems(spec, path, ReproError, known=SYSTEM_KEYS, check=check)
+    systems = {name: {
+        "name": name, "arch": arch_override or system["arch"],
+        "flags": found.common_flags + list(system.get("flags", [])),
+        "tables": list(system.get("tables", [])),
+        "checkpoint_of": system.get("checkpoint_of"),
+        "generate_flags": list(system.get("generate_flags", [])),
+        "postprocess": system.get("postprocess")} for name, system in found.systems.items()}
     if not systems:
         raise ReproError(f"{path} lists no systems")
     for system in systems.values():
@@ -374,7 +323,7 @@ def check_postprocess(post, where):
 def read_config(path, seen=()):
     """A config's keys, those of the config it names as ``base`` (a path from the repository root)
     filled in under its own: a GPU config is its CPU config with ``device`` and ``out`` changed."""
-    config = read_json(path, "config (--config)" if not seen else "base config")
+    config = read_json(path, "config (--config)" if not seen else "base config", ReproError)
     base = config.pop("base", None)
     if base is None:
         return config
@@ -426,10 +375,11 @@ def load_config(path):
         raise ReproError(f"config {path}: significance must be {{\"samples\": N >= 100, "
                          f"\"level\": p in (0, 1)}}, not {config['significance']!r}")
     config = dict(config, train_flags=config_train_flags(config, path))
-    check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags")
+    check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags",
+                ReproError)
     systems_file = repo_path(config["systems"])
     baseline, systems = load_systems(systems_file, config.get("arch"))
-    paper = read_json(repo_path(config["paper"]), "paper numbers (the config's 'paper')")
+    paper = read_json(repo_path(config["paper"]), "paper numbers (the config's 'paper')", ReproError)
     keys = [c.get("key") for c in paper.get("columns", [])]
     shown_keys = config.get("paper_columns", keys)
     unknown = [k for k in shown_keys if k not in keys] if isinstance(shown_keys, list) else None
@@ -462,20 +412,7 @@ def continued_config(name, path):
 def config_train_flags(config, path):
     """The training flags of a config (as read by :func:`read_config`): its ``train_flags`` with
     ``set_train_flags`` applied, checked against the flags the engine sets."""
-    if "train_flags" not in config:
-        raise ReproError(f"config {path} lacks train_flags")
-    check_flags(config["train_flags"], TRAIN_OWNED, f"config {path}: train_flags")
-    # {"--max-epoch": "12"}: values changed in (or added to) train_flags, e.g. over a base config's
-    changes = config.get("set_train_flags", {})
-    if not (isinstance(changes, dict) and all(isinstance(k, str) and k.startswith("-")
-                                              and isinstance(v, str) for k, v in changes.items())):
-        raise ReproError(f"config {path}: set_train_flags must map flags to string values, e.g. "
-                         f"{{\"--max-epoch\": \"12\"}}, not {changes!r}")
-    check_flags(list(changes), TRAIN_OWNED, f"config {path}: set_train_flags")
-    train_flags = config["train_flags"]
-    for flag, value in changes.items():
-        train_flags = set_flag(train_flags, flag, value)
-    return train_flags
+    return common_train_flags(config, path, TRAIN_OWNED, ReproError)
 
 
 def load_speed_bench(paths, baseline, where):
@@ -491,7 +428,7 @@ def load_speed_bench(paths, baseline, where):
     runs = []
     for path in paths:
         bench = read_json(repo_path(path), f"{where}: speed_bench (made by scripts/bench.py "
-                                           f"--systems SYSTEMS --train-flags-of CONFIG --out DIR)")
+                                           f"--systems SYSTEMS --train-flags-of CONFIG --out DIR)", ReproError)
         try:
             tps = {r["name"]: r["metrics"]["train_tokens_per_s"] for r in bench["systems"]}
             settings, machine = bench["settings"], bench["machine"]
@@ -533,67 +470,23 @@ def parse_pairs(text):
     return pairs
 
 
+def check_device_flags(device, train_flags, systems, where, change):
+    """:func:`ran_fairseq.lab.common.flags.check_device_flags`, refusing with a ReproError."""
+    common_device_flags(device, train_flags, systems, where, change, ReproError)
+
+
 def select_systems(systems, wanted, config_path):
     """The wanted systems in the order ``wanted`` names them (all of them, in file order, where it
     is None), each system whose checkpoint another decodes just before that one unless named
     earlier: the order in which their runs start (the table keeps the file's order)."""
-    if wanted is None:
-        return list(systems.values())
-    names = [n.strip() for n in wanted.split(",") if n.strip()]
-    unknown = [n for n in names if n not in systems]
-    if unknown or not names:
-        raise ReproError(f"--systems: unknown system(s) {', '.join(map(repr, unknown)) or '(none)'}"
-                         f"; {config_path} has: {', '.join(systems)}")
-    ordered = []
-    for name in names:
-        for n in (systems[name]["checkpoint_of"], name):  # a trainer before its decoders
-            if n and n not in ordered:
-                ordered.append(n)
-    return [systems[n] for n in ordered]
+    def refuse(names, unknown):
+        if unknown or not names:
+            return ReproError(f"--systems: unknown system(s) "
+                              f"{', '.join(map(repr, unknown)) or '(none)'}; {config_path} has: "
+                              f"{', '.join(systems)}")
+        return None
 
-
-def flag_names(flags):
-    """The set of option names among command-line ``flags`` (``--a=1`` counts as ``--a``)."""
-    return {f.split("=", 1)[0] for f in flags if f.startswith("-")}
-
-
-# fairseq's FP16Optimizer keeps its flat fp32 copy of the parameters on the current CUDA device;
-# with --fp16-no-flatten-grads it keeps them where the model is, and --memory-efficient-fp16 keeps
-# none: both train on a CPU (the conformance suite runs the latter)
-GPU_ONLY_FLAG, CPU_FP16_FLAG = "--fp16", "--fp16-no-flatten-grads"
-
-
-def check_device_flags(device, train_flags, systems, where, change):
-    """A CPU training with --fp16 (flattened, fairseq's default) fails deep in fairseq ('Torch not
-    compiled with CUDA enabled'): say so first, naming the flag, where it comes from, and
-    ``change`` (what to do instead). ``systems``: dicts with 'name' and 'flags', trained with
-    ``train_flags`` before their own."""
-    if device != "cpu":
-        return
-    for system in systems or [{"name": None, "flags": []}]:
-        names = flag_names(list(train_flags) + list(system["flags"]))
-        if GPU_ONLY_FLAG in names and CPU_FP16_FLAG not in names:
-            origin = (where if GPU_ONLY_FLAG in flag_names(train_flags)
-                      else f"system {system['name']!r}")
-            raise ReproError(f"{origin} trains with {GPU_ONLY_FLAG}, which fairseq runs only on a "
-                             f"CUDA GPU (its fp16 optimizer keeps a flat copy of the parameters "
-                             f"there; {CPU_FP16_FLAG} or --memory-efficient-fp16 instead train on "
-                             f"a CPU too), and this run is on the CPU: {change}")
-
-
-def set_flag(flags, flag, value):
-    """``flags`` with ``flag``'s value replaced by ``value`` (appended if absent)."""
-    flags = list(flags)
-    if flag in flags:
-        flags[flags.index(flag) + 1] = str(value)
-    else:
-        flags += [flag, str(value)]
-    return flags
-
-
-def slug(name):
-    """A directory name for a system: 'RAN-ALL w/o LN&RES' -> 'RAN-ALL_w-o_LN-RES'."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", name.replace(" ", "_")).strip("-")
+    return common_select(systems, wanted, refuse)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -688,19 +581,6 @@ def selection_flags(select, generate_flags, bpe, tgt):
     if bpe:
         flags += ["--eval-bleu-remove-bpe", "@@ "]
     return flags
-
-
-def flag_pairs(flags):
-    """``{flag: value}`` of a flat flag list (a flag without a value maps to None)."""
-    out, i = {}, 0
-    while i < len(flags):
-        if flags[i].startswith("--") and i + 1 < len(flags) and not flags[i + 1].startswith("--"):
-            out[flags[i]] = flags[i + 1]
-            i += 2
-        else:
-            out[flags[i]] = None
-            i += 1
-    return out
 
 
 # The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
@@ -867,7 +747,7 @@ def start_from_continued(run, label):
         why = f"{old_log} is missing"
     else:
         old = portable.expand(
-            load_json(finished, "the continued training's record", FIX_FINISHED).get("argv"), REPO)
+            load_json(finished, "the continued training's record", FIX_FINISHED, ReproError).get("argv"), REPO)
         if comparable(old) != comparable(run.train_argv):
             diff = sorted(set(comparable(old).items()) ^ set(comparable(run.train_argv).items()),
                           key=str)
@@ -938,7 +818,7 @@ def score_subset(run, subset, env, label):
             raise ReproError(f"{path} is missing: the data-bin needs the raw and tokenized text "
                              f"that scripts/prepare-*.sh write (data-bins made before tokenized "
                              f"references were kept need a rebuild: add --force)")
-    refs = read_text_lines(run.raw_ref[subset])
+    refs = read_text_lines(run.raw_ref[subset], ReproError)
     start = time.perf_counter()
     gen = run_logged(["-m", "ran_fairseq.quiet_cli", "generate", *run.generate_argv[subset]],
                      run.output[subset], env, f"fairseq-generate {label} on {subset}")
@@ -971,7 +851,7 @@ def score_subset(run, subset, env, label):
         raise ReproError(f"{label}: {e}") from e
     hyps = detokenize(hyps_tok, run.src, run.tgt)
     textio.write_text_atomic(run.hyp_file[subset], "".join(h + "\n" for h in hyps))
-    tok_refs = read_text_lines(run.tok_ref[subset])
+    tok_refs = read_text_lines(run.tok_ref[subset], ReproError)
     try:
         sacre = score(hyps, refs)
         tok = tokenized_bleu(hyps_tok, tok_refs) if len(tok_refs) == len(hyps_tok) else None
@@ -1015,7 +895,7 @@ def stored_train_argv(run):
     return portable.expand(load_json(
         path, "the training command of the folder's checkpoints",
         f"delete it if the checkpoints beside it were trained by this run's command "
-        f"({shown(run.save_dir)}), else delete the folder"), REPO)
+        f"({shown(run.save_dir)}), else delete the folder", ReproError), REPO)
 
 
 def finished_at_budget(run, label):
@@ -1060,7 +940,7 @@ def execute(run, env, trained):
         # A finished training is not restarted: fairseq-train, given a checkpoint at its
         # --max-update, would still take one more step before it stops.
         finished = run.save_dir / "train_finished.json"
-        record = (load_json(finished, "the record of a finished training", FIX_FINISHED)
+        record = (load_json(finished, "the record of a finished training", FIX_FINISHED, ReproError)
                   if finished.is_file() else {})
         if portable.expand(record.get("argv"), REPO) == run.train_argv:
             seconds = record["seconds"]
@@ -1089,7 +969,7 @@ def execute(run, env, trained):
         if started.is_file():
             training["continued_from"] = load_json(
                 started, "where the training was continued from",
-                f"delete {run.dir} and rerun with --resume (the training's checkpoints are kept)")
+                f"delete {run.dir} and rerun with --resume (the training's checkpoints are kept)", ReproError)
     else:
         training = {k: trained.get(k) for k in ("params", "params_trained", "train_seconds",
                                                 "train_step_seconds", "train_words_per_s",
@@ -1176,7 +1056,7 @@ def read_result(run):
     path = run.dir / "result.json"
     if not path.is_file():
         return None
-    return portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT), REPO)
+    return portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError), REPO)
 
 
 def previous_result(run, force=False):
@@ -1213,7 +1093,7 @@ def stored_report(out):
     if not path.is_file():
         return {}
     return load_json(path, "the folder's table data",
-                     "delete it: the engine writes it again from the runs' result.json")
+                     "delete it: the engine writes it again from the runs' result.json", ReproError)
 
 
 def other_runs(args, config, runs, data_template):
@@ -1313,7 +1193,7 @@ def rescore(run, old):
         hyps, refs = run.dir / scores.get("hyp_file", ""), run.raw_ref.get(subset)
         if not (scores.get("hyp_file") and hyps.is_file() and refs and refs.is_file()):
             continue
-        new = score(read_text_lines(hyps), read_text_lines(refs))
+        new = score(read_text_lines(hyps, ReproError), read_text_lines(refs, ReproError))
         values = {"sacrebleu": new["bleu"][0], "chrf": new["chrf"][0], "ter": new["ter"][0]}
         if any(scores.get(k) is None or abs(scores[k] - v) > 1e-9 for k, v in values.items()):
             scores.update(values, signatures={k: v[1] for k, v in new.items()})
@@ -1345,7 +1225,7 @@ def add_significance(results, baseline, significance, out, refs=None):
                             or portable.expand_path(scores["raw_ref"], REPO))
             if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
                 continue
-            texts = [read_text_lines(f) for f in (base_hyps, hyps, ref_file)]
+            texts = [read_text_lines(f, ReproError) for f in (base_hyps, hyps, ref_file)]
             scores["p_value"], _, _ = paired_bootstrap(*texts, significance["samples"])
             delta = scores["sacrebleu"] - base["subsets"][subset]["sacrebleu"]
             scores["better"] = None if delta == 0 else delta > 0
@@ -1630,21 +1510,6 @@ def machines_text(results, default):
         return f"{device} ({name})"
     return "; ".join(f"{device} ({name}) for {', '.join(dict.fromkeys(systems))}"
                      for (device, name), systems in made.items())
-
-
-def machine_info(device, threads):
-    import torch
-
-    cpu = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M)
-        cpu = found.group(1).strip() if found else cpu
-    return {"device": device,
-            "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu,
-            "cores": available_cores(), "threads": threads, "torch": torch.__version__,
-            "python": platform.python_version(), "load_average": os.getloadavg()[0],
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
 SELECT_TEXT = {"last": "the last (checkpoint_last.pt)",

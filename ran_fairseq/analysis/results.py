@@ -23,7 +23,7 @@ class Outputs(NamedTuple):
 
 
 def _slug(name):
-    from ..reproduce import slug  # the engine names the result folders
+    from ..lab.common.paths import slug  # the engine names the result folders
 
     return slug(name)
 

@@ -73,7 +73,7 @@ class Folder:
                 *sorted((entry["system"], entry["against"])))
 
     def hyp_file(self, pair, system, seed, subset) -> Path:
-        from ran_fairseq.reproduce import slug
+        from ..common.paths import slug
         scores = self.runs[(pair, system, seed)]["subsets"][subset]
         return self.path / pair / slug(system) / f"seed{seed}" / scores["hyp_file"]
 
@@ -122,11 +122,10 @@ class Folder:
             raise ResultsError(f"{self.path}: the references {ref} are needed to test {system} "
                                f"against {against} ({pair}, seed {seed}, {subset}); pass "
                                f"--refs {pair}:{subset}=FILE")
-        from ran_fairseq import reproduce
-        read = getattr(reproduce, "read_text_lines",
-                       lambda f: Path(f).read_text(encoding="utf-8").splitlines())
-        texts = [read(f) for f in (hyps[against], hyps[system], ref)]
-        paired_bootstrap = reproduce.paired_bootstrap
+        from ran_fairseq.reproduce import paired_bootstrap
+
+        from ..common.jsonio import read_text_lines
+        texts = [read_text_lines(f) for f in (hyps[against], hyps[system], ref)]
         p, _, _ = paired_bootstrap(*texts, self.samples, BOOTSTRAP_METRIC[metric])
         entry.update(p=p, digests=digests, samples=self.samples)
         self._cache[key] = self.used[key] = entry

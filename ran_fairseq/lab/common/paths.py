@@ -1,0 +1,23 @@
+"""The checkout's root and the names the lab gives paths and systems."""
+import re
+from pathlib import Path
+
+# the checkout: ran_fairseq/lab/common/paths.py is three folders below it
+REPO = Path(__file__).resolve().parents[3]
+
+
+def repo_path(path):
+    """Paths in configs are relative to the repository root."""
+    path = Path(path)
+    return path if path.is_absolute() else REPO / path
+
+
+def shown(path):
+    """``path`` relative to the repository root when it lies inside it, else absolute."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def slug(name):
+    """A directory name for a system: 'RAN-ALL w/o LN&RES' -> 'RAN-ALL_w-o_LN-RES'."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", name.replace(" ", "_")).strip("-")
