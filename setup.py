@@ -33,6 +33,15 @@ setup(
     ],
     # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests; pytest-xdist:
     # `make test` runs the test files on every core (up to 4), which halves the suite on 2 cores.
+    # The lab's commands (each also `python -m` its module, and `scripts/` keeps thin entry points).
+    entry_points={"console_scripts": [
+        "ran-prepare = ran_fairseq.data.prepare.cli:main",
+        "ran-reproduce = ran_fairseq.lab.reproduce.cli:main",
+        "ran-bench = ran_fairseq.lab.bench.cli:main",
+        "ran-claims = ran_fairseq.lab.claims.cli:main",
+        "ran-analyze = ran_fairseq.analysis.cli:main",
+        "ran-remake = ran_fairseq.lab.remake:main",
+    ]},
     extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5"],
                     "plot": ["matplotlib>=3.5"]},
 )
