@@ -14,6 +14,8 @@ import pytest
 
 from ran_fairseq.data import corpora
 from ran_fairseq.data import prepare as prepare_module
+from ran_fairseq.data.prepare import multi30k as prepare_multi30k
+from ran_fairseq.data.prepare import options as prepare_options
 from ran_fairseq.data.prepare import PrepareError, main, resolve_multi30k_raw
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +74,7 @@ def served(tmp_path, monkeypatch):
     for var in ("MULTI30K_DIR", "MULTI30K_DOWNLOAD", "MULTI30K_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(prepare_module, "multi30k_mirror", lambda: None)
+    monkeypatch.setattr(prepare_multi30k, "multi30k_mirror", lambda: None)
     server = Server(root)
     yield server
     server.close()
@@ -94,7 +96,7 @@ def test_installed_package_downloads_into_the_cache_and_writes_under_cwd(served,
     """As an installed package (no checkout): nothing to do but run; the files are downloaded
     once into $XDG_CACHE_HOME/ran_fairseq/multi30k with a progress line each, and the data-bin
     goes to ./data-bin. A second run makes no request."""
-    monkeypatch.setattr(prepare_module, "is_checkout", lambda root=None: False)
+    monkeypatch.setattr(prepare_options, "is_checkout", lambda root=None: False)
     monkeypatch.setenv("MULTI30K_URL", served.url)
     monkeypatch.chdir(tmp_path)
     args = ["multi30k", "--src", "de", "--tgt", "en", "--bpe-merges", "30", "--workers", "1"]
@@ -172,7 +174,7 @@ def test_named_folder_and_mirror_come_first(served, tmp_path, monkeypatch):
     named, mirror = tmp_path / "named", tmp_path / "mirror"
     write_corpus(named)
     write_corpus(mirror)
-    monkeypatch.setattr(prepare_module, "multi30k_mirror", lambda: mirror)
+    monkeypatch.setattr(prepare_multi30k, "multi30k_mirror", lambda: mirror)
     assert resolve_multi30k_raw(named, tmp_path / "w", LANGS, None, served.url) == named
     assert resolve_multi30k_raw(None, tmp_path / "w", LANGS, None, served.url) == mirror
     with pytest.raises(PrepareError, match="MULTI30K_DIR") as err:
@@ -188,7 +190,7 @@ def test_checkout_keeps_its_data_bin(monkeypatch, tmp_path):
     if prepare_module.is_checkout():
         assert prepare_module.data_bin_root() == REPO / "data-bin"
         assert prepare_module.multi30k_mirror() == REPO.parent / "shared" / "data" / "multi30k"
-    monkeypatch.setattr(prepare_module, "is_checkout", lambda root=None: False)
+    monkeypatch.setattr(prepare_options, "is_checkout", lambda root=None: False)
     assert prepare_module.data_bin_root() == tmp_path / "data-bin"
     assert prepare_module.multi30k_mirror() is None
 

@@ -18,6 +18,7 @@ import pytest
 
 from ran_fairseq.data import corpora
 from ran_fairseq.data import prepare as prepare_module
+from ran_fairseq.data.prepare import langid as prepare_langid
 from ran_fairseq.data.prepare import Cleaning, filter_pairs, language_filter, main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -422,7 +423,7 @@ def test_lang_filter_drops_train_pairs_only(tmp_path, capsys):
 def test_lang_filter_without_py3langid_names_the_package(tmp_path, capsys, monkeypatch):
     """Without py3langid, --lang-filter stops before anything is read or written."""
     monkeypatch.setitem(sys.modules, "py3langid", None)  # `import py3langid` raises ImportError
-    monkeypatch.setattr(prepare_module, "_LANGID", {})
+    monkeypatch.setattr(prepare_langid, "_LANGID", {})
     for lang in ("en", "de"):
         (tmp_path / f"a.{lang}").write_text("x\n", encoding="utf-8")
     out = tmp_path / "bin"

@@ -1,0 +1,103 @@
+"""The stamp (what a data-bin was built from), the clearing of an old build, and the lock that
+serializes builds of one data-bin."""
+import contextlib
+import json
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from ..corpora import Part
+from .langid import LANGID_PACKAGE
+from .options import SPLITS, Options, PrepareError, say
+
+STAMP = "prepare-stamp.json"
+STAMP_VERSION = 1
+_LATER_OPTIONS = {"nwords_src": 0, "nwords_tgt": 0, "joined_dictionary": True,
+                  "lang_filter": False}
+# What a build found rather than what it was asked for: kept in the stamp, not compared.
+_STAMP_RESULTS = ("outputs", "language_filter")
+
+
+def _tool_versions(extra: Sequence[str] = ()) -> Dict[str, str]:
+    versions = {}
+    for name in ("sacremoses", "subword-nmt", "fairseq", "fairseq-fixed", *extra):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    return versions
+
+
+def _output_names(opts: Options, extra_tests: Sequence[str] = ()) -> List[str]:
+    s, t = opts.src, opts.tgt
+    scored = ("valid", "test", *extra_tests)
+    names = [f"dict.{s}.txt", f"dict.{t}.txt", "preprocess.log"]
+    if opts.bpe_merges > 0:
+        names.append("code")
+    names += [f"{split}.tok.{lang}" for split in scored for lang in (s, t)]
+    names += [f"{split}.{s}-{t}.{lang}.{ext}" for split in (*SPLITS, *extra_tests)
+              for lang in (s, t)
+              for ext in ("bin", "idx")]
+    names += [f"{split}.raw.{lang}" for split in scored for lang in (s, t)]
+    return names
+
+
+def _make_stamp(splits: Dict[str, List[Part]], opts: Options, corpus: str) -> dict:
+    inputs = {}
+    for parts in splits.values():
+        for part in parts:
+            for path in part.files():
+                st = path.stat()
+                inputs[str(path.resolve())] = [st.st_size, st.st_mtime_ns]
+    return {
+        "version": STAMP_VERSION,
+        "corpus": corpus,
+        "options": {k: v for k, v in asdict(opts).items()
+                    if k not in _LATER_OPTIONS or v != _LATER_OPTIONS[k]},
+        "splits": {split: [[str(Path(p.src).resolve()), str(Path(p.tgt).resolve()), p.fmt,
+                            p.ascii_apostrophe] for p in parts]
+                   for split, parts in splits.items()},
+        "inputs": inputs,
+        "tools": _tool_versions([LANGID_PACKAGE] if opts.lang_filter else []),
+    }
+
+
+def _read_stamp(out_dir: Path) -> Optional[dict]:
+    try:
+        return json.loads((out_dir / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _prepare_out_dir(out_dir: Path, outputs: List[str], old: Optional[dict], force: bool) -> None:
+    """Remove the files a previous build left (those named by its stamp and ours), refusing to
+    overwrite a data-bin this tool did not make unless ``force``."""
+    dicts = [n for n in outputs if n.startswith("dict.")]
+    if old is None and not force and any((out_dir / n).exists() for n in dicts):
+        raise PrepareError(f"{out_dir} already holds a data-bin without {STAMP} (not made by "
+                           f"this tool): choose another --out, or pass --force to overwrite it")
+    (out_dir / STAMP).unlink(missing_ok=True)
+    names = set(outputs) | set((old or {}).get("outputs", []))
+    for name in names:
+        if Path(name).name == name:  # plain file names only, never a path out of out_dir
+            (out_dir / name).unlink(missing_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+@contextlib.contextmanager
+def _exclusive(out_dir: Path):
+    """Hold an exclusive lock on ``out_dir`` (a lock file beside it) so that two processes that
+    prepare the same data-bin at once (two reproductions, say) build it one after the other
+    instead of writing the same files together; the second then finds it up to date."""
+    import fcntl
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / f".{out_dir.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process that prepares {out_dir}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
