@@ -1,7 +1,6 @@
 """The analyses of Zeng et al. 2021 §4 (ran_fairseq.analysis) and scripts/analyze-ran.py, on tiny
 checkpoints of ran_transformer (RAN-ALL) and fairseq's transformer trained for 2 updates."""
 import csv
-import importlib.util
 import json
 import math
 import subprocess
@@ -334,10 +333,10 @@ def analyze(*args):
 
 
 def script_main():
-    spec = importlib.util.spec_from_file_location("analyze_ran", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    """``ran-analyze ran`` in-process (``scripts/analyze-ran.py`` runs it with its paper fixed)."""
+    from ran_fairseq.analysis import cli
+
+    return lambda argv: cli.main(["ran", *argv])
 
 
 def read_csv(path):
@@ -348,7 +347,7 @@ def read_csv(path):
 def test_cli_writes_csv_and_png_for_every_analysis(tiny_checkpoints, loaded, tmp_path):
     out = tmp_path / "out"
     ran, transformer = tiny_checkpoints["ran"], tiny_checkpoints["transformer"]
-    # One real command line, then the other analyses through the script's main() in-process.
+    # One real command line (the script), then the other analyses through ran-analyze in-process.
     proc = analyze("entropy", "--checkpoint", f"ran={ran}", "--checkpoint", f"transf={transformer}",
                    "--max-sentences", 16, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -121,3 +121,28 @@ def test_cli_writes_csv_and_png(results_folder, tmp_path):
                            "--pair", "de-en", "--out", str(figures)], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0 and "no " in proc.stderr and "results.json" in proc.stderr
+
+
+def test_ran_analyze_names_the_papers_and_runs_each(results_folder, tmp_path, capsys):
+    """``ran-analyze PAPER ...`` (ran_fairseq.analysis.cli): --help lists the papers, an unknown
+    one is an error naming them, and a paper's commands run as through its script."""
+    from ran_fairseq.analysis import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "ran-analyze" in shown and "ran " in shown and "pervasive" in shown
+    with pytest.raises(SystemExit) as done:
+        cli.main(["fig4"])
+    assert done.value.code == 2 and "'ran', 'pervasive'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        cli.main(["pervasive", "--help"])
+    assert done.value.code == 0 and "usage: ran-analyze pervasive" in capsys.readouterr().out
+    out, _, _ = results_folder
+    figures = tmp_path / "figures"
+    cli.main(["pervasive", "fig4", "--results", str(out), "--out", str(figures)])
+    assert (figures / "fig4.png").read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(SystemExit, match="analyze-pervasive fig5: error: .*results.json"):
+        cli.main(["pervasive", "fig5", "--results", str(tmp_path), "--pair", "de-en",
+                  "--out", str(figures)])
