@@ -24,9 +24,8 @@ bench: setup
 	$(PYTHON) scripts/bench.py --data data-bin/multi30k.de-en --systems configs/bench/foundation.json \
 	    --out bench-out/foundation
 
-# What a run writes that can be made again: checkpoints, data-bins, benchmark output, the scratch
-# folder of the documented small examples (runs/) and the demo's output (results/quickstart.SRC-TGT/,
-# git-ignored). Never results/ itself: it holds the committed measurements.
+# What a run writes that can be made again (all git-ignored): checkpoints, data-bins, benchmark
+# output, the scratch folder of the documented small examples (runs/) and the demo's output
+# (demo-out/). Never results/: it holds the committed measurements.
 clean:
-	rm -rf checkpoints data-bin bench-out runs
-	rm -rf results/quickstart.*-*/
+	rm -rf checkpoints data-bin bench-out runs demo-out

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The main job (make demo): set up, prepare Multi30k SRC->TGT, train a small model for a few minutes
 # on the CPU (optionally averaging its last checkpoints), translate the test set with beam search,
-# and print sacreBLEU/chrF/TER and examples.
+# and print sacreBLEU/chrF/TER and examples. Everything it writes goes to git-ignored folders:
+# data-bin/, checkpoints/ and demo-out/ (never results/, which holds committed measurements).
 #   SRC, TGT      language pair (default de, en)
 #   MULTI30K_DIR  raw Multi30k (default: downloaded once into ~/.cache/ran_fairseq; docs/data.md)
 #   CONFIG        fairseq-train flags (default configs/quickstart.args); extra flags: "$@"
 #   AVERAGE_LAST  translate with the average of the last N checkpoints (default 1: checkpoint_last;
 #                 N > 1 needs --save-interval-updates in CONFIG)
-#   WORKDIR       where data-bin/, checkpoints/ and results/ go (default: the checkout)
+#   WORKDIR       where data-bin/, checkpoints/ and demo-out/ go (default: the checkout)
 #   SETUP=0       skip step 1 (the environment VENV, default .venv, is used as it is)
 # The terminal shows the step headers, fairseq's training progress, the scores and examples; each
-# step's full output goes to a log in results/quickstart.SRC-TGT/ (a failed step shows its tail).
+# step's full output goes to a log in demo-out/quickstart.SRC-TGT/ (a failed step shows its tail),
+# and demo.json there records the seconds of each step, the scores and the machine.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -22,14 +24,18 @@ config=${CONFIG:-configs/quickstart.args}
 average=${AVERAGE_LAST:-1}
 data=$work/data-bin/multi30k.$src-$tgt
 save=$work/checkpoints/quickstart.$src-$tgt
-out=$work/results/quickstart.$src-$tgt
+out=$work/demo-out/quickstart.$src-$tgt
 mkdir -p "$out"
 [ -f "$config" ] || { echo "quickstart: CONFIG=$config: no such file" >&2; exit 2; }
 [[ $average =~ ^[1-9][0-9]*$ ]] || { echo "quickstart: AVERAGE_LAST must be >= 1, got '$average'" >&2; exit 2; }
 
 started=$SECONDS
 step_start=$SECONDS
-header() { step_start=$SECONDS; echo; echo "== $*"; }
+step_key=
+step_seconds=()  # KEY=SECONDS of each finished step, for demo.json
+# header KEY TEXT: start a step (and record the seconds of the one before)
+header() { end_step; step_key=$1; shift; step_start=$SECONDS; echo; echo "== $*"; }
+end_step() { [ -z "$step_key" ] || step_seconds+=("$step_key=$(( SECONDS - step_start ))"); step_key=; }
 took() { echo "   ($(( SECONDS - step_start )) s; full output: $1)"; }
 # logged LOG CMD...: run CMD with all its output in LOG; if it fails, show LOG's tail and stop.
 logged() {
@@ -44,7 +50,7 @@ failed() {
     exit 1
 }
 
-header "1/5 set up the environment ($venv)"
+header setup "1/5 set up the environment ($venv)"
 if [ "${SETUP:-1}" = 0 ]; then
     echo "skipped (SETUP=0)"
 else
@@ -54,12 +60,12 @@ export PATH="$venv/bin:$PATH"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 export PYTHONUNBUFFERED=1  # fairseq's progress lines as they come, not in 4 kB blocks
 
-header "2/5 prepare Multi30k $src-$tgt"
+header prepare "2/5 prepare Multi30k $src-$tgt"
 logged "$out/prepare.log" scripts/prepare-multi30k.sh "$src" "$tgt" --out "$data"
 tail -n 1 "$out/prepare.log"
 took "$out/prepare.log"
 
-header "3/5 train ($config; OMP_NUM_THREADS=$OMP_NUM_THREADS)"
+header train "3/5 train ($config; OMP_NUM_THREADS=$OMP_NUM_THREADS)"
 read -r -a flags <<< "$(sed -e 's/#.*//' "$config" | tr '\n' ' ')"
 rm -rf "$save"
 # fairseq's progress lines (train_inner, valid, the end-of-epoch train line) without their
@@ -75,7 +81,7 @@ set -e
 [ "$rc" = 0 ] || failed "$out/train.log"
 took "$out/train.log"
 
-header "4/5 translate the test set (beam 5)"
+header translate "4/5 translate the test set (beam 5)"
 if [ "$average" -gt 1 ]; then
     model=$save/checkpoint_avg.pt
     logged "$out/average.log" python -m ran_fairseq.checkpoint_average --output "$model" \
@@ -91,9 +97,11 @@ fairseq-generate "$data" --user-dir ran_fairseq --path "$model" --task translati
     > "$out/generate-test.txt" 2> "$out/generate.log" || failed "$out/generate.log"
 took "$out/generate.log"
 
-header "5/5 score the detokenized translations against the raw references"
+header score "5/5 score the detokenized translations against the raw references"
 python -m ran_fairseq.scoring.evaluate --generate-output "$out/generate-test.txt" \
     --ref "$data/test.raw.$tgt" > "$out/scores.txt" 2> "$out/score.log" || failed "$out/score.log"
+python -m ran_fairseq.scoring.evaluate --generate-output "$out/generate-test.txt" \
+    --ref "$data/test.raw.$tgt" --json > "$out/scores.json" 2>> "$out/score.log" || failed "$out/score.log"
 cat "$out/scores.txt"
 echo
 echo "Examples (source / reference / translation):"
@@ -103,5 +111,29 @@ for i in 0 1 2; do
     grep -P "^D-$i\t" "$out/generate-test.txt" | cut -f3
     echo
 done
+end_step
+# demo.json: what this run measured, to keep (copy it into results/quickstart/: its README)
+DEMO_OUT=$out DEMO_PAIR=$src-$tgt DEMO_CONFIG=$config DEMO_AVERAGE=$average \
+DEMO_SECONDS="${step_seconds[*]}" DEMO_TOTAL=$(( SECONDS - started )) \
+    logged "$out/demo-json.log" python - "$@" <<'DEMO_JSON'
+import json, os, re, sys
+from pathlib import Path
+from ran_fairseq.lab.common.machine import git_commit, machine_info
+
+out = Path(os.environ["DEMO_OUT"])
+updates = re.findall(r"num_updates=(\d+)", (out / "train.log").read_text(errors="replace"))
+seconds = dict(kv.split("=") for kv in os.environ["DEMO_SECONDS"].split())
+record = {
+    "pair": os.environ["DEMO_PAIR"], "config": os.environ["DEMO_CONFIG"], "extra_flags": sys.argv[1:],
+    "average_last": int(os.environ["DEMO_AVERAGE"]),
+    "updates": int(updates[-1]) if updates else None,
+    "seconds": {k: int(v) for k, v in seconds.items()},
+    "total_seconds": int(os.environ["DEMO_TOTAL"]),
+    "scores": json.loads((out / "scores.json").read_text()),
+    "machine": dict(machine_info("cpu", int(os.environ.get("OMP_NUM_THREADS", "1"))),
+                    git_commit=git_commit()),
+}
+(out / "demo.json").write_text(json.dumps(record, indent=1) + "\n")
+DEMO_JSON
 echo "Done in $(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s."
-echo "Checkpoints: $save   translations, scores and logs: $out"
+echo "Checkpoints: $save   translations, scores, logs and demo.json: $out"

@@ -45,7 +45,7 @@ def test_make_clean_keeps_results_and_every_tracked_file(tmp_path):
              "results/ran/new-run/result.json": "not committed yet",
              "checkpoints/x/checkpoint_last.pt": "", "data-bin/multi30k.de-en/dict.de.txt": "",
              "bench-out/foundation/bench.json": "", "runs/try/TABLE.md": "",
-             "results/quickstart.de-en/scores.txt": "the demo's output"}
+             "demo-out/quickstart.de-en/demo.json": "the demo's output"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -61,7 +61,7 @@ def test_make_clean_keeps_results_and_every_tracked_file(tmp_path):
     for kept in ("results/ran/TABLE.md", "results/quickstart/curve.csv",
                  "results/ran/new-run/result.json"):
         assert (tmp_path / kept).is_file(), kept
-    for gone in ("checkpoints", "data-bin", "bench-out", "runs", "results/quickstart.de-en"):
+    for gone in ("checkpoints", "data-bin", "bench-out", "runs", "demo-out"):
         assert not (tmp_path / gone).exists(), gone
 
 

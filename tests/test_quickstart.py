@@ -1,8 +1,9 @@
 """scripts/quickstart.sh (make demo) end to end on a tiny Multi30k-shaped corpus and a tiny model:
 what the terminal shows (step headers, fairseq's progress lines, scores, examples, where the logs
-are) and what it leaves to the logs (config dump, DEBUG lines, Python warnings); a failing step
-shows its log's tail."""
+are), what it leaves to the logs (config dump, DEBUG lines, Python warnings) and demo.json, all in
+the git-ignored demo-out/; a failing step shows its log's tail."""
 import gzip
+import json
 import os
 import re
 import subprocess
@@ -73,13 +74,32 @@ def test_demo_shows_steps_progress_scores_and_examples(demo):
     assert re.search(r"^BLEU\s+\d+\.\d\d\s+nrefs:1", out, re.M)
     assert "Examples (source / reference / translation):" in out
     assert "averaged 2 checkpoints (checkpoint_1_4.pt, checkpoint_last.pt)" in out
-    logs = work / "results" / "quickstart.de-en"
+    logs = work / "demo-out" / "quickstart.de-en"
     assert str(logs) in out
+    assert not (work / "results").exists()  # the demo never writes to results/
     for line in (out + proc.stderr).splitlines():
         assert not any(p.search(line) for p in NOISE), line
     train_log = (logs / "train.log").read_text()
     assert "'_name':" in train_log and "train_inner" in train_log  # everything is in the log
     assert (work / "checkpoints" / "quickstart.de-en" / "checkpoint_avg.pt").exists()
+
+
+def test_demo_json_records_steps_scores_and_machine(demo):
+    """demo.json: the seconds of each step, the scores and the machine, for results/quickstart/."""
+    work, _, config, proc = demo
+    assert proc.returncode == 0
+    record = json.loads((work / "demo-out" / "quickstart.de-en" / "demo.json").read_text())
+    assert set(record["seconds"]) == {"setup", "prepare", "train", "translate", "score"}
+    assert all(isinstance(s, int) and s >= 0 for s in record["seconds"].values())
+    assert record["total_seconds"] >= sum(record["seconds"].values()) - 1
+    assert record["pair"] == "de-en" and record["config"] == str(config)
+    assert record["updates"] == 6 and record["average_last"] == 2
+    bleu = re.search(r"^BLEU\s+(\d+\.\d\d)", proc.stdout, re.M).group(1)
+    assert f"{record['scores']['bleu']['score']:.2f}" == bleu
+    assert {"chrf", "ter"} <= set(record["scores"])
+    machine = record["machine"]
+    assert machine["device"] == "cpu" and machine["device_name"] and machine["cores"] >= 1
+    assert machine["torch"] and machine["date"]
 
 
 def test_failed_step_shows_its_log_tail(demo):

@@ -1,10 +1,11 @@
-"""The quickstart sweep's curve (issue 17): test_2016 sacreBLEU against training updates, target
+"""The quickstart sweep's curve: test_2016 sacreBLEU against training updates, target
 tokens and estimated minutes on 2 cores, for every scored checkpoint of every sweep run.
 
-    .venv/bin/python results/quickstart/curve.py [--tok-per-s 1750]
+    .venv/bin/python scripts/quickstart/curve.py [--tok-per-s 1750]
 
-Reads results/quickstart/runs/NAME/{train.log,score-LABEL.test.json} (sweep-run.sh and
-sweep-eval.sh write them; the demo-seed* runs are make demo's own train.log and scores) and writes curve.csv and curve.png beside this file. Target tokens up to
+Reads results/quickstart/runs/NAME/{train.log,score-LABEL.test.json} (scripts/quickstart/sweep-run.sh
+and sweep-eval.sh write them; the demo-seed* runs are make demo's own train.log and scores) and
+writes results/quickstart/curve.csv and curve.png. Target tokens up to
 update U are summed from fairseq's JSON progress lines (wpb x updates per line). Minutes on 2 cores
 = tokens / --tok-per-s: the sweep ran on one thread of a shared machine, so its own wall clock is
 no measure of a quiet 2-core one; 1,750 target tokens/s is ran_transformer_small's rate with 2
@@ -16,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "quickstart"
 LABEL = re.compile(r"^score-(?:u(\d+)|avg(\d+)-u(\d+))\.test\.json$")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One run of the quickstart sweep (issue 17): train with CONFIG's flags plus "$@" on ONE thread,
+# One run of the quickstart sweep: train with CONFIG's flags plus "$@" on ONE thread,
 # saving a checkpoint every EVERY updates, logging JSON progress to runs/NAME/train.log.
-#   NAME=label CONFIG=configs/quickstart.args EVERY=100 results/quickstart/sweep-run.sh [flags]
+#   NAME=label CONFIG=configs/quickstart.args EVERY=100 scripts/quickstart/sweep-run.sh [flags]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"

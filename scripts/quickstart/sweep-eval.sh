@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Score a sweep run's checkpoints (issue 17): beam 5 on test_2016 (and valid), as make demo does.
-#   results/quickstart/sweep-eval.sh NAME [UPDATES...]     (default: every interval checkpoint)
+# Score a sweep run's checkpoints: beam 5 on test_2016 (and valid), as make demo does.
+#   scripts/quickstart/sweep-eval.sh NAME [UPDATES...]     (default: every interval checkpoint)
 #   AVG="N@U ..." also scores the average of the N interval checkpoints ending at update U.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
