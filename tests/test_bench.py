@@ -1,5 +1,6 @@
-"""scripts/bench.py: one run of the harness on the synthetic data-bin with a tiny transformer
-(baseline) and a tiny LSTM, checked for complete, finite, consistent figures; and its errors."""
+"""scripts/bench.py (ran_fairseq.lab.bench): one run of the harness on the synthetic data-bin with
+a tiny transformer (baseline) and a tiny LSTM, checked for complete, finite, consistent figures;
+and its errors."""
 import csv
 import json
 import math
@@ -232,13 +233,10 @@ def test_live_memory_runs_the_workers_with_freed_memory_returned(data_bin, syste
 def test_cuda_peak_survives_the_resets_of_fairseqs_trainer(monkeypatch):
     """fairseq's Trainer.train_step calls torch.cuda.reset_peak_memory_stats() after every update;
     the probe must still report the largest peak of the phase (a fake CUDA allocator here)."""
-    import importlib.util
-
     import torch
 
-    spec = importlib.util.spec_from_file_location("bench_under_test", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from ran_fairseq.lab.bench.worker import MemoryProbe
+
     allocator = {"now": 100 * 2**20, "peak": 100 * 2**20}
 
     def allocate(mib):
@@ -253,7 +251,7 @@ def test_cuda_peak_survives_the_resets_of_fairseqs_trainer(monkeypatch):
                        "memory_allocated": lambda: allocator["now"],
                        "max_memory_allocated": lambda: allocator["peak"]}.items():
         monkeypatch.setattr(torch.cuda, name, fake)
-    probe = bench.MemoryProbe(cuda=True)
+    probe = MemoryProbe(cuda=True)
     probe.start()
     for step_peak in (900, 1500, 700):  # three updates, each followed by the Trainer's reset
         allocate(step_peak)
@@ -326,12 +324,9 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     """--train-flags-of: the config's training flags (its base and set_train_flags applied) reach
     every worker, without the flags the harness sets or a timed step does not use; the config's
     --max-tokens becomes the default of --max-tokens."""
-    import importlib.util
+    from ran_fairseq.lab.bench.systems import config_train_flags
 
-    spec = importlib.util.spec_from_file_location("bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    flags, max_tokens, arch = bench.config_train_flags(
+    flags, max_tokens, arch = config_train_flags(
         str(helpers.REPO / "configs/recurrent_cross/cpu.json"))
     assert max_tokens == 4096 and arch is None
     assert flags[flags.index("--adam-betas") + 1] == "(0.9, 0.98)"
@@ -339,7 +334,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     for dropped in ("--max-tokens", "--max-update", "--log-format", "--num-workers",
                     "--no-epoch-checkpoints", "4096", "1300", "simple"):
         assert dropped not in flags
-    flags, max_tokens, arch = bench.config_train_flags(
+    flags, max_tokens, arch = config_train_flags(
         str(helpers.REPO / "configs/dynmem/gpu-paper-epochs.json"))
     assert max_tokens is None and "--max-epoch" not in flags and "12" not in flags
     assert flags[flags.index("--init-range") + 1] == "0.1"
@@ -382,7 +377,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     params = [r["systems"][0]["metrics"]["params"] for r in (arch_report, report)]
     assert params[0] == params[1]  # the systems' own flags set the dimensions
     assert "every system trained as `transformer_iwslt_de_en`" in (out / "bench.md").read_text()
-    flags, _, arch = bench.config_train_flags(
+    flags, _, arch = config_train_flags(
         str(helpers.REPO / "configs/recurrent_cross/full-wmt16-ro-en.json"))
     assert arch == "recurrent_cross_transformer" and "--fp16" in flags
     # ... whose --fp16 fairseq trains only on a GPU: on the CPU, a clear error first
@@ -406,13 +401,10 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
 def test_worker_files_take_any_system_name(tmp_path):
     """A system's name becomes part of its worker's file names: one with '/' (Zeng et al.'s
     'RAN-ALL w/o LN&RES') stays a file inside the work folder, and distinct names stay distinct."""
-    import importlib.util
+    from ran_fairseq.lab.bench.harness import worker_files
 
-    spec = importlib.util.spec_from_file_location("bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     names = ["RAN-ALL w/o LN&RES", "RAN-ALL w-o LN-RES", "TransF", "−Pos-E"]
-    paths = [bench.worker_files(tmp_path, name) for name in names]
+    paths = [worker_files(tmp_path, name) for name in names]
     assert len({p for pair in paths for p in pair}) == 2 * len(names)
     for spec_path, result_path in paths:
         assert spec_path.parent == result_path.parent == tmp_path
