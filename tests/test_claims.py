@@ -237,7 +237,7 @@ def test_engine_reads_stored_p_values_and_computes_the_others(tmp_path):
     assert by["c2@de-en"].verdict == rule.HELD
     assert by["c4@de-en"].verdict == rule.NOT_RUN
     # a against b is tested on the hypotheses with the engine's own bootstrap
-    from ran_fairseq.reproduce import paired_bootstrap
+    from ran_fairseq.lab.reproduce.scores import paired_bootstrap
     expected, _, _ = paired_bootstrap(HYPS["b"], HYPS["a"], REFS, 100)
     assert by["c3@de-en"].comparisons[0][1].seeds[0].p == pytest.approx(expected)
     assert by["c5@de-en"].verdict in (rule.HELD, rule.ORDER_NOISE)

@@ -68,17 +68,21 @@ def test_make_clean_keeps_results_and_every_tracked_file(tmp_path):
 def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
     """A stored result made by other commands (here: fewer updates) is neither replaced nor left
     out of the table without --force; the error names it, what differs and what to do."""
-    from ran_fairseq import reproduce
+    from ran_fairseq.lab.reproduce.cli import parse_cli
+    from ran_fairseq.lab.reproduce.config import load_config
+    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_fairseq.lab.reproduce.runs import Run
+    from ran_fairseq.lab.reproduce.store import check_stored
 
     run_dir = tmp_path / "out" / "de-en" / "TransF" / "seed1"
     run_dir.mkdir(parents=True)
-    args = reproduce.parse_cli(reproduce_paper(), [
+    args = parse_cli(reproduce_paper(), [
         "--config", str(CONFIG), "--data", str(tmp_path / "bin.{src}-{tgt}"), "--pairs", "de-en",
         "--systems", "TransF", "--max-update", "300", "--out", str(tmp_path / "out"),
         "--checkpoints", str(tmp_path / "ckpt")])
-    config = reproduce.load_config(CONFIG)
+    config = load_config(CONFIG)
     args.out, args.checkpoints = (tmp_path / "out").resolve(), (tmp_path / "ckpt").resolve()
-    run = reproduce.Run(args, config, ("de", "en"), config["systems"]["TransF"],
+    run = Run(args, config, ("de", "en"), config["systems"]["TransF"],
                         (tmp_path / "bin.de-en").resolve(), 1)
     stored = {"commands": run.recorded(), "repo": str(REPO), "sacrebleu": 30.0}
     (run_dir / "result.json").write_text(json.dumps(stored))
@@ -96,12 +100,12 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
 
     # --force lets it through (and says what it replaces)
     args.force, args.max_update = True, 3
-    runs = [reproduce.Run(args, config, ("de", "en"), config["systems"]["TransF"],
+    runs = [Run(args, config, ("de", "en"), config["systems"]["TransF"],
                           (tmp_path / "bin.de-en").resolve(), 1)]
-    reproduce.check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
+    check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
     args.force = False
-    with pytest.raises(reproduce.ReproError, match="was made with other settings"):
-        reproduce.check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
+    with pytest.raises(ReproError, match="was made with other settings"):
+        check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
 
 
 def reproduce_paper():
@@ -195,12 +199,13 @@ def test_checkpoint_writes_use_temporary_names_unique_to_the_writer(tmp_path, mo
 ENGINE = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from ran_fairseq import reproduce
-reproduce.CHILDREN.install()
+from ran_fairseq.lab.reproduce import process
+from ran_fairseq.runguard import Stopped
+process.CHILDREN.install()
 child = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
 try:
-    reproduce.run_logged(["-c", child], {log!r}, dict(os.environ), "a child")
-except reproduce.Stopped as e:
+    process.run_logged(["-c", child], {log!r}, dict(os.environ), "a child")
+except Stopped as e:
     print("stopped by", e, flush=True)
     sys.exit(143)
 """
@@ -267,7 +272,8 @@ def fake_checkpoint(path, updates, seconds=12.5):
 def test_resume_compares_a_checkpoints_updates_with_the_budget(tmp_path):
     """A training whose engine died as it ended (no train_finished.json) is found finished by its
     checkpoint's update count; fairseq-train would take one more update."""
-    from ran_fairseq.reproduce import ReproError, finished_at_budget
+    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_fairseq.lab.reproduce.training import finished_at_budget
 
     run = SimpleNamespace(save_dir=tmp_path, train_argv=["data", "--max-update", "20"])
     assert finished_at_budget(run, "x") is None  # no checkpoint: train
@@ -299,7 +305,7 @@ def test_lines_split_on_newline_only_with_a_bom_dropped(tmp_path):
 def test_significance_reads_references_holding_unicode_line_breaks(tmp_path):
     """The engine split text files with str.splitlines(): a reference holding U+2028 counted as two
     sentences, and the bootstrap against the baseline failed on the count."""
-    from ran_fairseq.reproduce import add_significance
+    from ran_fairseq.lab.reproduce.scores import add_significance
 
     refs = ["a b c d", "e\u2028f g h", "i j k\x1cl", "m n o p"]
     (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
@@ -543,7 +549,7 @@ def test_a_failed_checkpoint_write_leaves_no_partial_file(tmp_path, monkeypatch)
 
 
 def test_the_engine_removes_partial_checkpoints_a_killed_training_left(tmp_path):
-    from ran_fairseq.reproduce import remove_partial_files
+    from ran_fairseq.lab.reproduce.checkpoints import remove_partial_files
 
     for name in ("checkpoint_last.pt", "checkpoint_1_4.pt.tmp", "checkpoint_last.pt.tmp-12-0a1b2c3d",
                  "train_argv.json"):
@@ -615,14 +621,15 @@ def test_interactive_numbers_a_too_long_line_as_the_user_counts(ran_checkpoint, 
 def test_the_plugins_own_loads_ask_for_weights_only(tmp_path, monkeypatch):
     import torch
 
-    from ran_fairseq import checkpoint_average, reproduce
+    from ran_fairseq import checkpoint_average
+    from ran_fairseq.lab.reproduce import checkpoints, logs
 
     fake_checkpoint(tmp_path / "checkpoint_last.pt", 5)
     calls = []
     load = torch.load
     monkeypatch.setattr(torch, "load", lambda *a, **k: (calls.append(k), load(*a, **k))[1])
     checkpoint_average._updates(tmp_path / "checkpoint_last.pt")
-    reproduce.checkpoint_updates(tmp_path / "checkpoint_last.pt")
-    reproduce.selected_checkpoint(tmp_path / "checkpoint_last.pt")
-    reproduce.training_seconds(tmp_path, [], 1.0)
+    checkpoints.checkpoint_updates(tmp_path / "checkpoint_last.pt")
+    checkpoints.selected_checkpoint(tmp_path / "checkpoint_last.pt")
+    logs.training_seconds(tmp_path, [], 1.0)
     assert len(calls) == 4 and all(k.get("weights_only") is True for k in calls), calls

@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 import helpers
-from ran_fairseq.reproduce import main
+from ran_fairseq.lab.reproduce.cli import run_paper
 
 PLANS = sorted((helpers.REPO / "configs" / "gpu-plans").glob("*.plan"))
 
@@ -32,7 +32,7 @@ def test_each_plan_command_dry_runs(plan, tmp_path, capsys, monkeypatch):
         assert "--stop-after" in argv, f"{plan.name}: give every engine --stop-after: {line}"
         # the script's Paper, and the engine in this process (a bad name or flag exits 2)
         paper = runpy.run_path(str(helpers.REPO / argv[1]), run_name="plan_test")["PAPER"]
-        main(paper, [*argv[2:], "--dry-run", "--out", str(tmp_path / "out"),
+        run_paper(paper, [*argv[2:], "--dry-run", "--out", str(tmp_path / "out"),
                      "--checkpoints", str(tmp_path / "ckpt")])
         out = capsys.readouterr().out
         trains = [ln for ln in out.splitlines() if ln.startswith("fairseq-train ")]

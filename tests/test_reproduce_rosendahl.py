@@ -10,7 +10,7 @@ import runpy
 import pytest
 
 import helpers
-from ran_fairseq.reproduce import main
+from ran_fairseq.lab.reproduce.cli import run_paper
 
 SCRIPT = helpers.REPO / "scripts" / "reproduce-rosendahl.py"
 CONFIGS = helpers.REPO / "configs"
@@ -86,7 +86,7 @@ def test_full_settings_print_base_model_commands(paper, name, capsys):
     """--full NAME (a bare --full: the first, WMT'16 Ro-En) trains the base model on the GPU on
     that setting's data-bin and pair, with its dropout and the paper's batch, keeps the best
     checkpoint by validation BLEU, and decodes each subset the paper's tables use."""
-    main(paper, ["--full", *([name] if name else []), "--systems", "prev-weight", "--dry-run"])
+    run_paper(paper, ["--full", *([name] if name else []), "--systems", "prev-weight", "--dry-run"])
     data, src, tgt, dropout, _, subsets = FULL[name or "wmt16-ro-en"]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"# {src}-{tgt} prev-weight")
@@ -107,7 +107,7 @@ def test_full_settings_print_base_model_commands(paper, name, capsys):
 
 def test_full_setting_names_are_listed_and_checked(paper, capsys):
     with pytest.raises(SystemExit):
-        main(paper, ["--help"])
+        run_paper(paper, ["--help"])
     out = capsys.readouterr().out
     for name in FULL:
         assert re.search(rf"^  {name} +configs/recurrent_cross/full-{name}\.json: ", out, re.M)
@@ -123,7 +123,7 @@ def test_full_setting_names_are_listed_and_checked(paper, capsys):
         assert f"{int(flags['--max-update']) // 1000}k updates (ours)" in setting.help
         assert "assumed" not in setting.help
     with pytest.raises(SystemExit) as exit_:
-        main(paper, ["--full", "wmt19-xx-en", "--dry-run"])
+        run_paper(paper, ["--full", "wmt19-xx-en", "--dry-run"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "argument --full: invalid choice: 'wmt19-xx-en'" in err

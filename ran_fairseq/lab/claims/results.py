@@ -4,10 +4,10 @@ The scores are those of the folder's ``results.json`` (the numbers its TABLE.md 
 comparison with the table's baseline takes the p-value the reproduction engine stored there
 (``p_value`` for sacreBLEU, ``ter_p_value`` for TER); any other pair of systems, or a metric
 without a stored p-value, is tested here on the committed hypotheses with the engine's own
-:func:`ran_fairseq.reproduce.paired_bootstrap` (sacreBLEU's paired bootstrap; its resampling is
-seeded, so a p-value is the same on every run). Those p-values are kept in the folder's
-``CLAIMS.json`` with a digest of both hypothesis files, so that the report can be remade where the
-references are not at hand; a changed hypothesis file is tested again.
+:func:`ran_fairseq.lab.reproduce.scores.paired_bootstrap` (sacreBLEU's paired bootstrap; its
+resampling is seeded, so a p-value is the same on every run). Those p-values are kept in the
+folder's ``CLAIMS.json`` with a digest of both hypothesis files, so that the report can be remade
+where the references are not at hand; a changed hypothesis file is tested again.
 """
 import hashlib
 import json
@@ -122,9 +122,8 @@ class Folder:
             raise ResultsError(f"{self.path}: the references {ref} are needed to test {system} "
                                f"against {against} ({pair}, seed {seed}, {subset}); pass "
                                f"--refs {pair}:{subset}=FILE")
-        from ran_fairseq.reproduce import paired_bootstrap
-
         from ..common.jsonio import read_text_lines
+        from ..reproduce.scores import paired_bootstrap
         texts = [read_text_lines(f) for f in (hyps[against], hyps[system], ref)]
         p, _, _ = paired_bootstrap(*texts, self.samples, BOOTSTRAP_METRIC[metric])
         entry.update(p=p, digests=digests, samples=self.samples)

@@ -1,0 +1,56 @@
+"""The processes the engine starts: fairseq's CLIs with their output in a log, and a config's
+prepare command."""
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from ...runguard import Children
+from .. import portable
+from ..common import paths
+from ..common.paths import repo_path
+from .errors import ReproError
+
+
+# The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
+# engine dies (even by SIGKILL), and sent the engine's SIGTERM or SIGINT (ran_fairseq.runguard).
+CHILDREN = Children()
+
+
+def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
+    """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
+    separator), as one of :data:`CHILDREN` (``pass_fds``: open files it keeps, the run's locks, so
+    that they stay held while it lives); return the text this run wrote."""
+    cmd = [sys.executable, *argv]
+    log_path = Path(log_path)
+    offset = log_path.stat().st_size if append and log_path.is_file() else 0
+    with open(log_path, "a" if append else "w") as log:
+        if offset:
+            log.write(f"\n===== {what}: continued (--resume) =====\n")
+            log.flush()
+        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  cwd=paths.REPO,
+                                  pass_fds=tuple(pass_fds))
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(offset)
+        text = log.read()
+    # the log is kept with the checkout's and the packages' paths as placeholders
+    portable.rewrite_log(log_path, paths.REPO)
+    if returncode != 0:
+        raise ReproError(f"{what} failed with exit code {returncode}: {shlex.join(cmd)}\n"
+                         f"--- {log_path} (tail) ---\n{text[-4000:]}")
+    return text
+
+
+def prepare(config, pair, log_path, env):
+    src, tgt = pair
+    cmd = [part.format(src=src, tgt=tgt) for part in config["prepare"]]
+    cmd[0] = str(repo_path(cmd[0]))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  cwd=paths.REPO)
+    portable.rewrite_log(log_path, paths.REPO)
+    if returncode != 0:
+        raise ReproError(f"preparing {src}-{tgt} failed: {shlex.join(cmd)}\n--- {log_path} "
+                         f"(tail) ---\n{log_path.read_text()[-3000:]}")
