@@ -324,9 +324,9 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     """--train-flags-of: the config's training flags (its base and set_train_flags applied) reach
     every worker, without the flags the harness sets or a timed step does not use; the config's
     --max-tokens becomes the default of --max-tokens."""
-    from ran_fairseq.lab.bench.systems import config_train_flags
+    from ran_fairseq.lab.bench.systems import train_flags_of
 
-    flags, max_tokens, arch = config_train_flags(
+    flags, max_tokens, arch = train_flags_of(
         str(helpers.REPO / "configs/recurrent_cross/cpu.json"))
     assert max_tokens == 4096 and arch is None
     assert flags[flags.index("--adam-betas") + 1] == "(0.9, 0.98)"
@@ -334,7 +334,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     for dropped in ("--max-tokens", "--max-update", "--log-format", "--num-workers",
                     "--no-epoch-checkpoints", "4096", "1300", "simple"):
         assert dropped not in flags
-    flags, max_tokens, arch = config_train_flags(
+    flags, max_tokens, arch = train_flags_of(
         str(helpers.REPO / "configs/dynmem/gpu-paper-epochs.json"))
     assert max_tokens is None and "--max-epoch" not in flags and "12" not in flags
     assert flags[flags.index("--init-range") + 1] == "0.1"
@@ -377,7 +377,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     params = [r["systems"][0]["metrics"]["params"] for r in (arch_report, report)]
     assert params[0] == params[1]  # the systems' own flags set the dimensions
     assert "every system trained as `transformer_iwslt_de_en`" in (out / "bench.md").read_text()
-    flags, _, arch = config_train_flags(
+    flags, _, arch = train_flags_of(
         str(helpers.REPO / "configs/recurrent_cross/full-wmt16-ro-en.json"))
     assert arch == "recurrent_cross_transformer" and "--fp16" in flags
     # ... whose --fp16 fairseq trains only on a GPU: on the CPU, a clear error first

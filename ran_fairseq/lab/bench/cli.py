@@ -7,11 +7,11 @@ then :func:`ran_fairseq.lab.bench.harness.run_parent`.
 import argparse
 import sys
 
-from ran_fairseq.reproduce import available_cores
+from ran_fairseq.lab.common.machine import available_cores
 
 from .harness import run_parent
 from .settings import LIVE_MEMORY_MMAP_THRESHOLD, BenchError
-from .systems import config_train_flags
+from .systems import train_flags_of
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -106,8 +106,8 @@ def add_measure_options(p):
                         "holding freed heap (allocation gets slower)" % LIVE_MEMORY_MMAP_THRESHOLD)
 
 
-def parser():
-    p = argparse.ArgumentParser(description=DESCRIPTION,
+def parser(prog=None):
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_run_options(p)
     add_measure_options(p)
@@ -121,7 +121,7 @@ def take_config_flags(p, args):
     if args.train_flags_of:
         try:
             args.config_flags, args.config_max_tokens, args.config_arch = \
-                config_train_flags(args.train_flags_of)
+                train_flags_of(args.train_flags_of)
         except BenchError as e:
             p.error(str(e))
     if args.max_tokens is None:
@@ -156,15 +156,16 @@ def check_args(p, args):
                 "checkpoints/ran/de-en/{system}/seed1/checkpoint_best.pt")
 
 
-def parse_cli(argv):
-    p = parser()
+def parse_cli(argv, prog=None):
+    p = parser(prog)
     args = p.parse_args(argv)
     take_config_flags(p, args)
     check_args(p, args)
     return args
 
 
-def main(argv=None):
+def main(argv=None, prog=None):
+    """Run the benchmark; ``prog``: the program name usage and help show (default: the script's)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv[:1] == ["--worker"]:  # the worker protocol of earlier versions of bench.py
@@ -173,6 +174,6 @@ def main(argv=None):
             from .worker import main as worker_main
 
             return worker_main(argv[1:])
-        run_parent(parse_cli(argv))
+        run_parent(parse_cli(argv, prog))
     except BenchError as e:
         sys.exit(f"bench.py: error: {e}")

@@ -2,25 +2,23 @@
 with its fairseq-train command line, the workers' results gathered with the machine they ran on,
 written as OUT/bench.json and OUT/bench.md; a speed sweep runs the benchmark once per point."""
 import argparse
-import datetime
 import hashlib
 import json
 import os
-import platform
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from ran_fairseq.lab import portable
-from ran_fairseq.reproduce import available_cores
+from ran_fairseq.lab.common.flags import GPU_ONLY_FLAG, check_device_flags, flag_names
+from ran_fairseq.lab.common.machine import bench_machine_info
+from ran_fairseq.lab.common.paths import REPO, slug
 
 from .report import add_ratios, markdown, progress_line, sweep_rows
 from .settings import LIVE_MEMORY_MMAP_THRESHOLD, SWEEP_FIELDS, WORKER_SETTINGS, BenchError
-from .systems import load_systems, select_systems
+from .systems import chosen_systems, read_systems
 
-REPO = Path(__file__).resolve().parents[3]
 USER_DIR = REPO / "ran_fairseq"
 
 
@@ -50,16 +48,11 @@ def resolve_device(device):
 def check_device(args, common, selected, device):
     """Refuse what the device cannot run: fairseq's --fp16 training on a CPU (from the config or
     the systems file), --fp16 or --cuda-launches without CUDA, --live-memory with it."""
-    from ran_fairseq.reproduce import GPU_ONLY_FLAG, ReproError, check_device_flags, flag_names
-
     where = (f"--train-flags-of {args.train_flags_of}" if GPU_ONLY_FLAG in
              flag_names(args.config_flags) else f"{args.systems} (common_flags)")
-    try:
-        check_device_flags(device, args.config_flags + common, selected, where,
-                           "time it on a GPU (--device cuda), or on the CPU without the flag (a "
-                           "config or systems file without it)")
-    except ReproError as e:
-        raise BenchError(str(e)) from e
+    check_device_flags(device, args.config_flags + common, selected, where,
+                       "time it on a GPU (--device cuda), or on the CPU without the flag (a "
+                       "config or systems file without it)", error=BenchError)
     if args.fp16 and device != "cuda":
         raise BenchError("--fp16 trains in float16, which fairseq runs on CUDA only: drop --fp16 "
                          "or use --device cuda")
@@ -87,8 +80,6 @@ def fairseq_argv(data, system, common, args, device):
 
 def system_checkpoint(pattern, name):
     """The checkpoint of system ``name`` under ``--checkpoint PATTERN``, which must exist."""
-    from ran_fairseq.reproduce import slug
-
     path = Path(pattern.replace("{system}", slug(name)))
     if not path.is_file():
         raise BenchError(f"system {name!r}: no checkpoint at {path} (--checkpoint)")
@@ -102,8 +93,6 @@ def system_checkpoint(pattern, name):
 def worker_files(workdir, name):
     """The spec and result files of system ``name``'s worker in ``workdir``: a file name made of
     the system's (which may hold '/', as 'RAN-ALL w/o LN&RES'), distinct for distinct names."""
-    from ran_fairseq.reproduce import slug
-
     stem = f"{slug(name)}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     return Path(workdir) / f"{stem}.spec.json", Path(workdir) / f"{stem}.result.json"
 
@@ -157,35 +146,6 @@ def run_systems(selected, data, common, args, device, settings):
 # The benchmark
 # ----------------------------------------------------------------------------------------------
 
-def machine_info(device, threads, worker_env, load_before):
-    """Where the benchmark ran; ``worker_env`` is the versions and device name a worker saw,
-    ``load_before`` the 1-minute load average when the benchmark began (other work skews it)."""
-    cpu_model = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        m = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M)
-        cpu_model = m.group(1).strip() if m else cpu_model
-    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                         text=True)
-    return {
-        "device": device,
-        "device_name": worker_env["cuda_device"] if device == "cuda" else cpu_model,
-        "cpu_model": cpu_model,
-        "cores": available_cores(),
-        "threads": threads,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg()[0],
-        "torch": worker_env["torch"],
-        "cuda": worker_env["cuda"],
-        "fairseq": worker_env["fairseq"],
-        "malloc_mmap_threshold": worker_env["malloc_mmap_threshold"],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "git_commit": git.stdout.strip() if git.returncode == 0 else None,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 def bench_settings(args, data, baseline, common, device):
     """The settings bench.json records (WORKER_SETTINGS among them)."""
     return {
@@ -216,11 +176,12 @@ def bench_settings(args, data, baseline, common, device):
 
 def run_benchmark(args, out):
     """One benchmark run of every selected system into ``out``; returns the report."""
-    baseline, common, systems = load_systems(args.systems)
+    systems = read_systems(args.systems)
+    baseline, common = systems.baseline, systems.common_flags
     if args.config_arch:  # as the reproduction engine trains a config with an 'arch'
-        for system in systems.values():
+        for system in systems.systems.values():
             system["arch"] = args.config_arch
-    selected = select_systems(systems, baseline, args.systems_only)
+    selected = chosen_systems(systems, args.systems_only)
     data = check_data(args.data, args.source_lang, args.target_lang)
     device = resolve_device(args.device)
     check_device(args, common, selected, device)
@@ -236,7 +197,7 @@ def run_benchmark(args, out):
     if device == "cpu" and threshold:
         settings["memory"] += (f", with MALLOC_MMAP_THRESHOLD_={threshold} (freed tensors are "
                                "returned to the system)")
-    report = {"machine": machine_info(device, args.threads, env, load_before),
+    report = {"machine": bench_machine_info(device, args.threads, env, load_before),
               "settings": settings, "systems": results}
     # the checkout's files as {repo}/PATH (ran_fairseq.lab.portable), not this machine's paths
     report = portable.record(report, REPO)

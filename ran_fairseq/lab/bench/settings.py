@@ -1,9 +1,10 @@
 """What the harness, its workers and its report agree on: the error, the flags the harness owns,
 the figures and their headings, the decoding parts the breakdown times, the settings a worker
-reads and the columns of a speed sweep. No imports beyond the standard library."""
+reads and the columns of a speed sweep."""
+from ran_fairseq.lab.common import LabError
 
 
-class BenchError(Exception):
+class BenchError(LabError):
     """A problem with the benchmark's input; the message names it and the flag to change."""
 
 
