@@ -1,0 +1,231 @@
+"""results/REMAKE.json and ran_fairseq.lab.remake: every engine table has a command that remakes
+it, each command is one the engine accepts and matches the table's recorded settings, and the
+remake check names a folder whose tracked files a command changed (a temporary git repository
+with a stand-in script; no fairseq). The last test remakes the smallest table byte for byte in a
+copy of the checkout (data-bin/multi30k.de-en and its raw Multi30k files needed)."""
+import json
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ran_fairseq.lab import remake
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFEST = REPO / "results" / "REMAKE.json"
+NOT_ENGINE = ("results/bench", "results/quickstart")  # other tools' folders
+
+
+def engine_tables():
+    """The folders under results/ holding a TABLE.md and the engine's results.json."""
+    found = set()
+    for table in (REPO / "results").rglob("TABLE.md"):
+        folder = table.parent.relative_to(REPO).as_posix()
+        data = table.parent / "results.json"
+        if folder.startswith(NOT_ENGINE) or not data.is_file():
+            continue
+        if {"settings", "results"} <= set(json.loads(data.read_text(encoding="utf-8"))):
+            found.add(folder)
+    return found
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_every_engine_table_has_one_manifest_entry():
+    folders = [e.folder for e in remake.load_manifest(MANIFEST)]
+    assert sorted(folders) == sorted(engine_tables())
+
+
+@pytest.mark.parametrize("entry", remake.load_manifest(MANIFEST), ids=lambda e: e.folder)
+def test_manifest_command_is_the_tables(entry, capsys):
+    """The engine's own parser accepts the command (--dry-run: its config, pairs, systems and
+    seeds resolve), it trains nothing new, and it names the config, pairs, systems, seeds,
+    threads and jobs the folder's results.json records."""
+    argv = entry.argv
+    assert "--resume" in argv and not {"--stop-after", "--force", "--dry-run"} & set(argv)
+    script = runpy.run_path(str(REPO / argv[0]), run_name="remake_test")
+    script["main"](script["PAPER"], argv[1:] + ["--dry-run"])
+    assert "fairseq-generate" in capsys.readouterr().out
+    settings = json.loads((REPO / entry.folder / "results.json").read_text())["settings"]
+    assert flag(argv, "--config") == settings["config"]
+    assert flag(argv, "--pairs").split(",") == settings["pairs"]
+    assert set(flag(argv, "--systems").split(",")) <= set(settings["systems"])
+    assert {int(s) for s in flag(argv, "--seeds").split(",")} <= set(settings["seeds"])
+    assert int(flag(argv, "--threads")) == settings["threads"]
+    assert int(flag(argv, "--jobs")) == settings["jobs"]
+    config = json.loads((REPO / settings["config"]).read_text())
+    while "out" not in config:
+        config = json.loads((REPO / config["base"]).read_text())
+    assert config["out"] == entry.folder
+
+
+# ---------------------------------------------------------------------------------------------
+# The check itself, on a temporary git repository
+# ---------------------------------------------------------------------------------------------
+
+STAND_IN = """\
+import sys, time
+from pathlib import Path
+folder, text = Path(sys.argv[1]), sys.argv[2]
+if text == "train":
+    print("reproduce-x: de-en baseline seed 1 ...", file=sys.stderr, flush=True)
+    time.sleep(60)
+if text == "fail":
+    sys.exit("reproduce-x: error: no such config")
+(folder / "TABLE.md").write_text("the table\\n")
+if text == "extra":
+    (folder / "EXTRA.md").write_text("a new file\\n")
+"""
+
+
+def git(repo, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                   check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "table.py").write_text(STAND_IN)
+    for folder in ("results/t", "results/t/inner"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "TABLE.md").write_text("the table\n")
+    write_manifest(tmp_path, "same")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "tables")
+    return tmp_path
+
+
+def write_manifest(root, outer_text):
+    entries = [{"folder": "results/t", "argv": ["scripts/table.py", "results/t", outer_text],
+                "note": ""},
+               {"folder": "results/t/inner",
+                "argv": ["scripts/table.py", "results/t/inner", "same"], "note": ""}]
+    (root / "results" / "REMAKE.json").write_text(json.dumps(entries))
+
+
+def check(repo, *argv):
+    """The exit status of the remake check in ``repo``."""
+    try:
+        status = remake.main(list(argv), repo=repo)
+    except SystemExit as e:
+        status = e.code
+    return status
+
+
+def test_unchanged_tables_pass(repo, capsys):
+    assert check(repo) == 0
+    out = capsys.readouterr().out
+    assert "results/t: unchanged" in out and "results/t/inner: unchanged" in out
+
+
+def test_an_altered_table_is_named(repo, capsys):
+    (repo / "results" / "t" / "TABLE.md").write_text("an older table\n")
+    git(repo, "commit", "-q", "-am", "altered")
+    assert check(repo) == 1
+    captured = capsys.readouterr()
+    assert "results/t: DIFFERS" in captured.out and "M results/t/TABLE.md" in captured.out
+    assert "results/t/inner: unchanged" in captured.out  # the inner folder is its own entry
+    assert "1 of 2 folder(s) differ from git: results/t" in captured.err
+
+
+def test_a_new_file_is_named(repo, capsys):
+    write_manifest(repo, "extra")
+    git(repo, "commit", "-q", "-am", "extra")
+    assert check(repo, "--only", "results/t") == 1
+    assert "?? results/t/EXTRA.md" in capsys.readouterr().out
+
+
+def test_a_command_that_starts_a_run_is_stopped(repo, capsys):
+    write_manifest(repo, "train")
+    git(repo, "commit", "-q", "-am", "train")
+    assert check(repo, "--only", "results/t") == 1
+    out = capsys.readouterr().out
+    assert "started a run (de-en baseline seed 1)" in out
+    assert remake.load_manifest(repo / "results" / "REMAKE.json")  # still readable
+
+
+def test_a_failing_command_shows_its_error(repo, capsys):
+    write_manifest(repo, "fail")
+    git(repo, "commit", "-q", "-am", "fail")
+    assert check(repo, "--only", "results/t") == 1
+    out = capsys.readouterr().out
+    assert "results/t: FAILED (exit 1" in out and "error: no such config" in out
+
+
+def test_uncommitted_changes_are_not_remade(repo, capsys):
+    (repo / "results" / "t" / "TABLE.md").write_text("edited\n")
+    assert check(repo, "--only", "results/t") == 1
+    assert "not remade: it holds uncommitted changes" in capsys.readouterr().out
+    assert (repo / "results" / "t" / "TABLE.md").read_text() == "edited\n"
+
+
+def test_list_and_unknown_folder(repo, capsys):
+    assert check(repo, "--list") == 0
+    assert "scripts/table.py results/t same" in capsys.readouterr().out
+    assert "not in the manifest: results/x" in str(check(repo, "--only", "results/x"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"folder": "results/t"}', "a list of"),
+    ('[{"folder": "results/t", "argv": []}]', "'argv' must be"),
+    ('[{"folder": "/abs", "argv": ["s.py"]}]', "'folder' must be"),
+    ('[{"folder": "a", "argv": ["s.py"]}, {"folder": "a/", "argv": ["s.py"]}]', "listed twice"),
+])
+def test_a_malformed_manifest_is_refused(tmp_path, text, message):
+    path = tmp_path / "REMAKE.json"
+    path.write_text(text)
+    with pytest.raises(remake.ManifestError, match=message):
+        remake.load_manifest(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The smallest table, remade byte for byte in a copy of the checkout
+# ---------------------------------------------------------------------------------------------
+
+SMALLEST = "results/ran/gpu"
+
+
+def raw_multi30k(data_bin):
+    """The folder of the raw files ``data_bin`` was prepared from (None if they are gone)."""
+    stamp = data_bin / "prepare-stamp.json"
+    if not stamp.is_file():
+        return None
+    train = Path(json.loads(stamp.read_text())["splits"]["train"][0][0])
+    return train.parent if train.is_file() else None
+
+
+def copy_checkout(dest):
+    """The checkout's files that git tracks or would track, and the prepared de-en data-bin."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file() and not name.startswith(("tests/", "docs/")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    shutil.copytree(REPO / "data-bin" / "multi30k.de-en", dest / "data-bin" / "multi30k.de-en")
+
+
+def test_the_smallest_table_is_remade_byte_for_byte(tmp_path, monkeypatch, capsys):
+    raw = raw_multi30k(REPO / "data-bin" / "multi30k.de-en")
+    if raw is None:
+        pytest.skip("needs data-bin/multi30k.de-en and the raw Multi30k it was prepared from")
+    copy_checkout(tmp_path)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "copy")
+    monkeypatch.setenv("MULTI30K_DIR", str(raw))
+    monkeypatch.setenv("PYTHON", sys.executable)  # the prepare script's interpreter
+    table = tmp_path / SMALLEST / "TABLE.md"
+    before = table.stat().st_mtime_ns
+    assert check(tmp_path, "--only", SMALLEST) == 0, capsys.readouterr().out
+    assert f"{SMALLEST}: unchanged" in capsys.readouterr().out
+    assert table.stat().st_mtime_ns != before  # written again, by the copy's engine
