@@ -1,13 +1,15 @@
 # The two commands of the README:
 #   make demo   set up, prepare Multi30k de-en, train a small model, translate the test set, score
-#   make test   set up, then run the test suite (what .ci/run calls)
+#   make test   set up, lint, then run the test suite (what .ci/run calls)
+# For the inner loop: make test-fast (the unit tests and the lab's quick checks, about two
+# minutes; groups in tests/conftest.py) and make lint (ruff, rules in ruff.toml).
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # test files run side by side, one per core (at most 4; TEST_WORKERS=0 runs them in this process)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo lint test test-fast bench clean
 setup:
 	VENV=$(VENV) scripts/setup-env.sh
 
@@ -15,10 +17,17 @@ setup:
 demo:
 	VENV=$(VENV) scripts/quickstart.sh
 
+lint: setup
+	$(VENV)/bin/ruff check --quiet .
+
 # pytest exits 5 when it collected no test: that is a broken suite, not a pass.
-test: setup
+test: setup lint
 	@$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-fast: setup
+	@$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: setup
 	$(PYTHON) scripts/bench.py --data data-bin/multi30k.de-en --systems configs/bench/foundation.json \

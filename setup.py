@@ -31,8 +31,9 @@ setup(
         # 0.3+ releases require NumPy 2, so under the pin above pip installs 0.2.2.
         "py3langid>=0.2.2",
     ],
-    # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests; pytest-xdist:
-    # `make test` runs the test files on every core (up to 4), which halves the suite on 2 cores.
+    # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests; ruff: `make lint`;
+    # pytest-xdist: `make test` runs the test files on every core (up to 4), which halves the suite
+    # on 2 cores.
     # The lab's commands (each also `python -m` its module, and `scripts/` keeps thin entry points).
     entry_points={"console_scripts": [
         "ran-prepare = ran_fairseq.data.prepare.cli:main",
@@ -42,6 +43,6 @@ setup(
         "ran-analyze = ran_fairseq.analysis.cli:main",
         "ran-remake = ran_fairseq.lab.remake:main",
     ]},
-    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5"],
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5", "ruff>=0.4"],
                     "plot": ["matplotlib>=3.5"]},
 )

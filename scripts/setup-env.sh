@@ -3,7 +3,7 @@
 #   VENV=path       where the environment lives (default: .venv in the checkout)
 #   PYTHON=exe      the interpreter that creates it (default: python3)
 #   EXTRAS=list     setup.py extras to install, comma-separated (default: test; make demo uses none)
-#   SETUP_LOG=file  where pip's output goes (default: results/setup-env.log); its tail is shown on
+#   SETUP_LOG=file  where pip's output goes (default: VENV/setup-env.log); its tail is shown on
 #                   failure
 #   BUILD_JOBS=N    compile fairseq's C++/Cython extensions N at a time (default: the CPU count)
 # Re-running is cheap: the install is skipped while setup.py and requirements-build.txt are unchanged
@@ -13,7 +13,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${VENV:-$root/.venv}
 python=${PYTHON:-python3}
 extras=${EXTRAS-test}
-log=${SETUP_LOG:-$root/results/setup-env.log}
+log=${SETUP_LOG:-$venv/setup-env.log}
 
 stamp="$venv/.ran_fairseq-install-stamp"
 want=$(cat "$root/setup.py" "$root/requirements-build.txt" | sha256sum | cut -d' ' -f1)

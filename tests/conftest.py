@@ -19,3 +19,42 @@ def synthetic_databin(tmp_path_factory):
     root = tmp_path_factory.mktemp("synthetic")
     helpers.make_synthetic_corpus(root / "raw")
     return helpers.binarize(root / "raw", root / "bin")
+
+
+# Every test file belongs to one group, a marker (`pytest -m lab`, `make test-fast`):
+#   unit    the papers' mechanisms and small pieces on plain tensors or strings, in this process
+#   plugin  the architectures through fairseq itself (conformance, hub, checkpoints, reliability)
+#   lab     the reproduction engine, the benchmark, data preparation, claims, analyses
+#   docs    the documentation's commands and links, the demo
+# `fast` marks what `make test-fast` runs (the unit group and the lab's checks that start no
+# fairseq process): the inner loop, in about two minutes on two cores.
+GROUPS = {
+    "unit": ["test_positional_attention.py", "test_recurrent_cross_attention.py",
+             "test_dynamic_memory_attention.py", "test_attention_entropy.py", "test_scoring.py",
+             "test_replace_unk.py", "test_epoch_anneal.py", "test_checkpoint_average.py",
+             "test_layering.py"],
+    "plugin": ["test_conformance.py", "test_conformance_selfcheck.py",
+               "test_pervasive_attention.py", "test_hub.py", "test_checkpoint_loading.py",
+               "test_reliability.py", "test_package.py", "test_quiet.py"],
+    "lab": ["test_reproduce.py", "test_reproduce_rosendahl.py", "test_reproduce_dynmem.py",
+            "test_reproduce_pervasive.py", "test_bench.py", "test_kernels.py", "test_faults.py",
+            "test_claims.py", "test_gpu_plans.py", "test_gpu_scripts.py", "test_prepare.py",
+            "test_multi30k_download.py", "test_portable.py", "test_analysis.py",
+            "test_analyze_pervasive.py", "test_remake.py"],
+    "docs": ["test_docs_commands.py", "test_docs_links.py", "test_quickstart.py",
+             "test_readme_summary.py"],
+}
+FAST = {"unit", "test_portable.py", "test_docs_links.py", "test_multi30k_download.py"}
+GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = Path(str(item.fspath)).name
+        if name not in GROUP_OF:
+            raise pytest.UsageError(f"tests/{name} belongs to no group: add it to GROUPS in "
+                                    f"tests/conftest.py (unit, plugin, lab or docs)")
+        group = GROUP_OF[name]
+        item.add_marker(getattr(pytest.mark, group))
+        if group in FAST or name in FAST:
+            item.add_marker(pytest.mark.fast)

@@ -392,11 +392,14 @@ PAGES = [REPO / "README.md", REPO / "docs" / "results.md"]
 FOLDER_PAGES = [folder / "README.md" for folder in FOLDERS]
 
 
-def verdicts_of(cache={}):
+_VERDICTS = {}  # a folder's verdicts, computed once for the tests that read them
+
+
+def verdicts_of():
     def get(name):
-        if name not in cache:
-            cache[name] = lab.verdicts_by_key(name, REPO)
-        return cache[name]
+        if name not in _VERDICTS:
+            _VERDICTS[name] = lab.verdicts_by_key(name, REPO)
+        return _VERDICTS[name]
     return get
 
 

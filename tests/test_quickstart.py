@@ -4,7 +4,6 @@ are), what it leaves to the logs (config dump, DEBUG lines, Python warnings) and
 the git-ignored demo-out/; a failing step shows its log's tail."""
 import gzip
 import json
-import os
 import re
 import subprocess
 import sys

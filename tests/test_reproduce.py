@@ -524,7 +524,8 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     assert rows["RAN-ALL"]["seeds"] == "3"
     time_ratio = runs["RAN-ALL", 3]["train_seconds"] / runs["TransF", 3]["train_seconds"]
     assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
-    speed = lambda r: r["subsets"]["test"]["decode"]["sentences_per_s"]
+    def speed(r):
+        return r["subsets"]["test"]["decode"]["sentences_per_s"]
     assert rows["RAN-ALL"]["sent/s ×TransF"] == f"{speed(runs['RAN-ALL', 3]) / speed(runs['TransF', 3]):.2f}"
     assert "1/2 (each run's in results.json) thread(s)" in table
 

@@ -14,7 +14,7 @@ The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,v
   ``code``                        the BPE merges (fairseq-generate --bpe subword_nmt --bpe-codes;
                                   none at word level)
   ``{valid,test}.tok.{src,tgt}``  the Moses-tokenized text before BPE: the references of tokenized
-                                  BLEU (``ran_fairseq.reproduce``) and, at word level, the tokens
+                                  BLEU (``ran_fairseq.lab.reproduce``) and, at word level, the tokens
                                   the model reads (``ran_fairseq.scoring.replace_unk``)
   ``{valid,test}.raw.{src,tgt}``  untokenized text (lowercased under --lowercase) for scoring
   ``prepare-stamp.json``          the parameters, inputs and tool versions: rerunning with the same

@@ -5,7 +5,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ..common.flags import check_device_flags as common_device_flags
 from ..common.flags import check_flags
@@ -15,6 +15,9 @@ from ..common.paths import repo_path, slug
 from ..common.systems import parse_systems
 from ..common.systems import select_systems as common_select
 from .errors import ReproError
+
+if TYPE_CHECKING:  # only for the annotation of Paper.measure
+    from .runs import Run
 
 
 CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
