@@ -1,17 +1,17 @@
-"""The README's results summary: each "N of M" claims-held count (between
-``<!-- claims-count FOLDER pairs=A,B -->`` and ``<!-- /claims-count -->``) is what the folder's verdicts give: M
-claims with a result in those directions (or none: analysis and speed claims), N of them held.
-The verdicts and differences themselves are filled by ``scripts/claims.py --fill`` and checked by
-tests/test_claims.py."""
+"""The README's results summary: each "N of M" count of claims that hold (between
+``<!-- claims-count FOLDER pairs=A,B -->`` and ``<!-- /claims-count -->``) is what the folder's
+verdicts give, filled by ``scripts/claims.py --fill`` (tests/test_claims.py checks that every page
+is as the fill leaves it); here, the count is checked against the verdicts independently."""
 import re
 
 from helpers import REPO
 from ran_fairseq.lab.claims import verdicts_by_key
+from ran_fairseq.lab.claims.report import fill
 
 COUNT = re.compile(r"<!-- claims-count (\S+) pairs=(\S+) -->(.*?)<!-- /claims-count -->")
 
 
-def held_count(folder, pairs):
+def counted(folder, pairs):
     verdicts = [v for v in verdicts_by_key(folder, REPO).values()
                 if v.pair is None or v.pair in pairs]
     ran = [v for v in verdicts if not v.verdict.startswith("not run")]
@@ -22,6 +22,18 @@ def test_readme_held_counts_match_the_verdicts():
     found = COUNT.findall((REPO / "README.md").read_text(encoding="utf-8"))
     assert len(found) == 4, "one count per paper"
     for folder, pairs, text in found:
-        assert text == held_count(folder, pairs.split(",")), \
+        assert text == counted(folder, pairs.split(",")), \
             f"README.md: {folder} ({pairs}) says {text!r}, the verdicts give " \
-            f"{held_count(folder, pairs.split(','))!r}"
+            f"{counted(folder, pairs.split(','))!r}"
+
+
+def test_the_fill_writes_the_count():
+    folder = "results/dynmem/paper-epochs"
+    page = f"a <!-- claims-count {folder} pairs=de-en -->9 of 99<!-- /claims-count --> b"
+
+    def verdicts_of(name):
+        return verdicts_by_key(name, REPO)
+
+    filled = fill(page, verdicts_of)
+    assert filled == (f"a <!-- claims-count {folder} pairs=de-en -->"
+                      f"{counted(folder, ['de-en'])}<!-- /claims-count --> b")

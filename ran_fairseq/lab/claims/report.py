@@ -3,7 +3,8 @@ from them.
 
 A page quotes a verdict inside a marked span, ``<!-- claim FOLDER#ID -->…<!-- /claim -->`` (with
 ``@PAIR`` after the id for a comparison or order: ``results/ran/long#Z-T1-ran-all@de-en``), or a
-whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``;
+whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``, or how many
+claims hold, "N of M", inside ``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
 :func:`fill` writes what the engine computes into every span and table, and the documentation
 test fails where a page differs from it.
 """
@@ -284,17 +285,27 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
 
 # a body never holds another marker: an unclosed span or table is left alone, not merged with
 # the next one
-_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|holds)\b).)*?)"
+_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|claims-count|holds)\b).)*?)"
 HOLDS = re.compile(r"(<!-- holds (\S+?) -->\n)" + _BODY + r"(<!-- /holds -->)", re.S)
 SPAN = re.compile(r"(<!-- claim (\S+?)#(\S+?) -->)" + _BODY + r"(<!-- /claim -->)", re.S)
 TABLE = re.compile(r"(<!-- claims-table (\S+?)(?: pairs=(\S+))? -->\n)" + _BODY +
                    r"(<!-- /claims-table -->)", re.S)
+COUNT = re.compile(r"(<!-- claims-count (\S+?) pairs=(\S+) -->)" + _BODY + r"(<!-- /claims-count -->)",
+                   re.S)
+
+
+def held_count(verdicts: List[Verdict], pairs: List[str]) -> str:
+    """"N of M": the claims with a result in those directions (or in none: analysis and speed
+    claims), M of them, and how many held."""
+    ran = [v for v in verdicts if (v.pair is None or v.pair in pairs)
+           and not v.verdict.startswith("not run")]
+    return f"{sum(v.verdict == 'held' for v in ran)} of {len(ran)}"
 
 
 def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
          holds_of: Optional[Callable[[str], List[str]]] = None) -> str:
-    """``text`` with every claim span, claims table and holds block rewritten from the engine's
-    verdicts; ``verdicts_of(folder)`` gives a folder's verdicts by key (``ID`` or ``ID@PAIR``),
+    """``text`` with every claim span, claims table, claims count and holds block rewritten from
+    the engine's verdicts; ``verdicts_of(folder)`` gives a folder's verdicts by key (``ID`` or ``ID@PAIR``),
     ``holds_of(folder)`` the lines of :func:`.provenance.holds`."""
     def span(m):
         found = verdicts_of(m[2])
@@ -307,15 +318,19 @@ def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
         verdicts = list(verdicts_of(m[2]).values())
         return f"{m[1]}{claims_table(verdicts, pairs)}\n{m[5]}"
 
+    def count(m):
+        return f"{m[1]}{held_count(list(verdicts_of(m[2]).values()), m[3].split(','))}{m[5]}"
+
     def block(m):
         if holds_of is None:
             raise KeyError(f"no holds_of to fill the holds block of {m[2]}")
         return f"{m[1]}{chr(10).join(holds_of(m[2]))}\n{m[4]}"
 
-    return HOLDS.sub(block, TABLE.sub(table, SPAN.sub(span, text)))
+    return HOLDS.sub(block, COUNT.sub(count, TABLE.sub(table, SPAN.sub(span, text))))
 
 
 def quoted_folders(text: str) -> List[str]:
     return list(dict.fromkeys([m[2] for m in SPAN.finditer(text)] +
                               [m[2] for m in TABLE.finditer(text)] +
+                              [m[2] for m in COUNT.finditer(text)] +
                               [m[2] for m in HOLDS.finditer(text)]))
