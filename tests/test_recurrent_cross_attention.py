@@ -397,12 +397,12 @@ def test_training_kernels_pass_gradcheck(with_masks):
     energies = masked_energies()
     for need_weights in (False, True):
         def head(e, v, q, kb, w, b):  # Eq. 7
-            return HeadContextRecurrence.apply(masking(e), v, q, kb, w, b, masks, need_weights,
-                                               eager)
+            return HeadContextRecurrence.apply(masking(e), v, torch.cat([q, kb.unsqueeze(-1)], -1),
+                                               w, b, masks, need_weights, eager)
 
         def head8(e, v, q):  # Eq. 8
-            return HeadContextRecurrence.apply(masking(e), v, q, None, None, None, masks,
-                                               need_weights, eager)
+            return HeadContextRecurrence.apply(masking(e), v, q, None, None, masks, need_weights,
+                                               eager)
 
         assert torch.autograd.gradcheck(head, (energies, values, query, key_bias, weight, bias))
         assert torch.autograd.gradcheck(head8, (energies, values, query))

@@ -330,14 +330,49 @@ def _context_backward_step(grad, probs, delta, grad_used, mask, relation_t, prev
         flat.baddbmm_(delta.view(flat.shape), relation_t)
 
 
-def _head_forward_step(bias, previous, matrix, out, logit, sigma, current, value, mask, scaled):
-    """Eqs. 7, 8, step i: one product gives the extra value u_i (Eq. 7) and the logits z of the
-    extra pair from c_{i-1}; σ_i = sigmoid(z_i); c_i = c^0_i + σ_i (m_i u_i - c^0_i)."""
-    torch.baddbmm(bias, previous, matrix, out=out)
-    torch.sigmoid(logit, out=sigma)
+def _sigmoid_times(value, logit, out, threshold: float):
+    """out = sigmoid(logit) ⊙ value in one kernel (``logit`` broadcasts): the derivative of
+    softplus(x) = log(1 + e^x) is sigmoid(x), so softplus's backward operator with ``value`` as
+    the incoming gradient is this product. Above ``threshold`` it returns ``value`` itself, where
+    sigmoid rounds to 1 (20 for float32, 40 for float64, see :func:`_sigmoid_threshold`)."""
+    torch.ops.aten.softplus_backward.grad_input(value, logit, 1.0, threshold, grad_input=out)
+
+
+def _sigmoid_threshold(dtype) -> float:
+    """Where sigmoid(x) rounds to 1 in ``dtype``: 1 - sigmoid(x) ≈ e^-x below half an ulp of 1."""
+    return 40.0 if dtype == torch.float64 else 20.0
+
+
+def _head_forward_step(row, previous, matrix, column: int, mask, negative_c0, scaled, deviation,
+                       threshold: float):
+    """Eqs. 7, 8, step i, on the deviations D_i = c_i - c^0_i: ``row`` (B*H, 1, d + T) holds,
+    before the loop, [u_i - c^0_i | z_j for all steps j] computed from c^0_{i-1}; one product
+    adds D_{i-1}'s part ([D_{i-1} W_vᵀ | D_{i-1}·q̃_j], Eqs. 7, 8 being linear in c_{i-1}), and
+    one kernel gives D_i = σ_i (m_i u_i - c^0_i), σ_i = sigmoid(z_i) (z_i in ``column``). With a
+    dropout mask m_i on the extra pair ``row`` holds u_i, and one more kernel forms
+    m_i u_i - c^0_i."""
+    if previous is not None:
+        row.baddbmm_(previous, matrix)
+    value = row[..., :deviation.size(-1)]
     if mask is not None:
-        value = torch.mul(value, mask, out=scaled)
-    current.lerp_(value, sigma.unsqueeze(-1))
+        value = torch.addcmul(negative_c0, mask, value, out=scaled)
+    _sigmoid_times(value, row[..., column:column + 1], deviation, threshold)
+
+
+def _head_forward_step_for_compile(row, previous, matrix, column: int, mask, negative_c0, scaled,
+                                   deviation, threshold: float):
+    """:func:`_head_forward_step` in a form ``torch.compile`` lowers (the product out of place,
+    then read, rather than updated in place and read through views)."""
+    if previous is not None:
+        fresh = torch.baddbmm(row, previous, matrix)
+        row.copy_(fresh)
+    else:
+        fresh = row
+    value = fresh[..., :deviation.size(-1)]
+    if mask is not None:
+        value = torch.addcmul(negative_c0, mask, value)
+    deviation.copy_(torch.ops.aten.softplus_backward(value, fresh[..., column:column + 1], 1.0,
+                                                     threshold))
 
 
 def _head_backward_step(grad, matrix, out, coefficients, rows, previous):
@@ -430,7 +465,8 @@ def step_functions(recurrence: str) -> Dict[str, object]:
             raise ValueError("--cross-attention-recurrence compile needs torch.compile "
                              "(PyTorch 2.0 or later); use --cross-attention-recurrence eager")
         compiled = dict(_STEP_FUNCTIONS, _full_backward_step=_full_backward_step_for_compile,
-                        _context_backward_step=_context_backward_step_for_compile)
+                        _context_backward_step=_context_backward_step_for_compile,
+                        _head_forward_step=_head_forward_step_for_compile)
         # a loop body is traced once per kind of call (the last step, a running sum of one more
         # step, the variant's gain...), more than the default limit when variants are mixed
         config = torch._dynamo.config
@@ -620,49 +656,68 @@ class HeadContextRecurrence(torch.autograd.Function):
     source weights (B, H, T, S)."""
 
     @staticmethod
-    def forward(ctx, masked, values, query, key_bias, weight, bias, masks, need_weights, steps):
+    def forward(ctx, masked, values, query, weight, bias, masks, need_weights, steps):
         ctx.set_materialize_grads(False)
         source, lse, used, c0 = _plain_attention(masked, values, masks)
         batch, heads, steps_, dim = c0.shape
         rows = batch * heads
-        offset = 0 if weight is None else dim
-        width = offset + steps_
-        contexts = c0.permute(2, 0, 1, 3).clone(memory_format=torch.contiguous_format)
-        eq8_masks = weight is None and masks is not None
-        sigma, out, scaled, block = _carve(
-            c0.new_zeros(steps_ * rows * (1 + width + 3 * (dim + steps_) + eq8_masks * dim)),
-            (steps_, batch, heads), (rows, steps_, width), (steps_ * eq8_masks, rows, dim),
-            (steps_, rows, 3, dim + steps_))
-        zrow = (-lse if key_bias is None else key_bias - lse).unsqueeze(2)  # (B, H, 1, T)
+        width = dim + steps_
+        key_bias = query[..., dim] if query.size(-1) > dim else None
+        query = query[..., :dim]
+        # σ (T, B, H), the deviations D_i = c_i - c^0_i (both 0 at step 0) and the backward
+        # pass's block (rows [q̃_i | .], [gc_i W | gc_i·y_j], [. | σ'_i]) in one buffer
+        sigma, deviation, scaled, block = _carve(
+            c0.new_zeros(steps_ * rows * (1 + dim + 3 * width + (masks is not None) * dim)),
+            (steps_, batch, heads), (steps_, rows, 1, dim),
+            (steps_ * (masks is not None), rows, 1, dim), (steps_, rows, 3, width))
+        first = None
         if steps_ > 1:
-            columns = query.transpose(2, 3)  # (B, H, d, T)
-            if weight is None:
-                matrix, row_bias = columns.reshape(rows, dim, steps_), zrow.reshape(rows, 1, steps_)
+            first = (torch.eye(dim, dtype=c0.dtype, device=c0.device) if weight is None
+                     else weight.transpose(1, 2))  # W_v (Eq. 7) or the identity (Eq. 8)
+            matrix = torch.cat([first.expand(batch, heads, dim, dim), query.transpose(2, 3)],
+                               dim=3).view(rows, dim, width)  # [W_vᵀ | q̃ᵀ of all steps]
+            # [u_i - c^0_i | z_j] from c^0_{i-1} for all steps at once, beta = -1 on
+            # [c^0_i - b_v | L_j - q_j·b_k] (with dropout, u_i: [-b_v | L_j - q_j·b_k])
+            if masks is None:
+                given = c0[:, :, 1:]
+                if bias is not None:
+                    given = given - bias.view(1, heads, 1, dim)
+            elif bias is not None:
+                given = bias.neg().view(1, heads, 1, dim).expand(batch, heads, steps_ - 1, dim)
             else:
-                matrix = torch.cat([weight.transpose(1, 2).expand(batch, heads, dim, dim),
-                                    columns], dim=3).view(rows, dim, width)
-                values_bias = (bias.view(1, heads, 1, dim).expand(batch, heads, 1, dim)
-                               if bias is not None else zrow.new_zeros(()).expand(
-                                   batch, heads, 1, dim))
-                row_bias = torch.cat([values_bias, zrow], dim=3).view(rows, 1, width)
-            flat = contexts.view(steps_, rows, dim)
-            flat_sigma = sigma.view(steps_, rows)
-            extra = None if masks is None else masks[..., -1].reshape(steps_, rows, 1)
+                given = c0.new_zeros(()).expand(batch, heads, steps_ - 1, dim)
+            logits = lse if key_bias is None else lse - key_bias  # (B, H, T)
+            given = torch.cat([given, logits.unsqueeze(2).expand(batch, heads, steps_ - 1, steps_)],
+                              dim=3).view(rows, steps_ - 1, width)
+            flat_c0 = c0.view(rows, steps_, dim)
+            out = torch.baddbmm(given, flat_c0[:, :-1], matrix, beta=-1)  # (rows, T - 1, d + T)
+            extra = negative_c0 = None
+            if masks is not None:
+                extra = masks[..., -1].reshape(steps_, rows, 1, 1)
+                negative_c0 = flat_c0.neg()
+            threshold = _sigmoid_threshold(c0.dtype)
             forward_step = steps["_head_forward_step"]
             for i in range(1, steps_):
-                value = flat[i - 1] if weight is None else out[:, i, :dim]
-                forward_step(row_bias, flat[i - 1].unsqueeze(1), matrix, out[:, i:i + 1],
-                             out[:, i, offset + i], flat_sigma[i], flat[i], value,
+                forward_step(out[:, i - 1:i], deviation[i - 1] if i > 1 else None, matrix, dim + i,
                              None if extra is None else extra[i],
-                             value if weight is not None else scaled[i] if eq8_masks else None)
+                             None if masks is None else negative_c0[:, i:i + 1],
+                             None if masks is None else scaled[i], deviation[i], threshold)
+            # σ_i = sigmoid(z_i), z_i in column d + i of row i
+            torch.sigmoid(torch.diagonal(out[:, :, dim + 1:], 0, 1, 2),
+                          out=sigma[1:].view(steps_ - 1, rows).t())
+        contexts = deviation.view(steps_, batch, heads, dim).add(c0.permute(2, 0, 1, 3))
+        assert contexts.is_contiguous()
+        ctx.first = first
+        ctx.has_key_bias = key_bias is not None
         return _expand_kv_outputs(ctx, steps, (source, used, values, query, weight, masks, c0,
-                                               contexts), (sigma, block), need_weights, sigma)
+                                               contexts), (sigma, block, deviation), need_weights,
+                                  sigma)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_contexts, grad_probs=None):
         source, used, values, query, weight, masks, c0, contexts = ctx.saved_tensors
-        sigma, block = ctx.buffers
+        sigma, block, deviation = ctx.buffers
         if grad_contexts is None:  # only the returned weights have a gradient
             grad_contexts = torch.zeros_like(contexts)
         batch, heads, steps_, dim = c0.shape
@@ -672,9 +727,11 @@ class HeadContextRecurrence(torch.autograd.Function):
         if steps_ == 1:
             grad_z = query.new_zeros(steps_, batch, heads)
         else:
-            y = _z_slopes(contexts, c0, sigma)
-            eye = c0.new_ones(dim).diag() if weight is None else weight
-            matrix = torch.cat([eye.expand(batch, heads, dim, dim), y.permute(1, 2, 3, 0)],
+            # y_i = σ_i (1 - σ_i) (m_i u_i - c^0_i) = (1 - σ_i) D_i: gc_i·y_i is the gradient of z_i
+            deviation = deviation.view(steps_, batch, heads, dim)
+            y = torch.addcmul(deviation, deviation, sigma.unsqueeze(-1), value=-1.0)
+            first = ctx.first if weight is None else weight  # W_v, or the identity (Eq. 8)
+            matrix = torch.cat([first.expand(batch, heads, dim, dim), y.permute(1, 2, 3, 0)],
                                dim=3).view(rows, dim, dim + steps_)
             sigma_used = sigma if masks is None else sigma * masks[..., -1]  # σ' = σ m
             # per step i: rows [q̃_i | .], [gc_i W | gc_i·y_j for all j], [. | σ'_i at d+i]
@@ -695,20 +752,21 @@ class HeadContextRecurrence(torch.autograd.Function):
                 steps_, batch, heads)
             if extra is not None:
                 grad_z = grad_z + extra
-            grad_query = torch.zeros_like(query_t)
-            torch.mul(grad_z[1:].unsqueeze(-1), contexts[:-1], out=grad_query[1:])
+            # [∂/∂q̃_i | ∂/∂(q_i·b_k)] = [∂z_i c_{i-1} | ∂z_i]
+            grad_query = query.new_zeros(steps_, batch, heads, dim + ctx.has_key_bias)
+            torch.mul(grad_z[1:].unsqueeze(-1), contexts[:-1], out=grad_query[1:, ..., :dim])
+            if ctx.has_key_bias:
+                grad_query[..., dim].copy_(grad_z)
             grad_query = grad_query.permute(1, 2, 0, 3)
             if weight is not None:
                 grad_u = grad * sigma_used.unsqueeze(-1)  # (T, B, H, d), 0 at step 0
                 grad_weight = torch.einsum("tbho,tbhi->hoi", grad_u[1:], contexts[:-1])
-                grad_bias = grad_u.sum((0, 1)) if ctx.needs_input_grad[5] else None
+                grad_bias = grad_u.sum((0, 1)) if ctx.needs_input_grad[4] else None
             grad.addcmul_(sigma.unsqueeze(-1), grad, value=-1.0)  # now the gradient of c^0
         grad_z_b = grad_z.permute(1, 2, 0)
         grad_masked, grad_values = _plain_attention_backward(
             grad, grad_z_b, source, used, values, masks, sigma, grad_probs)
-        grad_key_bias = grad_z_b if ctx.needs_input_grad[3] and steps_ > 1 else None
-        return (grad_masked, grad_values, grad_query, grad_key_bias, grad_weight, grad_bias,
-                None, None, None)
+        return grad_masked, grad_values, grad_query, grad_weight, grad_bias, None, None, None
 
 
 class FullContextRecurrence(torch.autograd.Function):
@@ -1028,18 +1086,15 @@ class RecurrentCrossAttention(nn.Module):
                 None if bias is None else bias.float(), masks, need_weights, self._steps())
         else:  # Eqs. 7, 8
             key_weight, key_bias = self.extra_key.weight.to(q.dtype), self.extra_key.bias
-            if key_bias is None:
-                query, query_bias = torch.matmul(q, key_weight).float(), None
-            else:  # [q̃ | q·b_k] = q [W_k | b_k] in one product
-                both = torch.matmul(q, torch.cat([key_weight, key_bias.to(q.dtype).unsqueeze(-1)],
-                                                 dim=2)).float()
-                query, query_bias = both[..., :-1], both[..., -1]
+            if key_bias is not None:  # [q̃ | q·b_k] = q [W_k | b_k] in one product
+                key_weight = torch.cat([key_weight, key_bias.to(q.dtype).unsqueeze(-1)], dim=2)
+            query = torch.matmul(q, key_weight).float()
             weight = bias = None
             if self.kv_variant == 3:
                 weight = self.extra_value.weight.float()
                 bias = None if self.extra_value.bias is None else self.extra_value.bias.float()
-            out = HeadContextRecurrence.apply(masked, values, query, query_bias, weight, bias,
-                                              masks, need_weights, self._steps())
+            out = HeadContextRecurrence.apply(masked, values, query, weight, bias, masks,
+                                              need_weights, self._steps())
         contexts, probs = out if need_weights else (out, None)
         return probs, contexts.to(v.dtype).permute(1, 2, 0, 3)
 
