@@ -426,11 +426,11 @@ def test_training_kernels_pass_gradcheck(with_masks):
 # a target position cost prev-context 7, prev-weight 9, prev-accum-weight 11, coverage 7 and
 # expand-kv 31/31/37/30 kernels, and each doubling of the target length 11 for continuous.
 KERNELS_AT_12 = {"dot": 34, "prev-context": 98, "prev-weight": 92, "prev-accum-weight": 93,
-                 "coverage": 82, "expand-kv1": 136, "expand-kv2": 132, "expand-kv3": 123,
-                 "expand-kv4": 118, "continuous": 66}
+                 "coverage": 82, "expand-kv1": 136, "expand-kv2": 132, "expand-kv3": 110,
+                 "expand-kv4": 106, "continuous": 66}
 KERNELS_PER_STEP = {"dot": 0, "prev-context": 4, "prev-weight": 4, "prev-accum-weight": 4,
-                    "coverage": 4, "expand-kv1": 7, "expand-kv2": 7, "expand-kv3": 5,
-                    "expand-kv4": 5}
+                    "coverage": 4, "expand-kv1": 7, "expand-kv2": 7, "expand-kv3": 4,
+                    "expand-kv4": 4}
 PREV_CONTEXT_PER_STEP_BEFORE = 7
 
 
@@ -462,6 +462,9 @@ def test_training_kernel_counts(variant, kv_variant):
     assert counts[16] - counts[12] <= 4 * KERNELS_PER_STEP[name], counts
     if variant == "expand-kv":
         assert KERNELS_PER_STEP[name] <= PREV_CONTEXT_PER_STEP_BEFORE
+    if variant == "expand-kv" and kv_variant in (3, 4):  # Eqs. 7, 8: no more per target position
+        prev_context = {t: training_kernels("prev-context", 1, t) for t in (12, 16)}
+        assert counts[16] - counts[12] <= prev_context[16] - prev_context[12], (counts, prev_context)
 
 
 COMPILED = [("prev-accum-weight", 1, 0.0), ("coverage", 1, 0.0), ("prev-context", 1, 0.3),

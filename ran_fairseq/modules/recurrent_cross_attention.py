@@ -55,8 +55,10 @@ hand. A target position costs each layer:
   L_i = logsumexp_j α̂_{i,j}, the extra pair's weight is σ_i = sigmoid(x_i - L_i) and the source
   weights are (1 - σ_i) softmax(α̂_i), so c_i = c^0_i + σ_i (u_i - c^0_i) with the plain
   contexts c^0 of all steps computed at once: only σ_i and the context recur. Eqs. 7, 8 fold
-  x_i = (W_kᵀ q_i)·c_{i-1} + q_i·b_k into one product with W_v per head: 3 kernels forward, 2
-  backward. Eqs. 5, 6 multiply the output projection and the extra key/value projections into
+  x_i = (W_kᵀ q_i)·c_{i-1} + q_i·b_k into one product with W_v per head and recur on the
+  deviations D_i = c_i - c^0_i, the part of that product from c^0_{i-1} being formed for all steps
+  before the loop: a step is the product with D_{i-1} and one kernel for σ_i (u_i - c^0_i)
+  (softplus's backward operator: softplus' = sigmoid), 2 kernels forward, 2 backward. Eqs. 5, 6 multiply the output projection and the extra key/value projections into
   one (2E, E) matrix once per call, then a step is that product, the logits of all heads, a
   sigmoid and the update: 4 forward, 3 backward.
 - Eq. 9 is linear in the energies: with the windowed averaging written as a banded matrix M,
@@ -78,8 +80,8 @@ coverage                ×2.05 → ×1.62    ×2.44 → ×1.84    21 → 12
 continuous              ×1.35 → ×1.18    ×1.41 → ×1.21    33 → 15 per doubling
 expand-kv 1             ×5.71 → ×2.17    ×7.41 → ×2.55    93 → 21
 expand-kv 2             ×5.69 → ×2.15    ×7.39 → ×2.53    93 → 21
-expand-kv 3             ×6.54 → ×1.92    ×8.56 → ×2.19    111 → 15
-expand-kv 4             ×5.49 → ×1.89    ×7.13 → ×2.17    90 → 15
+expand-kv 3             ×6.54 → ×1.76    ×8.56 → ×1.98    111 → 12
+expand-kv 4             ×5.49 → ×1.74    ×7.13 → ×1.96    90 → 12
 ======================  ===============  ===============  ==========================
 
 ``recurrence="compile"`` (``--cross-attention-recurrence compile``) runs each loop body through
@@ -650,7 +652,7 @@ class HeadContextRecurrence(torch.autograd.Function):
     c_{i-1} with [W_vᵀ | q̃ᵀ] (per head, all steps' q̃) gives u_i and z_i = x_i - L_i.
 
     ``masked`` energies (B, H, T, S) with pads masked, ``values`` (B, H, S, d), ``query`` q̃
-    (B, H, T, d), ``key_bias`` q·b_k (B, H, T) or None, ``weight`` W_v (H, d, d) and ``bias``
+    (B, H, T, d), or [q̃ | q·b_k] (B, H, T, d + 1) with a key bias b_k, ``weight`` W_v (H, d, d) and ``bias``
     b_v (H, d) of Eq. 7 (None, None: Eq. 8, u_i = c_{i-1}), ``masks`` scaled dropout masks
     (T, B, H, S + 1) or None. Returns the contexts (T, B, H, d), and with ``need_weights`` the
     source weights (B, H, T, S)."""
@@ -760,7 +762,10 @@ class HeadContextRecurrence(torch.autograd.Function):
             grad_query = grad_query.permute(1, 2, 0, 3)
             if weight is not None:
                 grad_u = grad * sigma_used.unsqueeze(-1)  # (T, B, H, d), 0 at step 0
-                grad_weight = torch.einsum("tbho,tbhi->hoi", grad_u[1:], contexts[:-1])
+                # Σ_i gu_i c_{i-1}ᵀ per row (strided operands, no copies), then over sentences
+                grad_weight = torch.bmm(grad_u[1:].view(steps_ - 1, rows, dim).permute(1, 2, 0),
+                                        contexts[:-1].view(steps_ - 1, rows, dim).transpose(0, 1)
+                                        ).view(batch, heads, dim, dim).sum(0)
                 grad_bias = grad_u.sum((0, 1)) if ctx.needs_input_grad[4] else None
             grad.addcmul_(sigma.unsqueeze(-1), grad, value=-1.0)  # now the gradient of c^0
         grad_z_b = grad_z.permute(1, 2, 0)
