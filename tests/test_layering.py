@@ -1,7 +1,9 @@
 """The package's layers, read from the source (no import runs): the plugin that fairseq loads
 through ``--user-dir`` imports only the plugin, never the lab (``ran_fairseq.lab``, the data
-preparation, the analyses); and ``modules/`` (the papers' mechanisms, usable on plain tensors)
-never imports ``models/`` (the fairseq wiring above it)."""
+preparation, the analyses); ``modules/`` (the papers' mechanisms, usable on plain tensors)
+never imports ``models/`` (the fairseq wiring above it); and every import of the package's own
+modules, function-level ones included, names a module that exists (a moved module leaves none
+behind)."""
 import ast
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -67,6 +69,9 @@ def violations(root: Path) -> List[str]:
     for name, path in known.items():
         for line, target in imports_of(name, path, known):
             where = f"{path.relative_to(root.parent)}:{line}"
+            if target not in known:
+                found.append(f"{where}: {name} imports {target}, which does not exist")
+                continue
             if in_plugin(name) and not in_plugin(target):
                 found.append(f"{where}: the plugin module {name} imports {target}, outside the "
                              f"plugin (fairseq loads the plugin with --user-dir; the lab stays out)")
@@ -94,6 +99,8 @@ def test_the_plugin_is_the_core_the_architecture_names():
     ("ran_fairseq/hub.py", "def f():\n    import ran_fairseq.analysis\n", "outside the plugin"),
     ("ran_fairseq/modules/bad.py", "from ..models import ran_transformer\n", "must not depend"),
     ("ran_fairseq/__init__.py", "from .data import prepare\n", "outside the plugin"),
+    ("ran_fairseq/analysis/bad.py", "def f():\n    from ..reproduce import slug\n",
+     "does not exist"),
 ])
 def test_the_check_finds_each_kind_of_violation(tmp_path, module, source, expected):
     """A copy of the package's skeleton with one bad import: the check names it."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ran_fairseq.lab import remake
+from ran_fairseq.lab.reproduce.cli import run_paper
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "results" / "REMAKE.json"
@@ -49,7 +50,7 @@ def test_manifest_command_is_the_tables(entry, capsys):
     argv = entry.argv
     assert "--resume" in argv and not {"--stop-after", "--force", "--dry-run"} & set(argv)
     script = runpy.run_path(str(REPO / argv[0]), run_name="remake_test")
-    script["main"](script["PAPER"], argv[1:] + ["--dry-run"])
+    run_paper(script["PAPER"], argv[1:] + ["--dry-run"])
     assert "fairseq-generate" in capsys.readouterr().out
     settings = json.loads((REPO / entry.folder / "results.json").read_text())["settings"]
     assert flag(argv, "--config") == settings["config"]

@@ -92,7 +92,7 @@ def length_rows(results_dir, pair: str, systems: Sequence[str],
                 edges: Sequence[int] = length_bins.DEFAULT_EDGES) -> List[dict]:
     """Rows ``{system, bin, lo, hi, sentences, seeds, bleu, bleu_std}`` of Fig. 5: sacreBLEU per
     source-length bin (words of the raw source) of each system, mean and std over its seeds."""
-    from ..reproduce import slug
+    from ..lab.common.paths import slug  # the engine names the result folders
 
     results_dir = Path(results_dir)
     report = read_results(results_dir)
