@@ -42,6 +42,7 @@ setup(
         "ran-claims = ran_fairseq.lab.claims.cli:main",
         "ran-analyze = ran_fairseq.analysis.cli:main",
         "ran-remake = ran_fairseq.lab.remake:main",
+        "ran-evaluate = ran_fairseq.scoring.evaluate:main",
     ]},
     extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5", "ruff>=0.4"],
                     "plot": ["matplotlib>=3.5"]},

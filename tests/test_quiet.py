@@ -40,6 +40,22 @@ def test_commands_print_no_import_noise(argv):
     assert_quiet(proc.stderr + proc.stdout)
 
 
+CONSOLE_SCRIPTS = ["ran-prepare", "ran-reproduce", "ran-bench", "ran-claims", "ran-analyze",
+                   "ran-remake", "ran-evaluate"]
+
+
+@pytest.mark.parametrize("name", CONSOLE_SCRIPTS)
+def test_console_scripts_are_installed_and_quiet(name):
+    """setup.py's console scripts, as the install put them beside the interpreter."""
+    script = Path(sys.executable).parent / name
+    assert script.exists(), f"{name} is not installed beside {sys.executable}: reinstall the package"
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, cwd=REPO,
+                          env=helpers.fairseq_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("usage:"), proc.stdout[:500]
+    assert_quiet(proc.stderr + proc.stdout)
+
+
 @pytest.fixture(scope="module")
 def tiny_bin(tmp_path_factory):
     d = tmp_path_factory.mktemp("quiet")
