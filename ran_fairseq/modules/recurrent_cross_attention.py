@@ -643,6 +643,15 @@ def _expand_kv_outputs(ctx, steps, saved, buffers, need_weights, sigma):
     return contexts, probs
 
 
+def _block_sigma(block: Tensor, batch: int, heads: int, dim: int) -> Tensor:
+    """The view (T, B, H) of σ'_i in the expand-kv 3/4 backward pass's block (T, B*H, 3, d + T):
+    row 2, column d + i of step i."""
+    steps_, _, _, width = block.shape
+    step, row = block.stride(0), block.stride(1)
+    return block.as_strided((steps_, batch, heads), (step + 1, heads * row, row),
+                            block.storage_offset() + 2 * width + dim)
+
+
 class HeadContextRecurrence(torch.autograd.Function):
     """Eqs. 7, 8 for all steps. With L_i = logsumexp_j α̂_{i,j}, the extra pair's weight is
     σ_i = sigmoid(x_i - L_i) (x_i its energy), the source weights are (1 - σ_i) softmax(α̂_i),
@@ -666,12 +675,17 @@ class HeadContextRecurrence(torch.autograd.Function):
         width = dim + steps_
         key_bias = query[..., dim] if query.size(-1) > dim else None
         query = query[..., :dim]
-        # σ (T, B, H), the deviations D_i = c_i - c^0_i (both 0 at step 0) and the backward
-        # pass's block (rows [q̃_i | .], [gc_i W | gc_i·y_j], [. | σ'_i]) in one buffer
-        sigma, deviation, scaled, block = _carve(
-            c0.new_zeros(steps_ * rows * (1 + dim + 3 * width + (masks is not None) * dim)),
-            (steps_, batch, heads), (steps_, rows, 1, dim),
-            (steps_ * (masks is not None), rows, 1, dim), (steps_, rows, 3, width))
+        # the deviations D_i = c_i - c^0_i (0 at step 0), the backward pass's block (rows
+        # [q̃_i | .], [gc_i W | gc_i·y_j], [. | σ'_i]), the loop's rows before it and, with
+        # dropout, σ (T, B, H) in one buffer
+        deviation, scaled, block, out, sigma = _carve(
+            c0.new_zeros(steps_ * rows * (dim + 3 * width + (masks is not None) * (dim + 1))
+                         + max(steps_ - 1, 0) * rows * width),
+            (steps_, rows, 1, dim), (steps_ * (masks is not None), rows, 1, dim),
+            (steps_, rows, 3, width), (rows, max(steps_ - 1, 0), width),
+            (steps_ * (masks is not None), batch, heads))
+        if masks is None:  # σ'_i = σ_i: σ lives where the backward pass reads it (0 at step 0)
+            sigma = _block_sigma(block, batch, heads, dim)
         first = None
         if steps_ > 1:
             first = (torch.eye(dim, dtype=c0.dtype, device=c0.device) if weight is None
@@ -680,19 +694,22 @@ class HeadContextRecurrence(torch.autograd.Function):
                                dim=3).view(rows, dim, width)  # [W_vᵀ | q̃ᵀ of all steps]
             # [u_i - c^0_i | z_j] from c^0_{i-1} for all steps at once, beta = -1 on
             # [c^0_i - b_v | L_j - q_j·b_k] (with dropout, u_i: [-b_v | L_j - q_j·b_k])
-            if masks is None:
-                given = c0[:, :, 1:]
-                if bias is not None:
-                    given = given - bias.view(1, heads, 1, dim)
+            # (each part written in place into ``out``, which is zero)
+            given = out.view(batch, heads, steps_ - 1, width)
+            shape = (batch, heads, steps_ - 1, dim)
+            if masks is None and bias is None:
+                given[..., :dim].copy_(c0[:, :, 1:])
+            elif masks is None:
+                torch.sub(c0[:, :, 1:], bias.view(1, heads, 1, dim), out=given[..., :dim])
             elif bias is not None:
-                given = bias.neg().view(1, heads, 1, dim).expand(batch, heads, steps_ - 1, dim)
+                torch.neg(bias.view(1, heads, 1, dim).expand(shape), out=given[..., :dim])
+            logits = lse.unsqueeze(2).expand(batch, heads, steps_ - 1, steps_)  # L_j
+            if key_bias is None:
+                given[..., dim:].copy_(logits)
             else:
-                given = c0.new_zeros(()).expand(batch, heads, steps_ - 1, dim)
-            logits = lse if key_bias is None else lse - key_bias  # (B, H, T)
-            given = torch.cat([given, logits.unsqueeze(2).expand(batch, heads, steps_ - 1, steps_)],
-                              dim=3).view(rows, steps_ - 1, width)
+                torch.sub(logits, key_bias.unsqueeze(2).expand(logits.shape), out=given[..., dim:])
             flat_c0 = c0.view(rows, steps_, dim)
-            out = torch.baddbmm(given, flat_c0[:, :-1], matrix, beta=-1)  # (rows, T - 1, d + T)
+            out.baddbmm_(flat_c0[:, :-1], matrix, beta=-1)  # (rows, T - 1, d + T)
             extra = negative_c0 = None
             if masks is not None:
                 extra = masks[..., -1].reshape(steps_, rows, 1, 1)
@@ -735,10 +752,11 @@ class HeadContextRecurrence(torch.autograd.Function):
             first = ctx.first if weight is None else weight  # W_v, or the identity (Eq. 8)
             matrix = torch.cat([first.expand(batch, heads, dim, dim), y.permute(1, 2, 3, 0)],
                                dim=3).view(rows, dim, dim + steps_)
-            sigma_used = sigma if masks is None else sigma * masks[..., -1]  # σ' = σ m
             # per step i: rows [q̃_i | .], [gc_i W | gc_i·y_j for all j], [. | σ'_i at d+i]
+            sigma_used = _block_sigma(block, batch, heads, dim)  # σ' = σ (forward wrote it)
+            if masks is not None:  # σ' = σ m
+                torch.mul(sigma, masks[..., -1], out=sigma_used)
             block[:, :, 0, :dim].view(steps_, batch, heads, dim).copy_(query.permute(2, 0, 1, 3))
-            torch.diagonal(block[:, :, 2, dim:], 0, 0, 2).copy_(sigma_used.view(steps_, rows).t())
             query_t = query.permute(2, 0, 1, 3)
             extra = None
             if grad_probs is not None:  # through the returned source weights
@@ -762,10 +780,11 @@ class HeadContextRecurrence(torch.autograd.Function):
             grad_query = grad_query.permute(1, 2, 0, 3)
             if weight is not None:
                 grad_u = grad * sigma_used.unsqueeze(-1)  # (T, B, H, d), 0 at step 0
-                # Σ_i gu_i c_{i-1}ᵀ per row (strided operands, no copies), then over sentences
-                grad_weight = torch.bmm(grad_u[1:].view(steps_ - 1, rows, dim).permute(1, 2, 0),
-                                        contexts[:-1].view(steps_ - 1, rows, dim).transpose(0, 1)
-                                        ).view(batch, heads, dim, dim).sum(0)
+                # Σ gu_i c_{i-1}ᵀ per head over all steps and sentences: (T, B, H, d) in memory
+                # is (H, T*B, d) with strides (d, E, 1), so one product reads both as they are
+                grad_weight = torch.bmm(
+                    grad_u[1:].permute(2, 0, 1, 3).reshape(heads, -1, dim).transpose(1, 2),
+                    contexts[:-1].permute(2, 0, 1, 3).reshape(heads, -1, dim))
                 grad_bias = grad_u.sum((0, 1)) if ctx.needs_input_grad[4] else None
             grad.addcmul_(sigma.unsqueeze(-1), grad, value=-1.0)  # now the gradient of c^0
         grad_z_b = grad_z.permute(1, 2, 0)
@@ -1093,7 +1112,11 @@ class RecurrentCrossAttention(nn.Module):
             key_weight, key_bias = self.extra_key.weight.to(q.dtype), self.extra_key.bias
             if key_bias is not None:  # [q̃ | q·b_k] = q [W_k | b_k] in one product
                 key_weight = torch.cat([key_weight, key_bias.to(q.dtype).unsqueeze(-1)], dim=2)
-            query = torch.matmul(q, key_weight).float()
+            # per head over all (step, sentence) rows: q (T, B, H, d) in memory is (H, T*B, d)
+            # with strides (d, E, 1), so the product reads it (and the weight) without copies
+            heads_first = q.permute(1, 2, 0, 3).reshape(heads, steps * batch, -1)
+            query = torch.bmm(heads_first, key_weight).view(
+                heads, steps, batch, -1).permute(2, 0, 1, 3).float()
             weight = bias = None
             if self.kv_variant == 3:
                 weight = self.extra_value.weight.float()
