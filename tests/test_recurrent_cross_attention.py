@@ -392,20 +392,21 @@ def test_training_kernels_pass_gradcheck(with_masks):
         lambda e, r: PrevContextRecurrence.apply(e, pad, r, source_masks, eager),
         (rand(steps, batch, heads, src_len), relation))
     values, query = rand(batch, heads, src_len, dim), rand(batch, heads, steps, dim)
-    key_bias = rand(batch, heads, steps)
+    key_weight, key_bias = rand(heads, dim, dim), rand(heads, dim)
     weight, bias = rand(heads, dim, dim), rand(heads, dim)
     energies = masked_energies()
     for need_weights in (False, True):
-        def head(e, v, q, kb, w, b):  # Eq. 7
-            return HeadContextRecurrence.apply(masking(e), v, torch.cat([q, kb.unsqueeze(-1)], -1),
-                                               w, b, masks, need_weights, eager)
+        def head(e, v, q, wk, kb, w, b):  # Eq. 7
+            return HeadContextRecurrence.apply(masking(e), v, q, wk, kb, w, b, masks,
+                                               need_weights, eager)
 
-        def head8(e, v, q):  # Eq. 8
-            return HeadContextRecurrence.apply(masking(e), v, q, None, None, masks, need_weights,
-                                               eager)
+        def head8(e, v, q, wk):  # Eq. 8, without a key bias
+            return HeadContextRecurrence.apply(masking(e), v, q, wk, None, None, None, masks,
+                                               need_weights, eager)
 
-        assert torch.autograd.gradcheck(head, (energies, values, query, key_bias, weight, bias))
-        assert torch.autograd.gradcheck(head8, (energies, values, query))
+        assert torch.autograd.gradcheck(
+            head, (energies, values, query, key_weight, key_bias, weight, bias))
+        assert torch.autograd.gradcheck(head8, (energies, values, query, key_weight))
         full_weight, full_bias = rand(2 * heads * dim, heads * dim), rand(2 * heads * dim)
         query_t = rand(steps, batch, heads, dim)
 
@@ -426,8 +427,8 @@ def test_training_kernels_pass_gradcheck(with_masks):
 # a target position cost prev-context 7, prev-weight 9, prev-accum-weight 11, coverage 7 and
 # expand-kv 31/31/37/30 kernels, and each doubling of the target length 11 for continuous.
 KERNELS_AT_12 = {"dot": 34, "prev-context": 98, "prev-weight": 92, "prev-accum-weight": 93,
-                 "coverage": 82, "expand-kv1": 136, "expand-kv2": 132, "expand-kv3": 105,
-                 "expand-kv4": 103, "continuous": 66}
+                 "coverage": 82, "expand-kv1": 136, "expand-kv2": 132, "expand-kv3": 101,
+                 "expand-kv4": 99, "continuous": 66}
 KERNELS_PER_STEP = {"dot": 0, "prev-context": 4, "prev-weight": 4, "prev-accum-weight": 4,
                     "coverage": 4, "expand-kv1": 7, "expand-kv2": 7, "expand-kv3": 4,
                     "expand-kv4": 4}

@@ -643,6 +643,13 @@ def _expand_kv_outputs(ctx, steps, saved, buffers, need_weights, sigma):
     return contexts, probs
 
 
+def _heads_first(x: Tensor) -> Tensor:
+    """(B, H, T, n) -> (H, T*B, n): a view where ``x`` is one of a (T, B, H, n) tensor (a
+    copy otherwise)."""
+    batch, heads, steps_, n = x.shape
+    return x.permute(1, 2, 0, 3).reshape(heads, steps_ * batch, n)
+
+
 def _block_sigma(block: Tensor, batch: int, heads: int, dim: int) -> Tensor:
     """The view (T, B, H) of σ'_i in the expand-kv 3/4 backward pass's block (T, B*H, 3, d + T):
     row 2, column d + i of step i."""
@@ -660,32 +667,46 @@ class HeadContextRecurrence(torch.autograd.Function):
     q_i·(W_k c_{i-1} + b_k) = q̃_i·c_{i-1} + q_i·b_k with q̃_i = W_kᵀ q_i, so one product of
     c_{i-1} with [W_vᵀ | q̃ᵀ] (per head, all steps' q̃) gives u_i and z_i = x_i - L_i.
 
-    ``masked`` energies (B, H, T, S) with pads masked, ``values`` (B, H, S, d), ``query`` q̃
-    (B, H, T, d), or [q̃ | q·b_k] (B, H, T, d + 1) with a key bias b_k, ``weight`` W_v (H, d, d) and ``bias``
-    b_v (H, d) of Eq. 7 (None, None: Eq. 8, u_i = c_{i-1}), ``masks`` scaled dropout masks
-    (T, B, H, S + 1) or None. Returns the contexts (T, B, H, d), and with ``need_weights`` the
-    source weights (B, H, T, S)."""
+    ``masked`` energies (B, H, T, S) with pads masked, ``values`` (B, H, S, d), ``query`` q
+    (B, H, T, d) (scaled; fastest as a view of a (T, B, H, d) tensor), ``key_weight`` W_k
+    (H, d, d) (row o, column i: x_i = Σ_o q_o (Σ_i W_k[o, i] c_i + b_k[o])) and ``key_bias``
+    b_k (H, d) or None, ``weight`` W_v (H, d, d) and ``bias`` b_v (H, d) of Eq. 7 (None, None:
+    Eq. 8, u_i = c_{i-1}), ``masks`` scaled dropout masks (T, B, H, S + 1) or None. Returns the
+    contexts (T, B, H, d), and with ``need_weights`` the source weights (B, H, T, S)."""
 
     @staticmethod
-    def forward(ctx, masked, values, query, weight, bias, masks, need_weights, steps):
+    def forward(ctx, masked, values, query, key_weight, key_bias, weight, bias, masks,
+                need_weights, steps):
         ctx.set_materialize_grads(False)
         source, lse, used, c0 = _plain_attention(masked, values, masks)
         batch, heads, steps_, dim = c0.shape
         rows = batch * heads
         width = dim + steps_
-        key_bias = query[..., dim] if query.size(-1) > dim else None
-        query = query[..., :dim]
         # the deviations D_i = c_i - c^0_i (0 at step 0), the backward pass's block (rows
-        # [q̃_i | .], [gc_i W | gc_i·y_j], [. | σ'_i]), the loop's rows before it and, with
-        # dropout, σ (T, B, H) in one buffer
-        deviation, scaled, block, out, sigma = _carve(
-            c0.new_zeros(steps_ * rows * (dim + 3 * width + (masks is not None) * (dim + 1))
+        # [q̃_i | q_i·b_k], [gc_i W | gc_i·y_j], [. | σ'_i]), the loop's rows before it, the
+        # backward pass's s_i c_{i-1} (0 at step 0) and, with dropout, σ (T, B, H) in one buffer
+        deviation, scaled, block, out, weighted, sigma = _carve(
+            c0.new_zeros(steps_ * rows * (2 * dim + 3 * width + (masks is not None) * (dim + 1))
                          + max(steps_ - 1, 0) * rows * width),
             (steps_, rows, 1, dim), (steps_ * (masks is not None), rows, 1, dim),
             (steps_, rows, 3, width), (rows, max(steps_ - 1, 0), width),
-            (steps_ * (masks is not None), batch, heads))
+            (steps_, batch, heads, dim), (steps_ * (masks is not None), batch, heads))
         if masks is None:  # σ'_i = σ_i: σ lives where the backward pass reads it (0 at step 0)
             sigma = _block_sigma(block, batch, heads, dim)
+        # q̃_i = W_kᵀ q_i (and q_i·b_k) per head over all (step, sentence) rows, written into row
+        # 0 of the block, where the backward pass reads them: (T, B*H, ...) is (H, T*B, ...)
+        queries = _heads_first(query)
+        tilde = block[:, :, 0, :dim].view(steps_, batch, heads, dim).permute(2, 0, 1, 3).view(
+            heads, steps_ * batch, dim)
+        column_bias = None  # q_i·b_k (B, H, T)
+        if steps_ > 1:
+            torch.bmm(queries, key_weight, out=tilde)
+            if key_bias is not None:
+                column = block[:, :, 0, dim].view(steps_, batch, heads)
+                torch.bmm(queries, key_bias.unsqueeze(-1),
+                          out=column.permute(2, 0, 1).view(heads, steps_ * batch, 1))
+                column_bias = column.permute(1, 2, 0)
+        query = block[:, :, 0, :dim].view(steps_, batch, heads, dim).permute(1, 2, 0, 3)  # q̃
         first = None
         if steps_ > 1:
             first = (torch.eye(dim, dtype=c0.dtype, device=c0.device) if weight is None
@@ -704,10 +725,11 @@ class HeadContextRecurrence(torch.autograd.Function):
             elif bias is not None:
                 torch.neg(bias.view(1, heads, 1, dim).expand(shape), out=given[..., :dim])
             logits = lse.unsqueeze(2).expand(batch, heads, steps_ - 1, steps_)  # L_j
-            if key_bias is None:
+            if column_bias is None:
                 given[..., dim:].copy_(logits)
             else:
-                torch.sub(logits, key_bias.unsqueeze(2).expand(logits.shape), out=given[..., dim:])
+                torch.sub(logits, column_bias.unsqueeze(2).expand(logits.shape),
+                          out=given[..., dim:])
             flat_c0 = c0.view(rows, steps_, dim)
             out.baddbmm_(flat_c0[:, :-1], matrix, beta=-1)  # (rows, T - 1, d + T)
             extra = negative_c0 = None
@@ -727,24 +749,24 @@ class HeadContextRecurrence(torch.autograd.Function):
         contexts = deviation.view(steps_, batch, heads, dim).add(c0.permute(2, 0, 1, 3))
         assert contexts.is_contiguous()
         ctx.first = first
-        ctx.has_key_bias = key_bias is not None
-        return _expand_kv_outputs(ctx, steps, (source, used, values, query, weight, masks, c0,
-                                               contexts), (sigma, block, deviation), need_weights,
-                                  sigma)
+        return _expand_kv_outputs(ctx, steps, (source, used, values, queries, key_weight,
+                                               key_bias, weight, masks, c0, contexts),
+                                  (sigma, block, deviation, weighted), need_weights, sigma)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_contexts, grad_probs=None):
-        source, used, values, query, weight, masks, c0, contexts = ctx.saved_tensors
-        sigma, block, deviation = ctx.buffers
+        (source, used, values, queries, key_weight, key_bias, weight, masks, c0,
+         contexts) = ctx.saved_tensors
+        sigma, block, deviation, weighted = ctx.buffers
         if grad_contexts is None:  # only the returned weights have a gradient
             grad_contexts = torch.zeros_like(contexts)
         batch, heads, steps_, dim = c0.shape
         rows = batch * heads
         grad = grad_contexts.clone(memory_format=torch.contiguous_format)  # (T, B, H, d)
-        grad_query = grad_weight = grad_bias = None
+        grad_query = grad_key_weight = grad_key_bias = grad_weight = grad_bias = None
         if steps_ == 1:
-            grad_z = query.new_zeros(steps_, batch, heads)
+            grad_z = c0.new_zeros(steps_, batch, heads)
         else:
             # y_i = σ_i (1 - σ_i) (m_i u_i - c^0_i) = (1 - σ_i) D_i: gc_i·y_i is the gradient of z_i
             deviation = deviation.view(steps_, batch, heads, dim)
@@ -756,8 +778,7 @@ class HeadContextRecurrence(torch.autograd.Function):
             sigma_used = _block_sigma(block, batch, heads, dim)  # σ' = σ (forward wrote it)
             if masks is not None:  # σ' = σ m
                 torch.mul(sigma, masks[..., -1], out=sigma_used)
-            block[:, :, 0, :dim].view(steps_, batch, heads, dim).copy_(query.permute(2, 0, 1, 3))
-            query_t = query.permute(2, 0, 1, 3)
+            query_t = block[:, :, 0, :dim].view(steps_, batch, heads, dim)  # q̃ (forward)
             extra = None
             if grad_probs is not None:  # through the returned source weights
                 extra = _sigma_gradient(grad_probs, source, sigma)
@@ -772,12 +793,19 @@ class HeadContextRecurrence(torch.autograd.Function):
                 steps_, batch, heads)
             if extra is not None:
                 grad_z = grad_z + extra
-            # [∂/∂q̃_i | ∂/∂(q_i·b_k)] = [∂z_i c_{i-1} | ∂z_i]
-            grad_query = query.new_zeros(steps_, batch, heads, dim + ctx.has_key_bias)
-            torch.mul(grad_z[1:].unsqueeze(-1), contexts[:-1], out=grad_query[1:, ..., :dim])
-            if ctx.has_key_bias:
-                grad_query[..., dim].copy_(grad_z)
-            grad_query = grad_query.permute(1, 2, 0, 3)
+            # ∂/∂q̃_i = s_i c_{i-1} (s_i = ∂z_i, 0 at step 0), ∂/∂(q_i·b_k) = s_i; through
+            # q̃ = q W_k: ∂q = ∂q̃ W_kᵀ + s b_k, ∂W_k = Σ qᵀ ∂q̃, ∂b_k = Σ s q
+            torch.mul(grad_z[1:].unsqueeze(-1), contexts[:-1], out=weighted[1:])
+            weighted_h = _heads_first(weighted.permute(1, 2, 0, 3))
+            grad_query = torch.bmm(weighted_h, key_weight.transpose(1, 2))  # (H, T*B, d)
+            grad_query = grad_query.view(heads, steps_, batch, dim).permute(2, 0, 1, 3)
+            grad_key_weight = torch.bmm(queries.transpose(1, 2), weighted_h)
+            if key_bias is not None:
+                grad_query.addcmul_(grad_z.permute(1, 2, 0).unsqueeze(-1),
+                                    key_bias.view(1, heads, 1, dim))
+                if ctx.needs_input_grad[4]:
+                    grad_key_bias = (grad_z.permute(2, 0, 1).unsqueeze(-1)
+                                     * queries.view(heads, steps_, batch, dim)).sum((1, 2))
             if weight is not None:
                 grad_u = grad * sigma_used.unsqueeze(-1)  # (T, B, H, d), 0 at step 0
                 # Σ gu_i c_{i-1}ᵀ per head over all steps and sentences: (T, B, H, d) in memory
@@ -790,7 +818,8 @@ class HeadContextRecurrence(torch.autograd.Function):
         grad_z_b = grad_z.permute(1, 2, 0)
         grad_masked, grad_values = _plain_attention_backward(
             grad, grad_z_b, source, used, values, masks, sigma, grad_probs)
-        return grad_masked, grad_values, grad_query, grad_weight, grad_bias, None, None, None
+        return (grad_masked, grad_values, grad_query, grad_key_weight, grad_key_bias, grad_weight,
+                grad_bias, None, None, None)
 
 
 class FullContextRecurrence(torch.autograd.Function):
@@ -1109,20 +1138,15 @@ class RecurrentCrossAttention(nn.Module):
                 masked, values, q.permute(2, 0, 1, 3).float(), weight.float(),
                 None if bias is None else bias.float(), masks, need_weights, self._steps())
         else:  # Eqs. 7, 8
-            key_weight, key_bias = self.extra_key.weight.to(q.dtype), self.extra_key.bias
-            if key_bias is not None:  # [q̃ | q·b_k] = q [W_k | b_k] in one product
-                key_weight = torch.cat([key_weight, key_bias.to(q.dtype).unsqueeze(-1)], dim=2)
-            # per head over all (step, sentence) rows: q (T, B, H, d) in memory is (H, T*B, d)
-            # with strides (d, E, 1), so the product reads it (and the weight) without copies
-            heads_first = q.permute(1, 2, 0, 3).reshape(heads, steps * batch, -1)
-            query = torch.bmm(heads_first, key_weight).view(
-                heads, steps, batch, -1).permute(2, 0, 1, 3).float()
+            key_bias = self.extra_key.bias
             weight = bias = None
             if self.kv_variant == 3:
                 weight = self.extra_value.weight.float()
                 bias = None if self.extra_value.bias is None else self.extra_value.bias.float()
-            out = HeadContextRecurrence.apply(masked, values, query, weight, bias, masks,
-                                              need_weights, self._steps())
+            out = HeadContextRecurrence.apply(
+                masked, values, q.float(), self.extra_key.weight.float(),
+                None if key_bias is None else key_bias.float(), weight, bias, masks,
+                need_weights, self._steps())
         contexts, probs = out if need_weights else (out, None)
         return probs, contexts.to(v.dtype).permute(1, 2, 0, 3)
 
