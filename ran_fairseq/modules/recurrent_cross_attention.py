@@ -667,17 +667,20 @@ class HeadContextRecurrence(torch.autograd.Function):
     q_i·(W_k c_{i-1} + b_k) = q̃_i·c_{i-1} + q_i·b_k with q̃_i = W_kᵀ q_i, so one product of
     c_{i-1} with [W_vᵀ | q̃ᵀ] (per head, all steps' q̃) gives u_i and z_i = x_i - L_i.
 
-    ``masked`` energies (B, H, T, S) with pads masked, ``values`` (B, H, S, d), ``query`` q
-    (B, H, T, d) (scaled; fastest as a view of a (T, B, H, d) tensor), ``key_weight`` W_k
+    ``energies`` α̂ (B, H, T, S) and ``padding`` (B, S) or None (the pads are masked here:
+    their weights are exactly 0, and so is their gradient, with no masking of it), ``values``
+    (B, H, S, d), ``query`` q (B, H, T, d) (scaled; fastest as a view of a (T, B, H, d) tensor), ``key_weight`` W_k
     (H, d, d) (row o, column i: x_i = Σ_o q_o (Σ_i W_k[o, i] c_i + b_k[o])) and ``key_bias``
     b_k (H, d) or None, ``weight`` W_v (H, d, d) and ``bias`` b_v (H, d) of Eq. 7 (None, None:
     Eq. 8, u_i = c_{i-1}), ``masks`` scaled dropout masks (T, B, H, S + 1) or None. Returns the
     contexts (T, B, H, d), and with ``need_weights`` the source weights (B, H, T, S)."""
 
     @staticmethod
-    def forward(ctx, masked, values, query, key_weight, key_bias, weight, bias, masks,
+    def forward(ctx, energies, padding, values, query, key_weight, key_bias, weight, bias, masks,
                 need_weights, steps):
         ctx.set_materialize_grads(False)
+        masked = (energies if padding is None
+                  else energies.masked_fill(padding[:, None, None, :], _MASKED))
         source, lse, used, c0 = _plain_attention(masked, values, masks)
         batch, heads, steps_, dim = c0.shape
         rows = batch * heads
@@ -818,8 +821,8 @@ class HeadContextRecurrence(torch.autograd.Function):
         grad_z_b = grad_z.permute(1, 2, 0)
         grad_masked, grad_values = _plain_attention_backward(
             grad, grad_z_b, source, used, values, masks, sigma, grad_probs)
-        return (grad_masked, grad_values, grad_query, grad_key_weight, grad_key_bias, grad_weight,
-                grad_bias, None, None, None)
+        return (grad_masked, None, grad_values, grad_query, grad_key_weight, grad_key_bias,
+                grad_weight, grad_bias, None, None, None)
 
 
 class FullContextRecurrence(torch.autograd.Function):
@@ -1033,7 +1036,7 @@ class RecurrentCrossAttention(nn.Module):
         else:
             if key is None or value is None:
                 raise ValueError("recurrent cross-attention needs the encoder output as key/value")
-            k, v = self._heads(self.k_proj(key)), self._heads(self.v_proj(value))
+            k, v = self._heads(self._keys(key, state is None)), self._heads(self.v_proj(value))
         q = self._heads(self.q_proj(query) * self.scaling)  # (B, H, T, d)
         padding = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
         energies = torch.matmul(q, k.transpose(2, 3)).float()  # α̂ (Eq. 1), (B, H, T, S)
@@ -1057,6 +1060,20 @@ class RecurrentCrossAttention(nn.Module):
         """(L, B, E) -> (B, H, L, d)."""
         length, batch, _ = x.shape
         return x.view(length, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+    def _keys(self, key: Tensor, full: bool) -> Tensor:
+        """The source keys k_j (S, B, E). For a full pass of Eqs. 7, 8 with a key bias b_k,
+        k_j - b_k instead: the energies become α̂_{i,j} - q_i·b_k, which leaves softmax(α̂_i)
+        as it is and makes their logsumexp L_i - q_i·b_k, the term z_i = q̃_i·c_{i-1} + q_i·b_k
+        - L_i needs beside q̃_i·c_{i-1} (so the recurrence takes no key bias). The bias is
+        folded into k_proj's (one (E,) subtraction)."""
+        bias = self.extra_key.bias if full and self.kv_variant in (3, 4) and \
+            self.variant == "expand-kv" else None
+        if bias is None:
+            return self.k_proj(key)
+        shift = bias.to(key.dtype).reshape(-1)
+        return F.linear(key, self.k_proj.weight,
+                        -shift if self.k_proj.bias is None else self.k_proj.bias - shift)
 
     @staticmethod
     def _masked(energies: Tensor, padding: Optional[Tensor]) -> Tensor:
@@ -1129,24 +1146,21 @@ class RecurrentCrossAttention(nn.Module):
         context. Returns the source weights (1 - σ_i) softmax(α̂_i) (None without
         ``need_weights``) and the contexts."""
         batch, heads, steps, src_len = energies.shape
-        masked = self._masked(energies, padding)
         masks = self._dropout_masks(steps, batch, src_len + 1, energies)
         values = v.float()
         if self._full_context:  # Eqs. 5, 6
             weight, bias = self._fused_full_context()
             out = FullContextRecurrence.apply(
-                masked, values, q.permute(2, 0, 1, 3).float(), weight.float(),
+                self._masked(energies, padding), values, q.permute(2, 0, 1, 3).float(), weight.float(),
                 None if bias is None else bias.float(), masks, need_weights, self._steps())
         else:  # Eqs. 7, 8
-            key_bias = self.extra_key.bias
             weight = bias = None
             if self.kv_variant == 3:
                 weight = self.extra_value.weight.float()
                 bias = None if self.extra_value.bias is None else self.extra_value.bias.float()
             out = HeadContextRecurrence.apply(
-                masked, values, q.float(), self.extra_key.weight.float(),
-                None if key_bias is None else key_bias.float(), weight, bias, masks,
-                need_weights, self._steps())
+                energies, padding, values, q.float(), self.extra_key.weight.float(), None,
+                weight, bias, masks, need_weights, self._steps())  # b_k: in the keys (_keys)
         contexts, probs = out if need_weights else (out, None)
         return probs, contexts.to(v.dtype).permute(1, 2, 0, 3)
 
