@@ -587,12 +587,13 @@ def _carve(buffer: Tensor, *shapes) -> Tuple[Tensor, ...]:
     return tuple(views)
 
 
-def _plain_attention(masked: Tensor, values: Tensor, masks: Optional[Tensor]):
+def _plain_attention(masked: Tensor, values: Tensor, masks: Optional[Tensor],
+                     with_lse: bool = True):
     """Eqs. 5-8 before the recurrence, for all steps at once: softmax(α̂_i) over the source,
-    L_i = logsumexp_j α̂_{i,j}, the weights the plain context uses (with the source part of the
-    dropout masks) and the plain contexts c^0_i (B, H, T, d)."""
+    L_i = logsumexp_j α̂_{i,j} (None unless ``with_lse``), the weights the plain context uses
+    (with the source part of the dropout masks) and the plain contexts c^0_i (B, H, T, d)."""
     source = torch.softmax(masked, dim=-1)
-    lse = torch.logsumexp(masked, dim=-1)
+    lse = torch.logsumexp(masked, dim=-1) if with_lse else None
     used = source
     if masks is not None:
         used = source * masks[..., :-1].permute(1, 2, 0, 3)
@@ -681,7 +682,7 @@ class HeadContextRecurrence(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         masked = (energies if padding is None
                   else energies.masked_fill(padding[:, None, None, :], _MASKED))
-        source, lse, used, c0 = _plain_attention(masked, values, masks)
+        source, _, used, c0 = _plain_attention(masked, values, masks, with_lse=False)
         batch, heads, steps_, dim = c0.shape
         rows = batch * heads
         width = dim + steps_
@@ -718,7 +719,8 @@ class HeadContextRecurrence(torch.autograd.Function):
                                dim=3).view(rows, dim, width)  # [W_vᵀ | q̃ᵀ of all steps]
             # [u_i - c^0_i | z_j] from c^0_{i-1} for all steps at once, beta = -1 on
             # [c^0_i - b_v | L_j - q_j·b_k] (with dropout, u_i: [-b_v | L_j - q_j·b_k])
-            # (each part written in place into ``out``, which is zero)
+            # (each part written in place into ``out``, which is zero; q_j·b_k only when the
+            # key bias is given here rather than folded into the keys)
             given = out.view(batch, heads, steps_ - 1, width)
             shape = (batch, heads, steps_ - 1, dim)
             if masks is None and bias is None:
@@ -727,12 +729,12 @@ class HeadContextRecurrence(torch.autograd.Function):
                 torch.sub(c0[:, :, 1:], bias.view(1, heads, 1, dim), out=given[..., :dim])
             elif bias is not None:
                 torch.neg(bias.view(1, heads, 1, dim).expand(shape), out=given[..., :dim])
-            logits = lse.unsqueeze(2).expand(batch, heads, steps_ - 1, steps_)  # L_j
-            if column_bias is None:
-                given[..., dim:].copy_(logits)
-            else:
-                torch.sub(logits, column_bias.unsqueeze(2).expand(logits.shape),
-                          out=given[..., dim:])
+            # of the z columns only z_i (row i, column d + i) is read: L_i goes there, straight
+            # from the logsumexp, the other columns stay 0
+            logits = torch.diagonal(given[..., dim + 1:], 0, 2, 3)  # (B, H, T - 1)
+            torch.logsumexp(masked[:, :, 1:], dim=-1, out=logits)
+            if column_bias is not None:
+                logits.sub_(column_bias[:, :, 1:])
             flat_c0 = c0.view(rows, steps_, dim)
             out.baddbmm_(flat_c0[:, :-1], matrix, beta=-1)  # (rows, T - 1, d + T)
             extra = negative_c0 = None
