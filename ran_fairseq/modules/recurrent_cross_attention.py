@@ -58,7 +58,9 @@ hand. A target position costs each layer:
   x_i = (W_kᵀ q_i)·c_{i-1} + q_i·b_k into one product with W_v per head and recur on the
   deviations D_i = c_i - c^0_i, the part of that product from c^0_{i-1} being formed for all steps
   before the loop: a step is the product with D_{i-1} and one kernel for σ_i (u_i - c^0_i)
-  (softplus's backward operator: softplus' = sigmoid), 2 kernels forward, 2 backward. Eqs. 5, 6 multiply the output projection and the extra key/value projections into
+  (softplus's backward operator: softplus' = sigmoid), 2 kernels forward, 2 backward. A full pass
+  folds b_k into the keys (k_j - b_k leaves softmax(α̂_i) as it is and makes the logsumexp
+  L_i - q_i·b_k). Eqs. 5, 6 multiply the output projection and the extra key/value projections into
   one (2E, E) matrix once per call, then a step is that product, the logits of all heads, a
   sigmoid and the update: 4 forward, 3 backward.
 - Eq. 9 is linear in the energies: with the windowed averaging written as a banded matrix M,
@@ -80,8 +82,8 @@ coverage                ×2.05 → ×1.62    ×2.44 → ×1.84    21 → 12
 continuous              ×1.35 → ×1.18    ×1.41 → ×1.21    33 → 15 per doubling
 expand-kv 1             ×5.71 → ×2.17    ×7.41 → ×2.55    93 → 21
 expand-kv 2             ×5.69 → ×2.15    ×7.39 → ×2.53    93 → 21
-expand-kv 3             ×6.54 → ×1.76    ×8.56 → ×1.98    111 → 12
-expand-kv 4             ×5.49 → ×1.74    ×7.13 → ×1.96    90 → 12
+expand-kv 3             ×6.54 → ×1.69    ×8.56 → ×1.91    111 → 12
+expand-kv 4             ×5.49 → ×1.68    ×7.13 → ×1.90    90 → 12
 ======================  ===============  ===============  ==========================
 
 ``recurrence="compile"`` (``--cross-attention-recurrence compile``) runs each loop body through
