@@ -15,6 +15,9 @@
 #   dynmem, pervasive   configs/bench/dynmem.json and configs/bench/pervasive.json
 #   recurrent-compiled  five recurrent systems with the recurrence compiled (--cross-attention-
 #                       recurrence compile, configs/bench/recurrent_cross-compiled.json)
+#   ran-base-100        only when named in ONLY: ran-base's decoding at 100 tokens alone, nine
+#                       passes over 500 sentences (the median reported), where three passes
+#                       overlap between the two systems
 # Every training benchmark first trains one untimed update on each timed batch (bench.py
 # --warm-shapes): GPU libraries plan and autotune once per new batch shape, which a long training
 # pays once and a 20-update timing would otherwise count.
@@ -23,7 +26,7 @@
 # Prefix with `scripts/offline-gpu.sh run DIR --` on a machine without a package index.
 set -u
 start=$(date +%s)
-[ $# -ge 2 ] && [ $# -le 3 ] || { sed -n '2,22p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
+[ $# -ge 2 ] && [ $# -le 3 ] || { sed -n '2,25p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
 deadline=$1 out=$2 only=${3:-}
 case $deadline in
     @*) deadline=${deadline#@} ;;
@@ -72,6 +75,11 @@ bench() {
 decode=(--beam 4 --decode-batch-size 100 --decode-sentences 500 --decode-repeats 3)
 bench ran-base 90 --systems configs/bench/ran-base.json --fp16 --train-updates 30 \
     --warmup-updates 5 --warm-shapes "${decode[@]}" --decode-length 30 --also-decode-lengths 100 --cuda-launches
+if [[ ",$only," == *",ran-base-100,"* ]]; then
+    bench ran-base-100 150 --systems configs/bench/ran-base.json --fp16 --train-updates 1 \
+        --warmup-updates 0 --beam 4 --decode-batch-size 100 --decode-sentences 500 \
+        --decode-repeats 9 --decode-length 100
+fi
 train_only=(--train-updates 20 --warmup-updates 5 --warm-shapes --beam 4 --decode-batch-size 100
             --decode-sentences 100 --decode-length 30)
 bench recurrent-cross 150 --systems configs/recurrent_cross/systems.json \

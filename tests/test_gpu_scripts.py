@@ -228,6 +228,14 @@ def test_speed_skips_what_cannot_finish_and_runs_only_what_is_asked(tmp_path):
                if "scripts/bench.py" in line]
     assert systems == ["configs/bench/ran-base.json", "configs/bench/dynmem.json"]
     assert "recurrent-cross skipped" in proc.stderr
+    # ran-base-100 runs only when named: decoding at 100 tokens, nine passes
+    calls.write_text("")
+    proc = subprocess.run(["bash", str(SPEED), "600", str(tmp_path / "o100"), "ran-base-100"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in calls.read_text().splitlines() if "scripts/bench.py" in line]
+    assert len(lines) == 1 and "--decode-length 100 " in lines[0] + " ", lines
+    assert "--decode-repeats 9" in lines[0] and "--also-decode-lengths" not in lines[0]
     for when in ("0", "ten", f"@{int(time.time()) - 5}"):
         proc = subprocess.run(["bash", str(SPEED), when, str(tmp_path / "o2")], env=env,
                               capture_output=True, text=True, timeout=30)

@@ -61,8 +61,13 @@ hand. A target position costs each layer:
   (softplus's backward operator: softplus' = sigmoid), 2 kernels forward, 2 backward. A full pass
   folds b_k into the keys (k_j - b_k leaves softmax(α̂_i) as it is and makes the logsumexp
   L_i - q_i·b_k). Eqs. 5, 6 multiply the output projection and the extra key/value projections into
-  one (2E, E) matrix once per call, then a step is that product, the logits of all heads, a
-  sigmoid and the update: 4 forward, 3 backward.
+  one (2E, E) matrix W_f once per call and recur on the deviations of all heads' contexts (B, E)
+  likewise: a step is the product with D_{i-1}, the logits of all heads (one batched product) and
+  σ_i (u_i - c^0_i) in one kernel, 3 forward; backward the logits' gradient s_i = gc_i·y_i, [s_i q_i
+  | σ_i gc_i] and the product through W_f, 3. (Two kernels forward would need W_f beside each
+  sentence's W_kᵀ q_i in one per-sentence matrix: a copy of W_f per sentence, or a product with
+  every other sentence's q̃, work and traffic per step that grow with B·E² or B²·E and cost more
+  on a GPU at base size than the launch they save.)
 - Eq. 9 is linear in the energies: with the windowed averaging written as a banded matrix M,
   α̊_i = (1-λ) M α̊_{i-1} + b_i, solved for all steps by a log-depth (Hillis-Steele) scan,
   :class:`ContinuousScan`: 5 kernels per doubling of the target length, none per step.
@@ -80,8 +85,8 @@ prev-weight             ×2.39 → ×1.67    ×2.89 → ×1.89    27 → 12
 prev-accum-weight       ×2.69 → ×1.67    ×3.29 → ×1.89    33 → 12
 coverage                ×2.05 → ×1.62    ×2.44 → ×1.84    21 → 12
 continuous              ×1.35 → ×1.18    ×1.41 → ×1.21    33 → 15 per doubling
-expand-kv 1             ×5.71 → ×2.17    ×7.41 → ×2.55    93 → 21
-expand-kv 2             ×5.69 → ×2.15    ×7.39 → ×2.53    93 → 21
+expand-kv 1             ×5.71 → ×2.03    ×7.41 → ×2.36    93 → 18
+expand-kv 2             ×5.69 → ×2.01    ×7.39 → ×2.34    93 → 18
 expand-kv 3             ×6.54 → ×1.69    ×8.56 → ×1.91    111 → 12
 expand-kv 4             ×5.49 → ×1.68    ×7.13 → ×1.90    90 → 12
 ======================  ===============  ===============  ==========================
@@ -386,23 +391,40 @@ def _head_backward_step(grad, matrix, out, coefficients, rows, previous):
     previous.baddbmm_(coefficients, rows)
 
 
-def _full_forward_step(bias, previous, weight_t, projected, lse, query, logits, sigma, current,
-                       mask):
-    """Eqs. 5, 6, step i: [k'_i; u_i] = W_f c_{i-1} + b_f (one product for all heads), the
-    extra logits q_i·k'_i - L_i (of every pair of heads, one batched product; the diagonal is
-    used), σ_i = sigmoid, c_i = c^0_i + σ_i (m_i u_i - c^0_i)."""
-    if bias is None:
-        torch.mm(previous, weight_t, out=projected)
-    else:
-        torch.addmm(bias, previous, weight_t, out=projected)
+def _full_forward_step(projected, previous, weight_t, lse, query, logits, mask, negative_c0,
+                       scaled, deviation, threshold: float):
+    """Eqs. 5, 6, step i, on the deviations D_i = c_i - c^0_i of all heads' contexts (B, E):
+    ``projected`` (B, 2E) holds, before the loop, [k'_i | u_i - c^0_i] computed from c^0_{i-1}
+    (Eqs. 5, 6 being linear in c_{i-1}); one product adds D_{i-1}'s part (W_f D_{i-1}), one
+    gives the extra logits z_i = q_i·k'_i - L_i (of every pair of heads; the diagonal is used)
+    and one D_i = σ_i (m_i u_i - c^0_i), σ_i = sigmoid(z_i). With a dropout mask m_i on the extra
+    pair ``projected`` holds u_i, and one more kernel forms m_i u_i - c^0_i."""
+    if previous is not None:
+        projected.addmm_(previous, weight_t)
     batch, heads, dim = query.shape
     keys = projected[:, :heads * dim].view(batch, heads, dim).transpose(1, 2)
     torch.baddbmm(lse, query, keys, beta=-1, out=logits)
-    torch.sigmoid(torch.diagonal(logits, 0, 1, 2), out=sigma)
     value = projected[:, heads * dim:].view(batch, heads, dim)
     if mask is not None:
-        value.mul_(mask.unsqueeze(-1))
-    current.lerp_(value, sigma.unsqueeze(-1))
+        value = torch.addcmul(negative_c0, mask.unsqueeze(-1), value, out=scaled)
+    _sigmoid_times(value, torch.diagonal(logits, 0, 1, 2).unsqueeze(-1), deviation, threshold)
+
+
+def _full_forward_step_for_compile(projected, previous, weight_t, lse, query, logits, mask,
+                                   negative_c0, scaled, deviation, threshold: float):
+    """:func:`_full_forward_step` in a form ``torch.compile`` lowers (out of place, then
+    copied)."""
+    if previous is not None:
+        projected.copy_(torch.addmm(projected, previous, weight_t))
+    batch, heads, dim = query.shape
+    keys = projected[:, :heads * dim].view(batch, heads, dim).transpose(1, 2)
+    fresh = torch.baddbmm(lse, query, keys, beta=-1)
+    logits.copy_(fresh)
+    value = projected[:, heads * dim:].view(batch, heads, dim)
+    if mask is not None:
+        value = torch.addcmul(negative_c0, mask.unsqueeze(-1), value)
+    deviation.copy_(torch.ops.aten.softplus_backward(
+        value, torch.diagonal(fresh, 0, 1, 2).unsqueeze(-1), 1.0, threshold))
 
 
 def _full_backward_step(stacked, y, coefficients, left, previous, weight, extra):
@@ -470,7 +492,8 @@ def step_functions(recurrence: str) -> Dict[str, object]:
                              "(PyTorch 2.0 or later); use --cross-attention-recurrence eager")
         compiled = dict(_STEP_FUNCTIONS, _full_backward_step=_full_backward_step_for_compile,
                         _context_backward_step=_context_backward_step_for_compile,
-                        _head_forward_step=_head_forward_step_for_compile)
+                        _head_forward_step=_head_forward_step_for_compile,
+                        _full_forward_step=_full_forward_step_for_compile)
         # a loop body is traced once per kind of call (the last step, a running sum of one more
         # step, the variant's gain...), more than the default limit when variants are mixed
         config = torch._dynamo.config
@@ -623,13 +646,6 @@ def _sigma_gradient(grad_probs, source, sigma):
     -Σ_j g_j softmax_j times σ (1 - σ), (T, B, H)."""
     slope = torch.addcmul(sigma, sigma, sigma, value=-1.0)
     return (grad_probs * source).sum(-1).permute(2, 0, 1).mul_(slope).neg_()
-
-
-def _z_slopes(contexts, c0, sigma):
-    """y_i = σ_i (1 - σ_i) (m_i u_i - c^0_i) = (1 - σ_i) (c_i - c^0_i), (T, B, H, d): gc_i·y_i
-    is the gradient of z_i = x_i - L_i through c_i (0 at step 0, where σ_0 = 0)."""
-    delta = contexts - c0.permute(2, 0, 1, 3)
-    return torch.addcmul(delta, delta, sigma.unsqueeze(-1), value=-1.0)
 
 
 def _expand_kv_outputs(ctx, steps, saved, buffers, need_weights, sigma):
@@ -832,12 +848,14 @@ class HeadContextRecurrence(torch.autograd.Function):
 class FullContextRecurrence(torch.autograd.Function):
     """Eqs. 5, 6 for all steps, as :class:`HeadContextRecurrence` but from the layer's full
     context: [k'_i; u_i] = W_f c_{i-1} + b_f with c_{i-1} all heads' contexts (B, E) and W_f the
-    extra key/value projections times the output projection (see ``_fused_full_context``), so a
-    step is one (B, E) x (E, 2E) product, the logits q_i·k'_i - L_i of every head (one batched
-    product), a sigmoid and the update of c_i. ``masked`` (B, H, T, S), ``values`` (B, H, S, d),
-    ``query`` q (T, B, H, d) (scaled), ``weight`` W_f (2E, E) (key rows, then value rows),
-    ``bias`` b_f (2E) or None, ``masks`` (T, B, H, S + 1) or None. Returns the contexts
-    (T, B, H, d), and with ``need_weights`` the source weights (B, H, T, S)."""
+    extra key/value projections times the output projection (see ``_fused_full_context``). The
+    recurrence runs on the deviations D_i = c_i - c^0_i: W_f c^0_{i-1} + b_f for all steps is
+    one product before the loop, and a step is the (B, E) x (E, 2E) product with D_{i-1}, the
+    logits q_i·k'_i - L_i of every head (one batched product) and σ_i (m_i u_i - c^0_i) in one
+    kernel. ``masked`` (B, H, T, S), ``values`` (B, H, S, d), ``query`` q (T, B, H, d)
+    (scaled), ``weight`` W_f (2E, E) (key rows, then value rows), ``bias`` b_f (2E) or None,
+    ``masks`` (T, B, H, S + 1) or None. Returns the contexts (T, B, H, d), and with
+    ``need_weights`` the source weights (B, H, T, S)."""
 
     @staticmethod
     def forward(ctx, masked, values, query, weight, bias, masks, need_weights, steps):
@@ -845,30 +863,50 @@ class FullContextRecurrence(torch.autograd.Function):
         source, lse, used, c0 = _plain_attention(masked, values, masks)
         batch, heads, steps_, dim = c0.shape
         embed = heads * dim
-        contexts = c0.permute(2, 0, 1, 3).clone(memory_format=torch.contiguous_format)
-        # σ in row 1 of (T, 2, B, H); row 0 takes s_i = gc_i·y_i in the backward pass
-        coefficients, projected, logits, left = _carve(
-            c0.new_zeros(steps_ * batch * (2 * heads + 2 * embed + heads * heads + 2 * embed)),
+        # σ in row 1 of (T, 2, B, H) (row 0 takes s_i = gc_i·y_i in the backward pass), the
+        # rows [k'_i | u_i (- c^0_i)], the logits, the backward pass's [s_i q_i | σ'_i gc_i], the
+        # deviations D_i (0 at step 0) and, with dropout, m_i u_i - c^0_i, in one buffer
+        coefficients, projected, logits, left, deviation, scaled = _carve(
+            c0.new_zeros(steps_ * batch * (2 * heads + 5 * embed + heads * heads
+                                           + (masks is not None) * embed)),
             (steps_, 2, batch, heads), (steps_, batch, 2 * embed),
-            (steps_, batch, heads, heads), (steps_, batch, 2, heads, dim))
+            (steps_, batch, heads, heads), (steps_, batch, 2, heads, dim),
+            (steps_, batch, heads, dim), (steps_ * (masks is not None), batch, heads, dim))
         sigma = coefficients[:, 1]
+        plain = c0.permute(2, 0, 1, 3).contiguous()  # c^0 (T, B, H, d)
         if steps_ > 1:
-            flat = contexts.view(steps_, batch, embed)
+            flat = plain.view(steps_, batch, embed)
             weight_t = weight.t()
+            # [k'_i | u_i] from c^0_{i-1} for all steps at once, less c^0_i without dropout
+            rows = projected[1:].view(-1, 2 * embed)
+            if bias is None:
+                torch.mm(flat[:-1].reshape(-1, embed), weight_t, out=rows)
+            else:
+                torch.addmm(bias, flat[:-1].reshape(-1, embed), weight_t, out=rows)
+            negative_c0 = None
+            if masks is None:
+                projected[1:, :, embed:].sub_(flat[1:])
+            else:
+                negative_c0 = plain.neg()
+            threshold = _sigmoid_threshold(c0.dtype)
             forward_step = steps["_full_forward_step"]
             for i in range(1, steps_):
-                forward_step(bias, flat[i - 1], weight_t, projected[i],
-                             lse[:, :, i].unsqueeze(-1), query[i], logits[i], sigma[i],
-                             contexts[i], None if masks is None else masks[i, :, :, -1])
+                forward_step(projected[i], deviation[i - 1].view(batch, embed) if i > 1 else None,
+                             weight_t, lse[:, :, i].unsqueeze(-1), query[i], logits[i],
+                             None if masks is None else masks[i, :, :, -1],
+                             None if masks is None else negative_c0[i],
+                             None if masks is None else scaled[i], deviation[i], threshold)
+            torch.sigmoid(torch.diagonal(logits[1:], 0, 2, 3), out=sigma[1:])
+        contexts = deviation.add(plain)
         return _expand_kv_outputs(ctx, steps, (source, used, values, query, weight, masks, c0,
-                                               contexts), (coefficients, projected, left),
-                                  need_weights, sigma)
+                                               contexts),
+                                  (coefficients, projected, left, deviation), need_weights, sigma)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_contexts, grad_probs=None):
         source, used, values, query, weight, masks, c0, contexts = ctx.saved_tensors
-        coefficients, projected, left = ctx.buffers
+        coefficients, projected, left, deviation = ctx.buffers
         if grad_contexts is None:  # only the returned weights have a gradient
             grad_contexts = torch.zeros_like(contexts)
         batch, heads, steps_, dim = c0.shape
@@ -881,7 +919,8 @@ class FullContextRecurrence(torch.autograd.Function):
         grad = stacked[:, 1]  # (T, B, E)
         grad_query = grad_weight = grad_bias = None
         if steps_ > 1:
-            y = _z_slopes(contexts, c0, sigma)
+            # y_i = (1 - σ_i) D_i: gc_i·y_i is the gradient of z_i through c_i
+            y = torch.addcmul(deviation, deviation, sigma.unsqueeze(-1), value=-1.0)
             if masks is not None:  # [s_i | σ'_i = σ_i m_i]
                 coefficients = torch.stack([sigma, sigma * masks[..., -1]], dim=1)
             keys = projected[:, :, :embed].view(steps_, batch, heads, dim)
