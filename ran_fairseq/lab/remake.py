@@ -182,7 +182,7 @@ def describe(outcome: Outcome) -> str:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="remake-tables",
+        prog="ran-remake",
         description="Remake every results table listed in results/REMAKE.json from its stored "
                     "runs (nothing is trained) and check that its files tracked by git are "
                     "byte-for-byte unchanged; exit 1 naming the folders that differ.")
