@@ -127,3 +127,20 @@ def test_ran_decodes_with_fewer_kernels_than_the_transformer(decode_counts):
     # everything but the self-attention costs what it costs in the transformer, or less
     for part in ("encoder_attn", "ffn", "rest"):
         assert ran["components"][part] <= transformer["components"][part]
+
+
+def test_python_calls_count_the_host_work_and_repeat_exactly():
+    def work(n):
+        return [abs(i) for i in range(n)]  # one call of abs per element, and the list's own
+
+    first, second = kernels.python_calls(lambda: work(50)), kernels.python_calls(lambda: work(50))
+    assert first == second
+    assert kernels.python_calls(lambda: work(150)) - first == 100
+
+
+def test_ran_decodes_with_fewer_python_calls_than_the_transformer(decode_counts):
+    """The host's share of a step: RAN's step must not trade the kernels it saves for
+    interpreter work (on a GPU bound by the host both cost time)."""
+    ran, transformer = decode_counts["RAN-ALL"], decode_counts["transformer"]
+    assert ran["python_calls"] is not None and transformer["python_calls"] is not None
+    assert ran["python_calls"] <= 0.96 * transformer["python_calls"]

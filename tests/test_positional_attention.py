@@ -725,6 +725,43 @@ def test_a_forward_scope_checks_the_parameters_once():
         assert not torch.allclose(old, new)  # the change was seen
         torch.testing.assert_close(new, reference)
 
+def test_a_decoded_sequence_checks_the_parameters_once():
+    """With the decoder's incremental state, the key is checked at a sequence's first step only;
+    a new sequence checks again and sees a change made since (tests/test_kernels.py guards the
+    Python calls this saves per step)."""
+    matrices = sources(causal=True)["ran"].eval()
+    modules = [attention(matrices, layer) for layer in range(LAYERS)]
+    checks = []
+    version_key = matrices._version_key
+    matrices._version_key = lambda: checks.append(1) or version_key()
+    xs = torch.randn(4, 2, DIM)
+
+    def decode():
+        state = {}
+        for t in range(len(xs)):
+            with matrices.forward_scope(state):
+                outs = [module(xs[t:t + 1], incremental_state=state)[0] for module in modules]
+        return outs
+
+    with torch.no_grad():
+        before = decode()
+        assert len(checks) == 1  # the first step of the sequence, not each of its 4 steps
+        matrices.initial.add_(torch.randn_like(matrices.initial))  # between two sequences
+        after = decode()
+        assert len(checks) == 2
+        full = [module(xs)[0][-1:] for module in modules]
+    for old, new, reference in zip(before, after, full):
+        assert not torch.allclose(old, new)  # the change was seen
+        torch.testing.assert_close(new, reference)
+
+    # a recording pass checks nothing and leaves no key in the state
+    train_state = {}
+    matrices.train()
+    with matrices.forward_scope(train_state):
+        modules[0](xs[:1], incremental_state=train_state)
+    assert not any(k.endswith("cache_key") for k in train_state)
+
+
 # ---- half precision ----------------------------------------------------------------------------
 
 

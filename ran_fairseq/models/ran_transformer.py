@@ -156,8 +156,10 @@ def _attention_limit(limit, matrices):
     return PositionLimit(matrices.max_positions, MAX_POSITIONS_FLAG)
 
 
-def _scope(matrices):
-    return matrices.forward_scope() if matrices is not None else contextlib.nullcontext()
+def _scope(matrices, incremental_state=None):
+    if matrices is None:
+        return contextlib.nullcontext()
+    return matrices.forward_scope(incremental_state)
 
 
 class RanTransformerEncoder(TransformerEncoderBase):
@@ -207,7 +209,7 @@ class RanTransformerDecoder(TransformerDecoderBase):
         if full_context_alignment and self.self_attn_matrices is not None:
             raise ValueError("full-context alignment needs a non-causal decoder self-attention; "
                              "use --decoder-self-attention dot")
-        with _scope(self.self_attn_matrices):
+        with _scope(self.self_attn_matrices, incremental_state):
             return super().extract_features(prev_output_tokens, encoder_out, incremental_state,
                                             full_context_alignment, alignment_layer,
                                             alignment_heads)

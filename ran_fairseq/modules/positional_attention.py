@@ -31,7 +31,7 @@ The matrices depend on parameters only, so a source computes them once and serve
 every sentence and every decoding step from a cache keyed on its parameters' version counters,
 storage, dtype and device, and cleared by ``train()``/``eval()``. A forward pass wrapped in
 :meth:`PositionalAttentionMatrices.forward_scope` checks that key once for all its layers (once per
-decoding step). While autograd records, nothing is cached across calls; such a scoped pass computes
+decoded sequence). While autograd records, nothing is cached across calls; such a scoped pass computes
 all L matrices once and shares them between its layers.
 
 A full-sequence pass over a padded batch, or a training pass with attention dropout, is also
@@ -85,6 +85,16 @@ def _too_long(length: int, max_positions: int, what: str) -> ValueError:
     )
 
 
+class _PassState:
+    """The forward_scope under way: ``scope``, what its layers share (None outside one), and
+    ``checked``, whether the persistent cache's key was checked in it."""
+    __slots__ = ("scope", "checked")
+
+    def __init__(self):
+        self.scope: Optional[Dict] = None
+        self.checked = False
+
+
 class PositionalAttentionMatrices(nn.Module):
     """The attention logits of one side's L layers: tensors of shape (h, n, n) that depend on
     parameters only. Subclasses implement :meth:`_compute_logits`; layers read the results through
@@ -101,8 +111,10 @@ class PositionalAttentionMatrices(nn.Module):
         self.causal = causal
         self._cache: Dict = {}
         self._cache_key: Optional[Tuple] = None
-        self._scope: Optional[Dict] = None
-        self._scope_checked = False  # the cache key was checked in the current forward_scope
+        # the current forward_scope, in a plain object: an attribute set on an nn.Module goes
+        # through Module.__setattr__'s type checks, which every decoding step would pay
+        self._pass = _PassState()
+        self._state_key = f"positional_attention_matrices.{id(self)}.cache_key"
         self._constants: Dict = {}  # parameter-independent tensors per device, kept across modes
 
     def _compute_logits(self, rows: int) -> Tensor:
@@ -118,25 +130,36 @@ class PositionalAttentionMatrices(nn.Module):
     def train(self, mode: bool = True):
         # fairseq's optimizers update parameters through ``.data``, which leaves ``_version`` alone;
         # the trainer switches modes around every update and validation, which drops stale entries.
-        self._cache, self._cache_key, self._scope_checked = {}, None, False
+        self._cache, self._cache_key, self._pass.checked = {}, None, False
         return super().train(mode)
 
     @contextlib.contextmanager
-    def forward_scope(self):
+    def forward_scope(self, incremental_state: Optional[Dict] = None):
         """One forward pass: while autograd records, its layers share one computation of the
         matrices; otherwise the persistent cache's key is checked once, not once per layer (the
-        parameters cannot change within a pass)."""
-        outer = self._scope, self._scope_checked
-        if self._scope is None:
-            self._scope, self._scope_checked = {}, False
+        parameters cannot change within a pass). With a decoder's ``incremental_state``, once per
+        decoded sequence: the state remembers the key its first step checked, and a later step
+        whose cache still has that key skips the check (a sequence's parameters cannot change
+        between its steps either: its cached values would be stale). The check walks every
+        parameter and buffer, about a hundred Python calls, which a GPU bound by the host pays
+        beside the step's launches."""
+        outer = self._pass.scope, self._pass.checked
+        if self._pass.scope is None:
+            self._pass.scope, self._pass.checked = {}, False
+            if (incremental_state is not None and self._cache_key is not None
+                    and incremental_state.get(self._state_key) is self._cache_key):
+                self._pass.checked = True
         try:
             yield
         finally:
-            self._scope, self._scope_checked = outer
+            if incremental_state is not None and self._pass.checked:
+                incremental_state[self._state_key] = self._cache_key
+            self._pass.scope, self._pass.checked = outer
+
 
     def step_scope(self) -> Optional[Dict]:
         """The current forward_scope's dict (None outside one): what layers of one pass share."""
-        return self._scope
+        return self._pass.scope
 
     def _version_key(self) -> Tuple:
         return tuple((t._version, t.data_ptr(), t.dtype, t.device)
@@ -145,12 +168,12 @@ class PositionalAttentionMatrices(nn.Module):
     def _store(self) -> Tuple[Dict, bool]:
         """The dict for this call's matrices and whether it is the persistent cache."""
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
-            return (self._scope if self._scope is not None else {}), False
-        if not self._scope_checked:
+            return (self._pass.scope if self._pass.scope is not None else {}), False
+        if not self._pass.checked:
             key = self._version_key()
             if key != self._cache_key:
                 self._cache, self._cache_key = {}, key
-            self._scope_checked = self._scope is not None
+            self._pass.checked = self._pass.scope is not None
         return self._cache, True
 
     def _get(self, name, rows: int, build):
@@ -237,7 +260,7 @@ class PositionalAttentionMatrices(nn.Module):
         computed at once, for the first layer that asks, and shared: one gather, one softmax, one
         dropout draw and no position bookkeeping per layer."""
         self.check_length(length)
-        scope = self._scope
+        scope = self._pass.scope
         key = ("batch probs", dtype, dropout)
         entry = scope.get(key) if scope is not None else None
         if entry is None or entry[0] is not padding or entry[1] != (batch, length):
@@ -712,9 +735,10 @@ class PositionalSelfAttention(nn.Module):
         batch, heads, head_dim = x.size(1), self.num_heads, self.head_dim
         buffer = self._get_input_buffer(incremental_state)
         length = buffer.get("length", 0) + 1
-        self.matrices.check_length(length, "the decoded prefix")
+        matrices = self.matrices
+        matrices.check_length(length, "the decoded prefix")
         values = self._store_value(buffer, x[0], length)  # (B, h, C, d)
-        table = self.matrices.step_table(self.layer, x.dtype)  # (h, n + 1, n + 2)
+        table = matrices.step_table(self.layer, x.dtype)  # (h, n + 1, n + 2)
         if padding is None and buffer.get("key_columns") is None:
             # Every hypothesis reads row t - 1 (Eq. 2 for the newest token): (B, h, t + 1), a view
             # of a block of STEP_BLOCK rows copied out for all hypotheses once per block.

@@ -137,21 +137,44 @@ def decoding_generator(task, model, beam: int, length: int):
         [model], GenerationConfig(beam=beam, min_len=length, max_len_a=0, max_len_b=length))
 
 
+def python_calls(run) -> Optional[int]:
+    """The Python function calls (and the built-in calls Python makes) while ``run()`` runs, as
+    cProfile counts them: the host's share of a step beside its kernel launches, deterministic
+    for a given code path. None where another profiler is active (it cannot be replaced)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    try:
+        profile.enable()
+    except ValueError:
+        return None
+    try:
+        run()
+    finally:
+        profile.disable()
+    return pstats.Stats(profile).total_calls
+
+
 def count_decoding(task, model, sample, beam: int, length: int,
                    components=DEFAULT_COMPONENTS) -> dict:
     """Kernels per decoding step of beam search over ``sample`` with every hypothesis forced to
-    ``length`` tokens plus EOS (a generate call divided by ``length``), in eval mode."""
+    ``length`` tokens plus EOS (a generate call divided by ``length``), in eval mode; beside them
+    the Python calls per step (:func:`python_calls`): on a GPU whose step is bound by the host,
+    the interpreter's work adds to the launches."""
     generator = decoding_generator(task, model, beam, length)
     model.eval()
     with torch.no_grad():
         task.inference_step(generator, [model], sample)  # lazy caches are built outside the count
         with KernelCounter(model, components) as counter:
             task.inference_step(generator, [model], sample)
+        calls = python_calls(lambda: task.inference_step(generator, [model], sample))
     return {"unit": "per decoding step", "beam": beam, "length": length,
             "sentences": int(sample["nsentences"]),
             "total": round(counter.total / length, 2),
             "components": _round(counter.counts, length),
-            "per_module": _round(counter.per_module, length)}
+            "per_module": _round(counter.per_module, length),
+            "python_calls": None if calls is None else round(calls / length, 2)}
 
 
 def count_training(model, criterion, sample, components=DEFAULT_COMPONENTS) -> dict:

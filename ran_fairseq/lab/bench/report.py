@@ -116,15 +116,18 @@ def kernels_markdown(systems, base, s):
     """--count-kernels: aten kernels per decoding step by component, and per training step."""
     parts = ["encoder", "self_attn", "encoder_attn", "ffn", "rest"]
     lines = ["", "| system | decoding kernels per step | " + " | ".join(parts)
-             + " | training kernels per step | forward | backward |",
-             "|---|" + "---:|" * (len(parts) + 4)]
+             + " | training kernels per step | forward | backward | decoding Python calls per step |",
+             "|---|" + "---:|" * (len(parts) + 5)]
     bd, bt = base["kernels"]["decoding"], base["kernels"]["training"]
     for r in systems:
         d, t = r["kernels"]["decoding"], r["kernels"]["training"]
+        calls = d.get("python_calls")  # absent from counts made before it was added
         lines.append("| " + " | ".join(
             [r["name"], _ratio(d["total"], bd["total"])]
             + [f"{d['components'].get(p, 0):,.2f}" for p in parts]
-            + [_ratio(t["total"], bt["total"]), str(t["forward"]), str(t["backward"])])
+            + [_ratio(t["total"], bt["total"]), str(t["forward"]), str(t["backward"]),
+               "" if calls is None or bd.get("python_calls") is None
+               else _ratio(calls, bd["python_calls"])])
             + " |")
     return lines + ["", f"Kernels (ran_fairseq/lab/bench/kernels.py): aten operators dispatched "
                         f"on the CPU in float32, views and aliases excluded. Decoding: the first "
@@ -133,7 +136,9 @@ def kernels_markdown(systems, base, s):
                         f"{bd['length']}), by module; training: one forward and backward over the "
                         f"first {bt['sentences']} sentences of `{s['count_subset']}` (target "
                         f"length {bt['target_length']}), no optimizer step. On a GPU a small "
-                        f"model's step costs about one launch per kernel."]
+                        f"model's step costs about one launch per kernel. Python calls: the "
+                        f"function calls cProfile counts in one such decoding call, per step "
+                        f"(the host's work beside the launches)."]
 
 
 def breakdown_markdown(report):
