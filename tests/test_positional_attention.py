@@ -696,7 +696,11 @@ def test_recording_passes_share_one_computation_per_forward_scope():
     assert calls == [5, 5]  # nothing kept from the previous pass
 
 
-def test_a_forward_scope_checks_the_parameters_once():
+@pytest.mark.parametrize("per_sequence", [False, True], ids=["scope", "incremental-state"])
+def test_a_forward_scope_checks_the_parameters_once(per_sequence):
+    """A forward_scope checks the cache key once for all its layers; given the decoder's
+    incremental state, once per decoded sequence (its first step), and a new sequence checks again
+    and sees a change made since (tests/test_kernels.py guards the Python calls this saves)."""
     matrices = sources(causal=True)["ran"].eval()
     modules = [attention(matrices, layer) for layer in range(LAYERS)]
     checks = []
@@ -709,46 +713,19 @@ def test_a_forward_scope_checks_the_parameters_once():
         forward_scope; returns the last step's outputs."""
         state = {}
         for t in range(len(xs)):
-            with matrices.forward_scope():
+            with matrices.forward_scope(state if per_sequence else None):
                 outs = [module(xs[t:t + 1], incremental_state=state)[0] for module in modules]
         return outs
 
+    per_decode = 1 if per_sequence else len(xs)  # not once per layer
     with torch.no_grad():
         before = decode()
-        assert len(checks) == 3  # once per step, not once per layer
+        assert len(checks) == per_decode
         modules[0](xs)
-        assert len(checks) == 4  # outside a scope, every call checks
-        matrices.initial.add_(torch.randn_like(matrices.initial))  # between two steps
-        after = decode()
-        full = [module(xs)[0][-1:] for module in modules]
-    for old, new, reference in zip(before, after, full):
-        assert not torch.allclose(old, new)  # the change was seen
-        torch.testing.assert_close(new, reference)
-
-def test_a_decoded_sequence_checks_the_parameters_once():
-    """With the decoder's incremental state, the key is checked at a sequence's first step only;
-    a new sequence checks again and sees a change made since (tests/test_kernels.py guards the
-    Python calls this saves per step)."""
-    matrices = sources(causal=True)["ran"].eval()
-    modules = [attention(matrices, layer) for layer in range(LAYERS)]
-    checks = []
-    version_key = matrices._version_key
-    matrices._version_key = lambda: checks.append(1) or version_key()
-    xs = torch.randn(4, 2, DIM)
-
-    def decode():
-        state = {}
-        for t in range(len(xs)):
-            with matrices.forward_scope(state):
-                outs = [module(xs[t:t + 1], incremental_state=state)[0] for module in modules]
-        return outs
-
-    with torch.no_grad():
-        before = decode()
-        assert len(checks) == 1  # the first step of the sequence, not each of its 4 steps
+        assert len(checks) == per_decode + 1  # outside a scope, every call checks
         matrices.initial.add_(torch.randn_like(matrices.initial))  # between two sequences
         after = decode()
-        assert len(checks) == 2
+        assert len(checks) == 2 * per_decode + 1
         full = [module(xs)[0][-1:] for module in modules]
     for old, new, reference in zip(before, after, full):
         assert not torch.allclose(old, new)  # the change was seen
