@@ -73,7 +73,8 @@ def add_measure_options(p):
                         "operators dispatched on the CPU in float32, views excluded) per "
                         "decoding step of the first decoding batch at --decode-length, and per "
                         "training step (forward and backward) over the first --count-sentences "
-                        "sentences of --count-subset, by component")
+                        "sentences of --count-subset, by component; beside the decoding "
+                        "count, the Python calls per step (cProfile)")
     p.add_argument("--count-sentences", type=int, default=64,
                    help="sentences of the training step --count-kernels counts")
     p.add_argument("--count-subset", default="valid",
