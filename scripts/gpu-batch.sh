@@ -8,14 +8,15 @@
 # prepared (BPE and word level, both directions: concurrent engines must not prepare one data-bin at
 # the same time). Each command is stopped when SECONDS (counted from this script's start) are up;
 # give the engines --stop-after so that they start no run that cannot finish by then. OUT receives
-# results.tgz (results/*/gpu* without the generate dumps) and logs.tgz (each command's output).
+# results.tgz (every file under results/ that the commands wrote, without the generate dumps, so
+# that runs added to a CPU table come back too) and logs.tgz (each command's output).
 # NVIDIA's MPS daemon is started when there is none, so that the processes' kernels share the GPU
 # rather than take turns (measured: 13 small trainings at once finished in 2.1-4.2 minutes under
 # MPS; 19 without it had not finished in 8). PREPARE=0: the data-bins are there already. Prefix
 # with `scripts/offline-gpu.sh run DIR --` on a machine without a package index.
 set -u
 start=$(date +%s)
-[ $# -eq 3 ] || { sed -n '2,17p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | cut -c3- >&2; exit 2; }
 hard=$1 plan=$2 out=$3
 case $hard in
     @*) hard=$(( ${hard#@} - start )) ;;  # a deadline given as a time
@@ -27,6 +28,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 mkdir -p "$out"
 logs=$(mktemp -d)
+touch "$logs/started"  # what the commands write under results/ is newer than this
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$logs/gpu.txt" 2>&1
 if command -v nvidia-cuda-mps-control >/dev/null; then
     # by its command line: the daemon's name is longer than the 15 characters `pgrep -x` compares,
@@ -42,7 +44,8 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
     fi
 fi
 pack() {
-    tar czf "$out/results.tgz" --exclude='generate*.txt' results/*/gpu* 2>/dev/null
+    find results -type f -newer "$logs/started" ! -name 'generate*.txt' -print0 2>/dev/null \
+        | tar czf "$out/results.tgz" --null -T -
     tar czf "$out/logs.tgz" -C "$logs" .
     ls -l "$out"
 }

@@ -96,6 +96,28 @@ def test_batch_starts_no_command_when_a_data_bin_cannot_be_made(tmp_path):
     assert proc.returncode == 0 and (tmp_path / "started").exists(), proc.stderr
 
 
+def test_batch_packs_what_its_commands_wrote_under_results_and_nothing_older(tmp_path):
+    # runs added to a CPU table (results/ran/long) come back as well as results/*/gpu* folders;
+    # the table's older runs and the generate dumps stay behind
+    root = _fake_root(tmp_path, "exit 0\n")
+    old = root / "results" / "ran" / "long" / "de-en" / "TransF" / "seed1" / "result.json"
+    old.parent.mkdir(parents=True)
+    old.write_text("{}")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    new = "results/ran/long/de-en/HC-SA/seed2"
+    plan = tmp_path / "plan"
+    plan.write_text(f"cd {root} && mkdir -p {new} results/pervasive/gpu-long && "
+                    f"echo 1 > {new}/result.json && echo 2 > {new}/generate.txt && "
+                    f"echo 3 > results/pervasive/gpu-long/TABLE.md\n")
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu-batch.sh"), "30", str(plan), str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(out / "results.tgz") as tar:
+        names = set(tar.getnames())
+    assert names == {f"{new}/result.json", "results/pervasive/gpu-long/TABLE.md"}, names
+
+
 def test_batch_uses_an_mps_daemon_already_running_and_starts_one_otherwise(tmp_path):
     # a second batch on a machine still held found the first's daemon: `pgrep -x` cannot see it
     # (its name is over 15 characters), `-d` then failed and the batch stopped the daemon
