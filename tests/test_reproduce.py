@@ -508,7 +508,7 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     # a system run with seed 3 only, tabulated with both seeds: its row says so, and its speed
     # ratios are against TransF's seed 3, not the mean over TransF's two seeds
     proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems", "RAN-ALL",
-                     "--seeds", "3", "--max-update", "2", "--out", out, "--threads", "2")
+                     "--seeds", "3", "--max-update", "2", "--out", out)
     assert proc.returncode == 0, proc.stderr[-5000:]
     proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems",
                      "TransF,RAN-ALL", "--seeds", "3,4", "--max-update", "2", "--out", out,
@@ -526,7 +526,24 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
     def speed(r):
         return r["subsets"]["test"]["decode"]["sentences_per_s"]
-    assert rows["RAN-ALL"]["sent/s ×TransF"] == f"{speed(runs['RAN-ALL', 3]) / speed(runs['TransF', 3]):.2f}"
+    speed_ratio = f"{speed(runs['RAN-ALL', 3]) / speed(runs['TransF', 3]):.2f}"
+    assert rows["RAN-ALL"]["sent/s ×TransF"] == speed_ratio
+
+    # its seed 4 on two threads, where TransF's ran on one: tabulated, but left out of the
+    # ratios (no TransF run under its conditions), which stay seed 3's
+    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems", "RAN-ALL",
+                     "--seeds", "4", "--max-update", "2", "--out", out, "--threads", "2",
+                     "--resume")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems",
+                     "TransF,RAN-ALL", "--seeds", "3,4", "--max-update", "2", "--out", out,
+                     "--resume", "--stop-after", "0")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    table = (out / "TABLE.md").read_text()
+    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
+    assert rows["RAN-ALL"]["seeds"] == "3, 4"
+    assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
+    assert rows["RAN-ALL"]["sent/s ×TransF"] == speed_ratio
     assert "1/2 (each run's in results.json) thread(s)" in table
 
 
@@ -994,12 +1011,39 @@ def test_runs_made_on_two_devices_tabulate_together(first_run, corpus, config, t
     assert dry[0].replace(" --cpu", "") == dry[1]
 
 
+def test_speed_ratios_compare_runs_made_under_the_same_conditions():
+    """A speed ratio divides by baseline runs made under the row's conditions (device, threads,
+    runs side by side), by seed where it can: a run alone on two threads against one of two
+    side by side on one thread each is no comparison, even on the same CPU."""
+    from ran_fairseq.lab.reproduce.markdown import speed_baseline
+
+    def run(seed, name="AMD", threads=1, jobs=2):
+        return {"seed": seed, "machine": {"device": "cpu", "device_name": name,
+                                          "threads": threads, "jobs": jobs}}
+
+    base = [run(1, "Intel", 2, 1), run(2), run(3, threads=2, jobs=1)]
+    # pairs by seed under the same conditions; a row seed without its pair is left out
+    row = [run(1, "Intel", 2, 1), run(2), run(3)]
+    timed, against, other = speed_baseline(row, base)
+    assert timed == row[:2] and against == base[:2] and not other
+    # no pair: the baseline's other seeds under the row's conditions, marked
+    timed, against, other = speed_baseline([run(4)], base)
+    assert timed == [run(4)] and against == [base[1]] and other
+    # two threads alone, where the baseline ran on this CPU only one thread of two side by side
+    assert speed_baseline([run(1, threads=2, jobs=1)], [run(2)]) == ([], [], False)
+    # a GPU's run against a CPU's
+    gpu = {"seed": 1, "machine": {"device": "cuda", "device_name": "H100", "threads": 1,
+                                  "jobs": 2}}
+    assert speed_baseline([gpu], [run(1)]) == ([], [], False)
+
+
 def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_run, corpus,
                                                                           config, tmp_path):
     """A system run on a machine where the baseline ran only another seed (seed 1 moved to a new
-    machine, the baseline's seed 1 made elsewhere) gets its speed ratios against the baseline's
-    run of the other seed there, marked '°'; where the baseline has the row's seed on the row's
-    machine, that run is used and nothing is marked."""
+    machine, the baseline's seed 1 made elsewhere; both moved runs with the same threads and runs
+    side by side) gets its speed ratios against the baseline's run of the other seed there, marked
+    '°'; where the baseline has the row's seed on the row's machine, that run is used and nothing
+    is marked."""
     _, data = corpus
     out = tmp_path / "out"
     shutil.copytree(first_run, out)
@@ -1014,7 +1058,7 @@ def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_
                                 .replace("/seed1", "/seed2"))
         path.write_text(json.dumps(dict(
             result, seed=int(run[-1]), train_seconds=seconds,
-            machine=dict(result["machine"], device_name="Other CPU"))))
+            machine=dict(result["machine"], device_name="Other CPU", threads=1, jobs=1))))
     proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
                      ",".join(SYSTEMS), "--seeds", "1,2", "--max-update", "3", "--out", out,
                      "--resume", "--stop-after", "0")

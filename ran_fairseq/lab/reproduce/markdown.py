@@ -166,9 +166,11 @@ def legend(paper, report, seeds):
         f"- **train words/s**: the mean of fairseq-train's end-of-epoch `wps`; **train min**: "
         f"wall-clock minutes of fairseq-train; **train time ×{baseline}**: that time over "
         f"{baseline}'s (a paper's 'relative training time', where its table has one); the two "
-        f"×{baseline} ratios (decoding, training) divide by {baseline}'s runs of the row's "
-        f"seeds on the row's machine, or, marked **°**, by its runs of other seeds on that "
-        f"machine where it has none of the row's there, and are blank for a system made on a machine {baseline} never ran on; "
+        f"×{baseline} ratios (decoding, training) compare runs made under the same "
+        f"conditions (device, threads per run, runs side by side): the row's runs of the seeds "
+        f"{baseline} has under theirs, over those runs of {baseline}; or, marked **°**, "
+        f"where there is no such seed, over {baseline}'s runs of other seeds under those "
+        f"conditions; blank where {baseline} has no run under the row's conditions; "
         f"**selected**: the epoch and update of the decoded checkpoint; **valid loss Δ % per epoch**: how much the validation loss "
         f"still changed per epoch over the last three epochs of training, in percent of the last "
         f"value (a partial last epoch left out). We read less than 0.5 % per epoch as a "
@@ -202,9 +204,9 @@ def table_row(paper, report, seeds, subset, name, runs, groups):
     level = settings["significance"]["level"]
     bench = settings.get("speed_bench")
     columns = report["paper"].get("columns", [])
-    # speed ratios against the baseline's runs on the row's machine (rows may have
+    # speed ratios against the baseline's runs under the row's conditions (rows may have
     # fewer seeds than the baseline, or seeds made elsewhere)
-    base, other_seeds = speed_baseline(runs, groups.get(baseline, []))
+    timed, base, other_seeds = speed_baseline(runs, groups.get(baseline, []))
     base_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in base]
     base_sps = sum(base_sps) / len(base_sps) if base_sps else None
     base_time = [r["train_seconds"] for r in base if r["train_seconds"] is not None]
@@ -216,6 +218,8 @@ def table_row(paper, report, seeds, subset, name, runs, groups):
         params += f" ({first['params_trained']:,d} trained)"
     sps = [s["decode"]["sentences_per_s"] for s in sub]
     times = [r["train_seconds"] for r in runs]
+    timed_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in timed]
+    timed_times = [r["train_seconds"] for r in timed]
     selected = "; ".join(f"{r['selected']['epoch']}/{r['selected']['num_updates']}"
                          for r in runs)
     cells = [", ".join(first["tables"]), name,
@@ -228,11 +232,10 @@ def table_row(paper, report, seeds, subset, name, runs, groups):
              mean_std([s["ter"] for s in sub], ".2f")
              + significance_mark(sub, level, "ter"),
              mean_std(sps, ".2f"),
-             marked(fmt(ratio(sum(sps) / len(sps), base_sps), ".2f"), other_seeds),
+             marked(fmt(ratio(mean_of(timed_sps), base_sps), ".2f"), other_seeds),
              mean_std([r["train_words_per_s"] for r in runs], ",.0f"),
              mean_std([t / 60 if t is not None else None for t in times], ".1f"),
-             marked(fmt(ratio(sum(times) / len(times) if None not in times else None,
-                              base_time), ".2f"), other_seeds)]
+             marked(fmt(ratio(mean_of(timed_times), base_time), ".2f"), other_seeds)]
     if bench:
         cells.append(fmt(bench["train_time_ratio"].get(name), ".2f"))
     cells.append(selected)
@@ -276,17 +279,36 @@ def reference_rows(numbers):
 
 
 def speed_baseline(runs, baseline_runs):
-    """The baseline's runs that a row's speed ratios divide by, and whether they are of other
-    seeds: its runs of the row's seeds on the row's machines; where it has none of those there,
-    its runs of any seed on those machines (a run's speed depends on the machine, not on the
-    seed beyond the order of its batches); none where it never ran on the row's machines (a
-    GPU's runs and a CPU's tabulate together, their speeds do not compare)."""
-    seeds, machines = {r["seed"] for r in runs}, {machine_of(r) for r in runs}
-    there = [r for r in baseline_runs if machine_of(r) in machines]
-    same_seeds = [r for r in there if r["seed"] in seeds]
-    if same_seeds or not there:
-        return same_seeds, False
-    return there, True
+    """(the row's runs that its speed ratios average, the baseline's runs they divide by, whether
+    those are of other seeds). Speeds compare only under the same conditions: the same device,
+    the same number of threads per run and of runs side by side (``run_conditions``). First the
+    pairs: the row's runs that have a baseline run of the same seed under their conditions, and
+    those baseline runs. Where there is no such pair, the row's runs under conditions that the
+    baseline ran under with other seeds, and those runs (a run's speed depends on its conditions,
+    not on its seed beyond the order of its batches). Else none: a GPU's runs and a CPU's, or a
+    run alone and two side by side, tabulate together, but their speeds do not compare."""
+    by_seed = {(run_conditions(r), r["seed"]) for r in baseline_runs}
+    paired = [r for r in runs if (run_conditions(r), r["seed"]) in by_seed]
+    if paired:
+        keys = {(run_conditions(r), r["seed"]) for r in paired}
+        return paired, [b for b in baseline_runs
+                        if (run_conditions(b), b["seed"]) in keys], False
+    conditions = {run_conditions(b) for b in baseline_runs}
+    timed = [r for r in runs if run_conditions(r) in conditions]
+    mine = {run_conditions(r) for r in timed}
+    return timed, [b for b in baseline_runs if run_conditions(b) in mine], bool(timed)
+
+
+def run_conditions(result):
+    """What a run's speed depends on besides its model: (device, its name, threads per run,
+    runs side by side); None where not recorded."""
+    machine = result.get("machine") or {}
+    return (*machine_of(result), machine.get("threads"), machine.get("jobs"))
+
+
+def mean_of(values):
+    """The mean of ``values``; None when there are none or one is unknown."""
+    return sum(values) / len(values) if values and None not in values else None
 
 
 def marked(cell, other_seeds):
