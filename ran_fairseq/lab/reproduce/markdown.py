@@ -207,10 +207,8 @@ def table_row(paper, report, seeds, subset, name, runs, groups):
     # speed ratios against the baseline's runs under the row's conditions (rows may have
     # fewer seeds than the baseline, or seeds made elsewhere)
     timed, base, other_seeds = speed_baseline(runs, groups.get(baseline, []))
-    base_sps = [r["subsets"][subset]["decode"]["sentences_per_s"] for r in base]
-    base_sps = sum(base_sps) / len(base_sps) if base_sps else None
-    base_time = [r["train_seconds"] for r in base if r["train_seconds"] is not None]
-    base_time = sum(base_time) / len(base_time) if base_time else None
+    base_sps = mean_of([r["subsets"][subset]["decode"]["sentences_per_s"] for r in base])
+    base_time = mean_of([r["train_seconds"] for r in base if r["train_seconds"] is not None])
     sub = [r["subsets"][subset] for r in runs]
     first = runs[0]
     params = fmt(first["params"], ",d")
