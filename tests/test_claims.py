@@ -164,6 +164,18 @@ def claim(**kw):
      "metric is decode_tokens_per_s or train_time"),
     ({"relation": "threshold", "measure": {"kind": "params"},
       "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, "compares 'system'"),
+
+    ({"relation": "threshold", "measure": {"kind": "entropy", "file": "e.csv", "side": "top"},
+      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, "side is one of"),
+    ({"relation": "threshold", "measure": {"kind": "entropy", "file": "e.csv", "side": "enc",
+                                           "stat": "median"},
+      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, "stat is one of"),
+    ({"relation": "threshold", "measure": {"kind": "js", "file": "j.csv", "side": "dec"},
+      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1, "stat": "mean"}]},
+     "read only by entropy measures"),
+    ({"relation": "threshold", "measure": {"kind": "params"},
+      "tests": [{"label": "a", "system": "a", "of": "b", "op": "<", "limit": 1, "side": "dec"}]},
+     "read only by entropy and js measures"),
 ])
 def test_a_faulty_claim_is_refused(tmp_path, bad, message):
     path = write_claims_file(tmp_path, [claim(**bad)])
@@ -335,6 +347,58 @@ def test_bench_ratios_name_the_device(tmp_path):
          "passes": "mean"},
         [{"label": "sys", "system": "sys", "op": ">=", "limit": 1.1}]), tmp_path, tmp_path)
     assert m.tests[0].value == pytest.approx(0.2) and m.verdict == rule.NOT_HELD
+
+
+def test_entropy_means_layers_and_compares_last_with_first(tmp_path):
+    rows = ["system,side,layer,entropy,queries"]
+    for system, enc in {"T": [1.0, 2.0, 1.5], "S": [3.0, 3.1, 3.2], "R": [3.0, 2.4, 1.8]}.items():
+        rows += [f"{system},enc,{i},{e},10" for i, e in enumerate(enc, 1)]
+        rows += [f"{system},dec,{i},0.5,10" for i in (1, 2, 3)]
+    (tmp_path / "entropy.csv").write_text("\n".join(rows) + "\n")
+    tests = [{"label": "S above R", "system": "S", "op": ">", "times": 1.0, "of": "R"},
+             {"label": "R above T", "system": "R", "op": ">", "times": 1.0, "of": "T"},
+             {"label": "R falls", "system": "R", "stat": "last_minus_first", "op": "<",
+              "limit": 0.0},
+             {"label": "T falls", "system": "T", "stat": "last_minus_first", "op": "<",
+              "limit": 0.0},
+             {"label": "dec", "system": "R", "side": "dec", "op": "<", "limit": 0.6}]
+    m = analysis.measure(threshold_claim({"kind": "entropy", "file": "entropy.csv",
+                                          "side": "enc"}, tests), tmp_path, tmp_path)
+    values = [t.value for t in m.tests]
+    assert values == [pytest.approx(3.1), pytest.approx(2.4), pytest.approx(-1.2),
+                      pytest.approx(0.5), pytest.approx(0.5)]
+    assert m.tests[1].limit == pytest.approx(1.5)
+    assert m.verdict == "held for S above R, R above T, R falls, dec; not held for T falls"
+    missing = analysis.measure(threshold_claim({"kind": "entropy", "file": "no.csv",
+                                                "side": "enc"}, tests), tmp_path, tmp_path)
+    assert missing.verdict == rule.NOT_RUN and missing.details["why"] == "no committed `no.csv`"
+
+
+def test_js_reads_adjacent_pairs_and_compares_sides(tmp_path):
+    def matrix(system, side, js):  # js[(a, b)] for a < b, written both ways as the analysis does
+        out = []
+        for a in (1, 2, 3):
+            for b in (1, 2, 3):
+                v = 0.0 if a == b else js[(min(a, b), max(a, b))]
+                out.append(f"{system},{side},{a},{b},{v},10")
+        return out
+    rows = ["system,side,layer_a,layer_b,js,queries"]
+    rows += matrix("R", "dec", {(1, 2): 0.1, (2, 3): 0.2, (1, 3): 0.6})
+    rows += matrix("R", "enc", {(1, 2): 0.3, (2, 3): 0.3, (1, 3): 0.3})
+    rows += matrix("T", "dec", {(1, 2): 0.1, (2, 3): 0.1, (1, 3): 0.1})
+    (tmp_path / "js.csv").write_text("\n".join(rows) + "\n")
+    tests = [{"label": "small", "system": "R", "op": "<=", "limit": 0.2},
+             {"label": "dec below enc", "system": "R", "op": "<", "times": 1.0, "of": "R",
+              "of_side": "enc"},
+             {"label": "below T", "system": "R", "op": "<", "times": 1.0, "of": "T"}]
+    m = analysis.measure(threshold_claim({"kind": "js", "file": "js.csv", "side": "dec"}, tests),
+                         tmp_path, tmp_path)
+    assert [t.value for t in m.tests] == [pytest.approx(0.15)] * 3
+    assert [t.limit for t in m.tests] == [0.2, pytest.approx(0.3), pytest.approx(0.1)]
+    assert m.verdict == "held for small, dec below enc; not held for below T"
+    every = analysis.measure(threshold_claim({"kind": "js", "file": "js.csv", "side": "dec",
+                                              "pairs": "all"}, tests[:1]), tmp_path, tmp_path)
+    assert every.tests[0].value == pytest.approx(0.3) and every.verdict == rule.NOT_HELD
 
 
 def test_a_claim_without_a_measure_is_not_run(tmp_path):

@@ -18,6 +18,14 @@ results folder the report is for; a file that is absent leaves the claim not run
   over the files; a test may name its own ``files`` and ``aggregate``): the ratio, with the device
   each file names.
 - ``params`` (the folder's results.json): the system's parameter count over ``of``'s.
+- ``entropy`` (``file``: a CSV of ``scripts/analyze-ran.py entropy`` with system, side, layer,
+  entropy; ``side``: enc or dec; ``stat``: ``mean``, the mean attention entropy over the side's
+  layers, or ``last_minus_first``, the last layer's minus the first's): a test may name its own
+  ``side`` and ``stat``.
+- ``js`` (``file``: a CSV of ``scripts/analyze-ran.py js`` with system, side, layer_a, layer_b,
+  js; ``side``; ``pairs``: ``adjacent``, the mean Jensen-Shannon divergence over the side's pairs
+  of adjacent layers, or ``all``, over every pair of distinct layers): a test may name its own
+  ``side``, and ``of_side`` for the side of the system it is compared with (``of``).
 - ``none`` (``why``): a claim this project has no measurement for; it is not run.
 """
 import csv
@@ -133,14 +141,23 @@ class _Reader:
         self.files: List[str] = []
         self.devices: List[str] = []
         self.details: Dict[str, str] = {}
+        self.missing: List[str] = []
         self.setup(results)
 
     def setup(self, results):
         pass
 
+    def side(self, test, of=False) -> str:
+        """The side a test reads: its own ``side`` (``of_side`` for the system it is compared
+        with), else the measure's."""
+        side = test.get("side", self.m.get("side"))
+        return test.get("of_side", side) if of else side
+
     def path(self) -> Path:
         path = resolve(self.m["file"], self.folder, self.repo)
         self.files.append(shown(path, self.repo))
+        if not path.is_file():
+            self.missing.append(shown(path, self.repo))
         return path
 
 
@@ -151,7 +168,7 @@ class _HistogramShare(_Reader):
         path = self.path()
         self.shares = _histogram(path, self.m["side"], self.m["below"]) if path.is_file() else {}
 
-    def value(self, test, system):
+    def value(self, test, system, of=False):
         return self.shares.get(system)
 
 
@@ -166,7 +183,7 @@ class _LengthBins(_Reader):
         if self.m.get("skip_last") and self.order:
             self.order = self.order[:-1]
 
-    def value(self, test, system):
+    def value(self, test, system, of=False):
         of, bins = test["of"], self.bins
         if system not in bins or of not in bins:
             return None
@@ -188,7 +205,7 @@ class _Params(_Reader):
             self.params.setdefault(r["system"], r.get("params"))
         self.files.append("results.json")
 
-    def value(self, test, system):
+    def value(self, test, system, of=False):
         mine, other = self.params.get(system), self.params.get(test["of"])
         return None if mine is None or other is None else mine / other
 
@@ -196,7 +213,7 @@ class _Params(_Reader):
 class _Bench(_Reader):
     unit = "×"
 
-    def value(self, test, system):
+    def value(self, test, system, of=False):
         m = self.m
         paths = _glob(test.get("files", m["files"]), self.folder, self.repo)
         measured = _bench(paths, m["metric"], m.get("baseline"), m.get("passes", "median"))
@@ -214,8 +231,56 @@ class _Bench(_Reader):
         return AGGREGATES[aggregate](ratios)
 
 
+def _rows(path: Path) -> List[dict]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class _Entropy(_Reader):
+    """Fig. 4's measure: per layer, the attention entropy (Eq. 5) averaged over queries and heads;
+    a system's side is its layers in order."""
+    unit = "nats"
+
+    def setup(self, results):
+        path = self.path()
+        self.layers = defaultdict(dict)
+        for row in _rows(path) if path.is_file() else []:
+            self.layers[(row["system"], row["side"])][int(row["layer"])] = float(row["entropy"])
+
+    def value(self, test, system, of=False):
+        layers = self.layers.get((system, self.side(test, of)))
+        if not layers:
+            return None
+        stat = test.get("stat", self.m.get("stat", "mean"))
+        if stat == "last_minus_first":
+            return layers[max(layers)] - layers[min(layers)]
+        return statistics.fmean(layers.values())
+
+
+class _JS(_Reader):
+    """Fig. 7's measure: the Jensen-Shannon divergence between the attention of two layers of a
+    side, averaged over the pairs ``pairs`` names."""
+    unit = "nats"
+
+    def setup(self, results):
+        path = self.path()
+        self.pairs = defaultdict(dict)
+        for row in _rows(path) if path.is_file() else []:
+            a, b = int(row["layer_a"]), int(row["layer_b"])
+            if a < b:
+                self.pairs[(row["system"], row["side"])][(a, b)] = float(row["js"])
+
+    def value(self, test, system, of=False):
+        pairs = self.pairs.get((system, self.side(test, of)))
+        if not pairs:
+            return None
+        if self.m.get("pairs", "adjacent") == "adjacent":
+            pairs = {k: v for k, v in pairs.items() if k[1] - k[0] == 1}
+        return statistics.fmean(pairs.values()) if pairs else None
+
+
 READERS = {"histogram_share": _HistogramShare, "length_bins": _LengthBins, "params": _Params,
-           "bench": _Bench}
+           "bench": _Bench, "entropy": _Entropy, "js": _JS}
 
 
 def measure(claim: dict, folder: Path, repo: Path, results: Optional[dict] = None) -> Measured:
@@ -228,11 +293,13 @@ def measure(claim: dict, folder: Path, repo: Path, results: Optional[dict] = Non
     for t in claim["tests"]:
         value = reader.value(t, t["system"])
         if "times" in t:
-            base = reader.value(t, t["of"])
+            base = reader.value(t, t["of"], of=True)
             limit = None if base is None else t["times"] * base
         else:
             limit = t["limit"]
         done.append(Test(t["label"], value if limit is not None else None, t["op"],
                          limit if limit is not None else float("nan")))
-    return Measured(threshold(done), done, reader.unit, reader.files, reader.devices,
-                    reader.details)
+    details = dict(reader.details)
+    if reader.missing and all(t.value is None for t in done):
+        details["why"] = "no committed " + ", ".join(f"`{f}`" for f in reader.missing)
+    return Measured(threshold(done), done, reader.unit, reader.files, reader.devices, details)

@@ -120,7 +120,7 @@ def quote(v: Verdict, short: bool = True) -> str:
                      f"order within noise (lowest p = {pval(lowest)})")
         return text
     m = v.measured
-    if not m.tests:
+    if not m.tests or ("why" in m.details and all(t.value is None for t in m.tests)):
         return f"{m.verdict}: {m.details.get('why', 'nothing measured')}"
     tests = "; ".join(
         f"{t.label} {measured_value(t.value, m.unit)} (limit {OP_SIGN[t.op]} "

@@ -32,9 +32,18 @@ MEASURES = {
     "length_bins": {"kind", "file", "by", "min_sentences", "skip_last"},
     "bench": {"kind", "files", "metric", "baseline", "aggregate", "passes"},
     "params": {"kind"},
+    "entropy": {"kind", "file", "side", "stat"},
+    "js": {"kind", "file", "side", "pairs"},
     "none": {"kind", "why"},
 }
-TEST_KEYS = {"label", "system", "of", "op", "limit", "times", "files", "aggregate"}
+TEST_KEYS = {"label", "system", "of", "op", "limit", "times", "files", "aggregate", "side",
+             "of_side", "stat"}
+# Test keys only some measures read: a test naming one for another measure is refused.
+TEST_KEYS_OF = {"files": ("bench",), "aggregate": ("bench",), "side": ("entropy", "js"),
+                "of_side": ("entropy", "js"), "stat": ("entropy",)}
+SIDES = ("enc", "dec")
+STATS = ("mean", "last_minus_first")
+JS_PAIRS = ("adjacent", "all")
 
 
 class ClaimsError(ValueError):
@@ -71,6 +80,14 @@ def _check_measure(measure, where):
     if measure["kind"] == "bench":
         _check(measure.get("metric") in ("decode_tokens_per_s", "train_time"), where,
                "a bench measure's metric is decode_tokens_per_s or train_time")
+    if measure["kind"] in ("entropy", "js"):
+        _check(isinstance(measure.get("file"), str), where,
+               f"the {measure['kind']} measure needs a 'file'")
+        _check(measure.get("side") in SIDES, where, f"a measure's side is one of {', '.join(SIDES)}")
+        _check(measure.get("stat", "mean") in STATS, where,
+               f"an entropy measure's stat is one of {', '.join(STATS)}")
+        _check(measure.get("pairs", "adjacent") in JS_PAIRS, where,
+               f"a js measure's pairs is one of {', '.join(JS_PAIRS)}")
 
 
 def _check_tests(tests, measure, where):
@@ -86,6 +103,15 @@ def _check_tests(tests, measure, where):
         _check("times" not in t or "of" in t, where, "'times' needs 'of'")
         _check(t["label"] not in labels, where, f"two tests labelled {t['label']!r}")
         labels.add(t["label"])
+        for key, kinds in TEST_KEYS_OF.items():
+            _check(key not in t or measure["kind"] in kinds, where,
+                   f"a test's {key!r} is read only by {' and '.join(kinds)} measures, "
+                   f"not by a {measure['kind']} measure")
+        for key in ("side", "of_side"):
+            _check(t.get(key, "enc") in SIDES, where, f"a test's {key!r} is one of "
+                   f"{', '.join(SIDES)}")
+        _check(t.get("stat", "mean") in STATS, where,
+               f"a test's 'stat' is one of {', '.join(STATS)}")
         if measure["kind"] in ("length_bins", "params"):
             _check("of" in t and "times" not in t, where,
                    f"a {measure['kind']} test compares 'system' with 'of' against a 'limit'")
