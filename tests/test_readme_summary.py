@@ -14,8 +14,31 @@ COUNT = re.compile(r"<!-- claims-count (\S+) pairs=(\S+) -->(.*?)<!-- /claims-co
 def counted(folder, pairs):
     verdicts = [v for v in verdicts_by_key(folder, REPO).values()
                 if v.pair is None or v.pair in pairs]
-    ran = [v for v in verdicts if not v.verdict.startswith("not run")]
+    # the project's own claims (its readings, the authors' code) are not the paper's
+    ran = [v for v in verdicts if not v.verdict.startswith("not run") and not v.claim.get("own")]
     return f"{sum(v.verdict == 'held' for v in ran)} of {len(ran)}"
+
+
+def test_the_projects_own_claims_are_not_counted():
+    folder = "results/ran/long"
+    verdicts = verdicts_by_key(folder, REPO)
+    own = [v for v in verdicts.values() if v.claim.get("own") and v.verdict == "held"]
+    assert own, "results/ran/long has held claims of the project's own (Z-2.2-*)"
+    page = f"<!-- claims-count {folder} pairs=de-en -->?<!-- /claims-count -->"
+    filled = fill(page, lambda name: verdicts_by_key(name, REPO))
+    held, _, total = filled.split("-->")[1].split("<!--")[0].partition(" of ")
+    paper = [v for v in verdicts.values() if (v.pair in (None, "de-en"))
+             and not v.verdict.startswith("not run")]
+    assert int(total) == len(paper) - sum(1 for v in paper if v.claim.get("own"))
+    assert int(held) == sum(v.verdict == "held" for v in paper) - len(
+        [v for v in own if v.pair in (None, "de-en")])
+    # and a claims table says whose claim it is where the paper has no number for it
+    from ran_fairseq.lab.claims.report import claims_table
+    rows = claims_table(list(verdicts.values()), ["de-en"]).splitlines()
+    for v in own:
+        row = next(r for r in rows if r.startswith(f"| {v.claim['claim'][0].upper()}"
+                                                   f"{v.claim['claim'][1:40]}"))
+        assert "| not the paper's: this project's own |" in row, row
 
 
 def test_readme_held_counts_match_the_verdicts():

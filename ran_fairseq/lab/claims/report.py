@@ -192,8 +192,10 @@ def claims_table(verdicts: List[Verdict], pairs: Optional[List[str]] = None) -> 
         where = f"{claim['where']}" + (f", {v.pair}" if v.pair and len(pairs or []) > 1 else "")
         here = quote(v)
         verdict, _, rest = here.partition(": ")
+        paper = paper_text(claim, short=True) or ("not the paper's: this project's own"
+                                                  if claim.get("own") else "")
         rows.append(f"| {_cell(_sentence(claim['claim']))} ({_cell(where)}) | "
-                    f"{_cell(paper_text(claim, short=True))} | "
+                    f"{_cell(paper)} | "
                     f"{_cell(rest) or '—'} | **{_cell(verdict)}** |")
     return "\n".join(rows)
 
@@ -295,10 +297,10 @@ COUNT = re.compile(r"(<!-- claims-count (\S+?) pairs=(\S+) -->)" + _BODY + r"(<!
 
 
 def held_count(verdicts: List[Verdict], pairs: List[str]) -> str:
-    """"N of M": the claims with a result in those directions (or in none: analysis and speed
-    claims), M of them, and how many held."""
+    """"N of M": the paper's claims with a result in those directions (or in none: analysis and
+    speed claims), M of them, and how many held; the project's ``own`` claims are not counted."""
     ran = [v for v in verdicts if (v.pair is None or v.pair in pairs)
-           and not v.verdict.startswith("not run")]
+           and not v.verdict.startswith("not run") and not v.claim.get("own")]
     return f"{sum(v.verdict == 'held' for v in ran)} of {len(ran)}"
 
 

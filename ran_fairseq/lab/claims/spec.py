@@ -14,7 +14,10 @@ The file holds ``paper`` (the paper, as the tables name it), ``paper_file`` (its
 - ``paper``: the paper's numbers, a list of ``{"label", "values": {name: number}}``, with
   ``column`` where they come from a column of ``paper_file`` (checked against it) or ``text``
   where the paper states them in prose;
-- optionally ``note``: a sentence that the report prints beside the verdict.
+- optionally ``note``: a sentence that the report prints beside the verdict;
+- optionally ``own``: true for a claim of this project's own rather than the paper's (a question
+  about its readings of the paper or the authors' code): judged and reported like the others, but
+  not counted among the paper's claims that hold.
 """
 import json
 from pathlib import Path
@@ -26,7 +29,7 @@ METRICS = ("sacrebleu", "ter")
 SUBSETS = ("test", "valid")
 COMPARISONS = (">", "<", "≈", "≥", "≤")
 KEYS = {"id", "where", "claim", "relation", "system", "systems", "against", "groups", "metric",
-        "subset", "pairs", "paper", "note", "measure", "tests"}
+        "subset", "pairs", "paper", "note", "measure", "tests", "own"}
 MEASURES = {
     "histogram_share": {"kind", "file", "side", "below"},
     "length_bins": {"kind", "file", "by", "min_sentences", "skip_last"},
@@ -147,6 +150,7 @@ def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> Li
         for key in ("id", "where", "claim", "relation"):
             _check(isinstance(claim.get(key), str) and claim[key], here, f"needs {key!r}")
         _check(claim["id"] not in seen, here, "the id is used twice")
+        _check(isinstance(claim.get("own", False), bool), here, "'own' is true or false")
         seen.add(claim["id"])
         relation = claim["relation"]
         _check(relation in RELATIONS, here, f"relation is one of {', '.join(RELATIONS)}")
