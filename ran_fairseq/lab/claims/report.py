@@ -74,14 +74,28 @@ def comparison_text(v: Verdict, system: str, c: Comparison, with_system: bool) -
     return f"{name}{num(c.difference)}{suffix} ({_seeds_text(c, suffix)})"
 
 
-def measured_value(value: Optional[float], unit: str) -> str:
+def measured_value(value: Optional[float], unit: str, digits: int = 2) -> str:
     if value is None:
         return "not measured"
     if unit == "%":
-        return f"{value * 100:.1f} %"
+        return f"{value * 100:.{digits - 1}f} %"
     if unit == "×":
-        return f"{value:.2f}×"
-    return f"{num(value)} {unit}"
+        return f"{value:.{digits}f}×"
+    return f"{num(value, digits)} {unit}"
+
+
+def test_text(label: str, value: Optional[float], op: str, limit: float, unit: str) -> str:
+    """A threshold test as a page prints it: the value and its limit with as many decimals (2 to
+    4) as it takes to print them apart where they differ, so that a test never reads as a value
+    compared with itself (0.0133 < 0.0141 is not "0.01 < 0.01")."""
+    if value is None:
+        return f"{label} not run"
+    digits = 2
+    while (digits < 4 and value != limit
+           and measured_value(value, unit, digits) == measured_value(limit, unit, digits)):
+        digits += 1
+    return (f"{label} {measured_value(value, unit, digits)} "
+            f"(limit {OP_SIGN[op]} {measured_value(limit, unit, digits)})")
 
 
 def quote(v: Verdict, short: bool = True) -> str:
@@ -122,10 +136,7 @@ def quote(v: Verdict, short: bool = True) -> str:
     m = v.measured
     if not m.tests or ("why" in m.details and all(t.value is None for t in m.tests)):
         return f"{m.verdict}: {m.details.get('why', 'nothing measured')}"
-    tests = "; ".join(
-        f"{t.label} {measured_value(t.value, m.unit)} (limit {OP_SIGN[t.op]} "
-        f"{measured_value(t.limit, m.unit)})" if t.value is not None else f"{t.label} not run"
-        for t in m.tests)
+    tests = "; ".join(test_text(t.label, t.value, t.op, t.limit, m.unit) for t in m.tests)
     device = f"; {', '.join(m.devices)}" if m.devices else ""
     return f"{m.verdict}: {tests}{device}"
 
