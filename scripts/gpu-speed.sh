@@ -44,6 +44,11 @@ log=$out/gpu-speed.log
 : > "$log"
 say() { echo "gpu-speed: $*" | tee -a "$log" >&2; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$log" 2>&1
+# a batch of trainings (gpu-batch.sh) leaves NVIDIA's MPS daemon running on the node; timings
+# taken through it are not those of a bare GPU, so say so (bench.json records it too: cuda_mps)
+if pgrep -f '(^|/)nvidia-cuda-mps-control( |$)' >/dev/null 2>&1; then
+    say "NVIDIA MPS daemon running: every timing below goes through its server (stop it with 'echo quit | nvidia-cuda-mps-control' for a bare GPU's figures)"
+fi
 data=data-bin/multi30k.de-en
 if [ "${PREPARE:-1}" != 0 ] && [ ! -f "$data/dict.de.txt" ]; then
     PYTHON=$python scripts/prepare-multi30k.sh de en > "$work/prepare.log" 2>&1 \

@@ -409,3 +409,30 @@ def test_worker_files_take_any_system_name(tmp_path):
     for spec_path, result_path in paths:
         assert spec_path.parent == result_path.parent == tmp_path
         spec_path.write_text("{}")  # a plain file name: writable
+
+
+def test_a_running_mps_daemon_is_named_in_the_report(tmp_path):
+    from ran_fairseq.lab.bench.report import settings_lines
+    from ran_fairseq.lab.common.machine import cuda_mps_running
+
+    proc = tmp_path / "proc"
+    for pid, name in (("1", "systemd"), ("77", "python3"), ("self", "x")):
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "comm").write_text(name + "\n")
+    assert not cuda_mps_running(str(proc))
+    (proc / "812").mkdir()
+    (proc / "812" / "comm").write_text("nvidia-cuda-mps\n")  # the kernel's 15-character name
+    assert cuda_mps_running(str(proc))
+    assert not cuda_mps_running(str(tmp_path / "none"))
+
+    machine = {"device": "cuda", "device_name": "GPU", "threads": 1, "load_average_before": 1.0,
+               "load_average_after": 1.0, "torch": "t", "fairseq": "f", "date": "d",
+               "cuda_mps": True}
+    settings = {"baseline": "b", "train_updates": 1, "warmup_updates": 0, "max_tokens": 4096,
+                "decode_sentences": 5, "gen_subset": "test", "beam": 4, "decode_batch_size": 5,
+                "decode_length": 30, "decode_repeats": 1, "memory": "m"}
+    first = settings_lines(settings, machine)[0]
+    assert "MPS daemon running" in first
+    assert "MPS" not in settings_lines(settings, dict(machine, cuda_mps=False))[0]
+    assert "MPS" not in settings_lines(settings, {k: v for k, v in machine.items()
+                                                  if k != "cuda_mps"})[0]

@@ -7,6 +7,8 @@ import subprocess
 import tarfile
 import time
 
+import pytest
+
 import helpers
 
 BATCH = helpers.REPO / "scripts" / "gpu-batch.sh"
@@ -263,3 +265,20 @@ def test_speed_skips_what_cannot_finish_and_runs_only_what_is_asked(tmp_path):
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and "positive number of seconds" in proc.stderr, when
 
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_speed_says_when_the_timings_go_through_an_mps_daemon(tmp_path, running):
+    stub, _ = _stand_in_python(tmp_path, 0)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    pgrep = tools / "pgrep"  # the daemon a training batch left on the node, or none
+    pgrep.write_text(f"#!/usr/bin/env bash\nexit {0 if running else 1}\n")
+    pgrep.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, PREPARE="0", PYTHON=str(stub), PATH=f"{tools}:{os.environ['PATH']}")
+    proc = subprocess.run(["bash", str(SPEED), "600", str(out), "dynmem"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    said = "MPS daemon running" in (out / "gpu-speed.log").read_text()
+    assert said == running

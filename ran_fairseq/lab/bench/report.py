@@ -45,7 +45,10 @@ def settings_lines(s, m):
     """The two lines under the main table: the machine, then how training and decoding ran."""
     return [f"Ratios are to `{s['baseline']}`. Device: {m['device_name']} ({m['device']}, "
             f"{m['threads']} threads, load average {m['load_average_before']:.1f} before and "
-            f"{m['load_average_after']:.1f} after); torch {m['torch']}, "
+            f"{m['load_average_after']:.1f} after"
+            + ("; NVIDIA MPS daemon running: the kernels went through its server"
+               if m.get("cuda_mps") else "")
+            + f"); torch {m['torch']}, "
             f"fairseq {m['fairseq']}; {m['date']}.",
             f"Training: {s['train_updates']} timed updates after {s['warmup_updates']} untimed"
             + (" and one untimed update on each timed batch (--warm-shapes)"

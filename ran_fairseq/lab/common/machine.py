@@ -48,6 +48,27 @@ def machine_info(device, threads):
             "date": utc_now()}
 
 
+def cuda_mps_running(proc="/proc") -> bool:
+    """Whether NVIDIA's MPS daemon runs on this machine (a process whose name begins
+    ``nvidia-cuda-mps``: the control daemon or its server). Under it every process's kernels
+    reach the GPU through the server, which a timing should name: a batch of trainings
+    (scripts/gpu-batch.sh) starts one and leaves it running for the next batch on the node."""
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return False
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            name = Path(proc, pid, "comm").read_text().strip()
+        except OSError:
+            continue  # gone, or not ours to read
+        if name.startswith("nvidia-cuda-mps"):
+            return True
+    return False
+
+
 def bench_machine_info(device, threads, worker_env, load_before):
     """Where the benchmark ran; ``worker_env`` is the versions and device name a worker saw,
     ``load_before`` the 1-minute load average when the benchmark began (other work skews it)."""
@@ -64,6 +85,7 @@ def bench_machine_info(device, threads, worker_env, load_before):
         "cuda": worker_env["cuda"],
         "fairseq": worker_env["fairseq"],
         "malloc_mmap_threshold": worker_env["malloc_mmap_threshold"],
+        "cuda_mps": cuda_mps_running() if device == "cuda" else None,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": git_commit(),
