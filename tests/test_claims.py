@@ -282,13 +282,13 @@ def test_quotes_name_the_verdict_the_difference_and_each_seed():
 
 def test_threshold_test_text_prints_value_and_limit_apart():
     # a value and a limit that differ never print alike (the en→de JS test: 0.0133 < 0.0141)
-    assert report.test_text("dec below enc", 0.013307, "<", 0.0141, "nats") == \
+    assert report.threshold_text("dec below enc", 0.013307, "<", 0.0141, "nats") == \
         "dec below enc +0.013 nats (limit < +0.014 nats)"
-    assert report.test_text("a", 0.4, "<=", 0.2, "nats") == "a +0.40 nats (limit ≤ +0.20 nats)"
-    assert report.test_text("a", 0.2, "<=", 0.2, "nats") == "a +0.20 nats (limit ≤ +0.20 nats)"
-    assert report.test_text("s", 1.1241, ">=", 1.1239, "×") == "s 1.1241× (limit ≥ 1.1239×)"
-    assert report.test_text("p", 0.3031, "<=", 0.3034, "%") == "p 30.31 % (limit ≤ 30.34 %)"
-    assert report.test_text("n", None, "<", 1.0, "×") == "n not run"
+    assert report.threshold_text("a", 0.4, "<=", 0.2, "nats") == "a +0.40 nats (limit ≤ +0.20 nats)"
+    assert report.threshold_text("a", 0.2, "<=", 0.2, "nats") == "a +0.20 nats (limit ≤ +0.20 nats)"
+    assert report.threshold_text("s", 1.1241, ">=", 1.1239, "×") == "s 1.1241× (limit ≥ 1.1239×)"
+    assert report.threshold_text("p", 0.3031, "<=", 0.3034, "%") == "p 30.31 % (limit ≤ 30.34 %)"
+    assert report.threshold_text("n", None, "<", 1.0, "×") == "n not run"
 
 
 # ---------------------------------------------------------------------------------------------

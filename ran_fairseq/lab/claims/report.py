@@ -84,7 +84,7 @@ def measured_value(value: Optional[float], unit: str, digits: int = 2) -> str:
     return f"{num(value, digits)} {unit}"
 
 
-def test_text(label: str, value: Optional[float], op: str, limit: float, unit: str) -> str:
+def threshold_text(label: str, value: Optional[float], op: str, limit: float, unit: str) -> str:
     """A threshold test as a page prints it: the value and its limit with as many decimals (2 to
     4) as it takes to print them apart where they differ, so that a test never reads as a value
     compared with itself (0.0133 < 0.0141 is not "0.01 < 0.01")."""
@@ -136,7 +136,7 @@ def quote(v: Verdict, short: bool = True) -> str:
     m = v.measured
     if not m.tests or ("why" in m.details and all(t.value is None for t in m.tests)):
         return f"{m.verdict}: {m.details.get('why', 'nothing measured')}"
-    tests = "; ".join(test_text(t.label, t.value, t.op, t.limit, m.unit) for t in m.tests)
+    tests = "; ".join(threshold_text(t.label, t.value, t.op, t.limit, m.unit) for t in m.tests)
     device = f"; {', '.join(m.devices)}" if m.devices else ""
     return f"{m.verdict}: {tests}{device}"
 
