@@ -35,9 +35,11 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
     # and a daemon left by an earlier batch on a machine still held is used, not stopped
     if pgrep -f '(^|/)nvidia-cuda-mps-control( |$)' >/dev/null; then
         echo "gpu-batch: MPS already running" | tee -a "$logs/gpu.txt"
+        mps=1
     elif nvidia-cuda-mps-control -d && timeout 60 python3 -c \
             "import torch; assert torch.ones(3, device='cuda').sum().item() == 3"; then
         echo "gpu-batch: MPS started" | tee -a "$logs/gpu.txt"
+        mps=1
     else
         echo quit | nvidia-cuda-mps-control 2>/dev/null
         echo "gpu-batch: MPS unavailable; processes take turns on the GPU" | tee -a "$logs/gpu.txt"
@@ -88,4 +90,9 @@ for f in "$logs"/command-*.log; do
     echo "== $f"
     grep -E "^reproduce-[a-z]+: .*(BLEU|not run|error|skipped)" "$f" | tail -n 30
 done
+# the daemon is left for the next batch on the node; a timing there would go through it
+if [ "${mps:-0}" = 1 ]; then
+    echo "gpu-batch: NVIDIA's MPS daemon stays running for a next batch;" \
+        "stop it before timing on this node (echo quit | nvidia-cuda-mps-control)"
+fi
 pack

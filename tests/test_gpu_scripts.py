@@ -147,6 +147,7 @@ def test_batch_uses_an_mps_daemon_already_running_and_starts_one_otherwise(tmp_p
         daemon.wait()
     assert proc.returncode == 0, proc.stderr
     assert "MPS already running" in proc.stdout
+    assert "stays running" in proc.stdout  # a timing on the node would go through it
     assert not calls.exists(), calls.read_text()  # neither started nor stopped
     # no daemon: one is started, and stopped again where CUDA does not answer through it (here)
     proc = batch()
@@ -156,6 +157,7 @@ def test_batch_uses_an_mps_daemon_already_running_and_starts_one_otherwise(tmp_p
     import torch
     if not torch.cuda.is_available():
         assert "stdin:quit" in log and "MPS unavailable" in proc.stdout, (log, proc.stdout)
+        assert "stays running" not in proc.stdout
 
 
 def test_offline_data_copies_multi30k_and_run_points_the_scripts_at_it(tmp_path):
