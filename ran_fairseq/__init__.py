@@ -24,5 +24,6 @@ with quiet.library_logging():
     compat.atomic_checkpoint_saves()
     compat.named_data_bin_errors()
     compat.architecture_checked_on_resume()
+    compat.bf16_without_tpu()
 
     from . import criterions, models, optim, scoring  # noqa: E402,F401  (register with fairseq)

@@ -424,3 +424,33 @@ def architecture_checked_on_resume():
     load_checkpoint._ran_fairseq_checked = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
     Trainer.load_checkpoint = load_checkpoint
+
+
+def _xla_installed():
+    import importlib.util
+
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+def bf16_without_tpu():
+    """``--bf16`` on a GPU or a CPU. fairseq 0.12 reads ``--bf16`` as "bfloat16 on a TPU": its
+    option parser sets ``--tpu`` with it, and the trainer then asks torch_xla for its device
+    (``'NoneType' object has no attribute 'xla_device'`` where torch_xla is not installed).
+    Everything else of fairseq's bfloat16 path (the model cast, the samples cast, its FP16
+    optimizer with bfloat16 parameters) is device-independent. Where torch_xla is not installed
+    there is no TPU to mean, so the trainer of a ``--bf16`` run trains on the device it would
+    have used without the flag (CUDA, else the CPU); with torch_xla, nothing changes."""
+    from fairseq.trainer import Trainer
+
+    original = Trainer.__init__
+    if getattr(original, "_ran_fairseq_bf16", False):
+        return
+
+    def __init__(self, cfg, *args, **kwargs):
+        common = cfg.common
+        if common.bf16 and common.tpu and not _xla_installed():
+            common.tpu = False
+        original(self, cfg, *args, **kwargs)
+
+    __init__._ran_fairseq_bf16 = True
+    Trainer.__init__ = __init__

@@ -13,6 +13,22 @@ import helpers  # noqa: E402
 torch.set_num_threads(1)
 
 
+def pytest_addoption(parser):
+    # scripts/gpu-check.sh runs the model-level conformance checks on a GPU with --device cuda
+    parser.addoption("--device", default="cpu",
+                     help="device of the model-level checks that take the `device` fixture "
+                          "(default: cpu)")
+
+
+@pytest.fixture(scope="session")
+def device(request):
+    """The torch device of the model-level checks (pytest --device; cpu unless asked)."""
+    name = request.config.getoption("--device")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        pytest.skip("--device cuda: no CUDA device")
+    return torch.device(name)
+
+
 @pytest.fixture(scope="session")
 def synthetic_databin(tmp_path_factory):
     """A binarized synthetic de→en corpus (tests/helpers.make_synthetic_corpus)."""
@@ -49,6 +65,11 @@ GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
 
 
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--device") != "cpu":
+        # on another device only the checks that run on it (those taking the `device` fixture)
+        kept = [item for item in items if "device" in getattr(item, "fixturenames", ())]
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
     for item in items:
         name = Path(str(item.fspath)).name
         if name not in GROUP_OF:

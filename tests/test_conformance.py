@@ -67,14 +67,15 @@ def make_batch(task, lengths_src, lengths_tgt, left_pad_source=True, seed=0):
     return src, tgt
 
 
-def collate(task, src, tgt, left_pad_source=True):
+def collate(task, src, tgt, left_pad_source=True, device="cpu"):
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     src_tokens = data_utils.collate_tokens(src, src_dict.pad(), src_dict.eos(), left_pad_source)
     prev = data_utils.collate_tokens(tgt, tgt_dict.pad(), tgt_dict.eos(), False,
                                      move_eos_to_beginning=True)
     target = data_utils.collate_tokens(tgt, tgt_dict.pad(), tgt_dict.eos(), False)
     src_lengths = torch.tensor([len(s) for s in src])
-    return {"src_tokens": src_tokens, "src_lengths": src_lengths}, prev, target
+    net_input = {"src_tokens": src_tokens.to(device), "src_lengths": src_lengths.to(device)}
+    return net_input, prev.to(device), target.to(device)
 
 
 @torch.no_grad()
@@ -95,7 +96,7 @@ def incremental_lprobs(ensemble, net_input, prev, reorder_at=None, order=None):
     steps = []
     for t in range(prev.size(1)):
         if t == reorder_at:
-            order_t = torch.as_tensor(order)
+            order_t = torch.as_tensor(order, device=prev.device)
             encoder_outs = ensemble.reorder_encoder_out(encoder_outs, order_t)
             ensemble.reorder_incremental_state(states, order_t)
             prev = prev.index_select(0, order_t)
@@ -105,14 +106,18 @@ def incremental_lprobs(ensemble, net_input, prev, reorder_at=None, order=None):
     return torch.stack(steps, dim=1)
 
 
+def device_of(model):
+    return next(model.parameters()).device
+
+
 def max_diff_on_targets(a, b, target, pad):
     mask = target.ne(pad).unsqueeze(-1)
     return (a - b).abs().masked_fill(~mask, 0).max().item()
 
 
 @pytest.fixture(scope="module")
-def models(synthetic_databin):
-    """Per system: (task, left-pad model, right-pad model with the same weights)."""
+def models(synthetic_databin, device):
+    """Per system: (task, left-pad model, right-pad model with the same weights), on ``device``."""
     cache = {}
 
     def get(system):
@@ -122,7 +127,7 @@ def models(synthetic_databin):
                                                 (*system.flags, "--left-pad-source"))
             assert task_r.cfg.left_pad_source is False and task.cfg.left_pad_source is True
             right.load_state_dict(left.state_dict())
-            cache[system.id] = (task, left, right)
+            cache[system.id] = (task, left.to(device), right.to(device))
         return cache[system.id]
 
     return get
@@ -148,7 +153,7 @@ def check_incremental_matches_full_forward(task, model, left_pad=True):
     ensemble = EnsembleModel([model]).eval()
     assert ensemble.has_incremental_states(), "the decoder is not incremental"
     src, tgt = make_batch(task, SRC_LENGTHS, TGT_LENGTHS)
-    net_input, prev, target = collate(task, src, tgt, left_pad)
+    net_input, prev, target = collate(task, src, tgt, left_pad, device_of(model))
     full = full_forward_lprobs(model, net_input, prev)
     inc = incremental_lprobs(ensemble, net_input, prev)
     assert torch.isfinite(full).all()
@@ -166,13 +171,13 @@ def check_scores_independent_of_batch_and_padding_side(task, left, right):
     src, tgt = make_batch(task, SRC_LENGTHS, TGT_LENGTHS, seed=1)
     batched = {}
     for side, model in (("left", left), ("right", right)):
-        net_input, prev, target = collate(task, src, tgt, side == "left")
+        net_input, prev, target = collate(task, src, tgt, side == "left", device_of(model))
         batched[side] = full_forward_lprobs(model, net_input, prev)
-    _, _, target = collate(task, src, tgt)
+    _, _, target = collate(task, src, tgt, device=device_of(left))
     d = max_diff_on_targets(batched["left"], batched["right"], target, pad)
     assert d <= TOL, f"left vs right source padding: max abs diff {d:.2e}"
     for i in range(len(src)):
-        net_input, prev, tgt_i = collate(task, src[i:i + 1], tgt[i:i + 1])
+        net_input, prev, tgt_i = collate(task, src[i:i + 1], tgt[i:i + 1], device=device_of(left))
         alone = full_forward_lprobs(left, net_input, prev)[0]
         n = len(tgt[i])
         d = (alone[:n] - batched["left"][i, :n]).abs().max().item()
@@ -195,7 +200,7 @@ def check_reorder_incremental_state(task, model, order):
     ensemble = EnsembleModel([model]).eval()
     src, tgt = make_batch(task, [9, 5], [9, 9, 9, 9], seed=2)
     src = [src[0], src[0], src[1], src[1]]  # each sentence's beam shares its source
-    net_input, prev, target = collate(task, src, tgt)
+    net_input, prev, target = collate(task, src, tgt, device=device_of(model))
     reordered = incremental_lprobs(ensemble, net_input, prev, reorder_at=4, order=order)
     # Decoding the reordered batch from scratch equals taking rows ``order`` of the plain decode
     # (batch invariance is checked above), which keeps the batch sorted as fairseq requires.
@@ -255,6 +260,24 @@ def test_memory_efficient_fp16_trains(system, synthetic_databin, tmp_path):
     values = losses(log)
     assert values, "no loss was logged"
     assert all(math.isfinite(x) for x in values), f"non-finite fp16 losses: {values}"
+    assert "num_updates 4" in log or "num_updates=4" in log
+
+
+# fairseq 0.12 takes --bf16 for a TPU's flag (ran_fairseq.compat.bf16_without_tpu): one system
+# per architecture, those with hand-written backward passes first, trains in bfloat16 on the CPU
+# (scripts/gpu-check.sh trains every one of them on a GPU).
+BF16 = [s for s in SLOW if s.id in ("ran-all", "rct-prev-accum-weight", "rct-expand-kv3",
+                                    "pa-max-attn", "dynmem-k5")]
+
+
+@pytest.mark.parametrize("system", system_params(BF16))
+def test_bf16_trains(system, synthetic_databin, tmp_path):
+    proc = helpers.train(synthetic_databin, tmp_path, system.arch,
+                         (*system.flags, "--bf16", "--no-save"), max_update=4)
+    log = proc.stdout + proc.stderr
+    values = losses(log)
+    assert values, "no loss was logged"
+    assert all(math.isfinite(x) for x in values), f"non-finite bf16 losses: {values}"
     assert "num_updates 4" in log or "num_updates=4" in log
 
 
