@@ -5,7 +5,8 @@ fairseq checkpoints loadable under torch's safe (weights-only) unpickling; it al
 ``compat``, fairseq 0.12 behaviours: the dropped last batch, non-atomic checkpoint copies,
 multi-process training on CPUs, checkpoint saves under names unique to the writer, errors for
 too-long sentences, truncated checkpoints and damaged data-bins that name the problem, and a
-resume that stops when the model's architecture flags differ from the checkpoint's. Before
+resume that stops when the model's architecture flags differ from the checkpoint's, and
+``--bf16`` taken for a TPU's flag where there is no TPU. Before
 fairseq is imported, ``quiet`` silences the noise its import prints (tensorboardX, hydra's
 deprecation warnings, the root logger set to DEBUG). Nothing else.
 """

@@ -15,15 +15,15 @@ torch.set_num_threads(1)
 
 def pytest_addoption(parser):
     # scripts/gpu-check.sh runs the model-level conformance checks on a GPU with --device cuda
-    parser.addoption("--device", default="cpu",
-                     help="device of the model-level checks that take the `device` fixture "
-                          "(default: cpu)")
+    parser.addoption("--device", default=None,
+                     help="run only the checks that take the `device` fixture, on this device "
+                          "(without it every test runs, those on the CPU)")
 
 
 @pytest.fixture(scope="session")
 def device(request):
     """The torch device of the model-level checks (pytest --device; cpu unless asked)."""
-    name = request.config.getoption("--device")
+    name = request.config.getoption("--device") or "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         pytest.skip("--device cuda: no CUDA device")
     return torch.device(name)
@@ -54,7 +54,8 @@ GROUPS = {
                "test_reliability.py", "test_package.py", "test_quiet.py"],
     "lab": ["test_reproduce.py", "test_reproduce_rosendahl.py", "test_reproduce_dynmem.py",
             "test_reproduce_pervasive.py", "test_bench.py", "test_kernels.py", "test_faults.py",
-            "test_claims.py", "test_gpu_plans.py", "test_gpu_scripts.py", "test_prepare.py",
+            "test_claims.py", "test_gpu_plans.py", "test_gpu_scripts.py", "test_gpu_check.py",
+            "test_prepare.py",
             "test_multi30k_download.py", "test_portable.py", "test_analysis.py",
             "test_analyze_pervasive.py", "test_remake.py"],
     "docs": ["test_docs_commands.py", "test_docs_links.py", "test_quickstart.py",
@@ -65,7 +66,7 @@ GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--device") != "cpu":
+    if config.getoption("--device"):
         # on another device only the checks that run on it (those taking the `device` fixture)
         kept = [item for item in items if "device" in getattr(item, "fixturenames", ())]
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
