@@ -15,11 +15,11 @@ import torch
 from torch import Tensor
 
 
-def _lookup_softplus_backward() -> Optional[Callable]:
-    """aten's softplus_backward with an output argument, or None where this torch lacks it or it
-    no longer computes sigmoid(x) ⊙ v."""
+def _lookup_softplus_backward(aten=None) -> Optional[Callable]:
+    """aten's softplus_backward with an output argument (from ``aten``, torch's aten operators
+    unless given), or None where it is missing or no longer computes sigmoid(x) ⊙ v."""
     try:
-        op = torch.ops.aten.softplus_backward.grad_input
+        op = (torch.ops.aten if aten is None else aten).softplus_backward.grad_input
         value = torch.tensor([[0.5, -2.0, 3.0]], dtype=torch.float64)
         logit = torch.tensor([[0.3], [-1.5]], dtype=torch.float64)
         out = torch.empty(2, 3, dtype=torch.float64)
