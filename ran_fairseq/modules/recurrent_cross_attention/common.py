@@ -1,6 +1,6 @@
 """Pieces shared by the recurrent cross-attention module and its training Functions: the variant
 names and their option checks, Eq. 9's windowed averaging, the step-by-step weight recurrence of
-Eqs. 3, 4, 10, a per-head linear map and the softmax's backward pass in public operations."""
+Eqs. 3, 4, 10 and a per-head linear map."""
 import math
 from typing import Optional, Tuple
 
@@ -38,13 +38,6 @@ def check_options(variant: str, kv_variant: int, rescale_lambda: float, rescale_
             or rescale_window < 0:
         raise ValueError(f"--rescale-window (k, the window j-k..j+k of Eq. 9) must be an integer "
                          f">= 0, got {rescale_window!r}")
-
-
-def softmax_backward_(grad: Tensor, probs: Tensor) -> Tensor:
-    """The gradient of the softmax's input from ``grad`` (that of its output ``probs``), written
-    into ``grad``: p ⊙ (g - Σ_j p_j g_j) (docs/backward/recurrent_cross_attention.md, §1)."""
-    total = torch.mul(grad, probs).sum(-1, keepdim=True)
-    return grad.sub_(total).mul_(probs)
 
 
 # ---- Eq. 9: the windowed averaging ---------------------------------------------------------------
