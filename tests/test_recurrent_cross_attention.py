@@ -9,6 +9,7 @@ from fairseq import options
 from fairseq.data import Dictionary
 
 from ran_fairseq.lab.bench.kernels import KernelCounter
+from ran_fairseq.modules._torch_ops import fused_sigmoid_times_available
 from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
 from ran_fairseq.modules.attention_entropy import AttentionEntropyRecorder
 from ran_fairseq.modules.recurrent_cross_attention import (
@@ -474,12 +475,16 @@ def test_training_kernel_counts(variant, kv_variant):
     loop (or to the rest of the step) fails here. Raise a bound only with a reason."""
     name = VARIANT_IDS[VARIANTS.index((variant, kv_variant))]
     counts = {t: training_kernels(variant, kv_variant, t) for t in (8, 9, 12, 16)}
-    assert counts[12] <= KERNELS_AT_12[name], counts
+    # Eqs. 5-8 without the fused sigmoid product (a torch that lacks the operator): one more
+    # kernel per target position after the first
+    unfused = variant == "expand-kv" and not fused_sigmoid_times_available()
+    assert counts[12] <= KERNELS_AT_12[name] + 11 * unfused, counts
     if variant == "continuous":  # a doubling of the target length adds one scan level
         assert counts[9] - counts[8] <= 5 and counts[16] == counts[9], counts
         return
-    assert counts[9] - counts[8] <= KERNELS_PER_STEP[name], counts
-    assert counts[16] - counts[12] <= 4 * KERNELS_PER_STEP[name], counts
+    per_step = KERNELS_PER_STEP[name] + unfused
+    assert counts[9] - counts[8] <= per_step, counts
+    assert counts[16] - counts[12] <= 4 * per_step, counts
     if variant == "expand-kv" and kv_variant in (3, 4):  # Eqs. 7, 8: no more per target position
         prev_context = {t: training_kernels("prev-context", 1, t) for t in (12, 16)}
         assert counts[16] - counts[12] <= prev_context[16] - prev_context[12], (counts, prev_context)

@@ -1,7 +1,9 @@
 """The recurrent cross-attention's training Functions keep what their backward pass reads through
 ``ctx.save_for_backward`` only: under ``torch.autograd.graph.saved_tensors_hooks`` that replace
-every saved tensor by a copy (as activation offloading does), the gradients are those of the plain
-run; and the one internal operator has a public fallback that gives the same results."""
+every saved tensor by a copy (as activation offloading does), and in recurrent_cross_transformer
+trained with fairseq's --checkpoint-activations and --offload-activations, the gradients are those
+of the plain run; and the one internal operator has a public fallback that gives the same
+results."""
 import types
 
 import pytest
@@ -96,3 +98,60 @@ def test_sigmoid_times_fallback_matches_and_is_taken_when_the_operator_is_missin
     assert not _torch_ops.fused_sigmoid_times_available()
     fallback = _torch_ops.sigmoid_times(value, logit, torch.empty_like(value))
     torch.testing.assert_close(fallback, expected)
+
+
+def _model_gradients(variant, flags, steps=2):
+    """Gradients of every parameter after ``steps`` SGD steps of recurrent_cross_transformer on a
+    fixed batch, in training mode with dropout, the model built with fairseq's ``flags``."""
+    from fairseq import options
+    from fairseq.data import Dictionary
+
+    from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
+
+    class Task:
+        source_dictionary = target_dictionary = Dictionary()
+
+    for w in "abcdefgh":
+        Task.source_dictionary.add_symbol(w)
+    argv = ["unused-data", "--arch", "recurrent_cross_transformer", "--task", "translation",
+            "--encoder-layers", "1", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+            "--decoder-embed-dim", "16", "--encoder-attention-heads", "2",
+            "--decoder-attention-heads", "2", "--encoder-ffn-embed-dim", "32",
+            "--decoder-ffn-embed-dim", "32", "--dropout", "0.1", "--attention-dropout", "0.2",
+            "--cross-attention", *variant.split(), *flags]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    torch.manual_seed(0)
+    model = RecurrentCrossTransformerModel.build_model(args, Task()).train()
+    src = torch.tensor([[1, 5, 6, 7, 8, 2], [1, 1, 5, 9, 6, 2]])
+    prev = torch.tensor([[2, 5, 6, 7, 9, 10], [2, 7, 8, 1, 1, 1]])
+    grads = []
+    for step in range(steps):
+        torch.manual_seed(10 + step)
+        model.zero_grad()
+        out, _ = model(src, torch.tensor([6, 4]), prev)
+        out.log_softmax(-1)[..., 4].sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        with torch.no_grad():
+            for p in model.parameters():
+                p.sub_(0.1 * p.grad)
+    return grads
+
+
+@pytest.mark.parametrize("variant", ["prev-context", "prev-accum-weight", "expand-kv --kv-variant 1",
+                                     "expand-kv --kv-variant 3"])
+def test_checkpointed_and_offloaded_activations_give_the_plain_gradients(variant):
+    """fairseq's --checkpoint-activations (the decoder layers' forward run again in the backward
+    pass, the random state replayed) and --offload-activations (saved tensors through hooks) give
+    the plain run's gradients, over two updates (up to float32 rounding, relative to the
+    largest)."""
+    plain = _model_gradients(variant, [])
+    for flags in (["--checkpoint-activations"],
+                  ["--checkpoint-activations", "--offload-activations"]):
+        ours = _model_gradients(variant, flags)
+        for step, (a, b) in enumerate(zip(plain, ours)):
+            b = {n.replace("._checkpoint_wrapped_module", ""): g for n, g in b.items()}
+            assert set(b) == set(a), flags
+            scale = max(g.abs().max().item() for g in a.values())
+            for name, grad in b.items():
+                torch.testing.assert_close(grad / scale, a[name] / scale, rtol=0, atol=1e-6,
+                                           msg=f"{flags} step {step} {name}")
