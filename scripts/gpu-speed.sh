@@ -13,8 +13,6 @@
 #                       the training flags of configs/recurrent_cross/full-wmt16-ro-en.json (float16,
 #                       9,600-token batches): time per update (Table 2's training-time column)
 #   dynmem, pervasive   configs/bench/dynmem.json and configs/bench/pervasive.json
-#   recurrent-compiled  five recurrent systems with the recurrence compiled (--cross-attention-
-#                       recurrence compile, configs/bench/recurrent_cross-compiled.json)
 #   ran-base-100        only when named in ONLY: ran-base's decoding at 100 tokens alone, nine
 #                       passes over 500 sentences (the median reported), where three passes
 #                       overlap between the two systems
@@ -93,8 +91,6 @@ bench dynmem 80 --systems configs/bench/dynmem.json --train-updates 20 --warmup-
     "${decode[@]}"
 bench pervasive 60 --systems configs/bench/pervasive.json --train-updates 20 --warmup-updates 5 \
     --beam 4 --decode-batch-size 100 --decode-sentences 200 --max-len-a 0 --max-len-b 40
-bench recurrent-compiled 120 --systems configs/bench/recurrent_cross-compiled.json \
-    --train-flags-of configs/recurrent_cross/full-wmt16-ro-en.json "${train_only[@]}"
 
 # the logs name this machine's folders: record them relative to the checkout, as bench.json does
 "$python" -m ran_fairseq.lab.portable "$work" "$log" > /dev/null 2>&1 || say "paths left as they are"

@@ -48,7 +48,7 @@ GROUPS = {
     "unit": ["test_positional_attention.py", "test_recurrent_cross_attention.py",
              "test_dynamic_memory_attention.py", "test_attention_entropy.py", "test_scoring.py",
              "test_replace_unk.py", "test_epoch_anneal.py", "test_checkpoint_average.py",
-             "test_layering.py"],
+             "test_layering.py", "test_saved_tensors_recurrent_cross.py"],
     "plugin": ["test_conformance.py", "test_conformance_selfcheck.py",
                "test_pervasive_attention.py", "test_hub.py", "test_checkpoint_loading.py",
                "test_reliability.py", "test_package.py", "test_quiet.py"],

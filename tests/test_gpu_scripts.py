@@ -230,8 +230,7 @@ def test_speed_runs_each_benchmark_alone_in_order_and_packs_them(tmp_path):
     systems = [line.split("--systems ")[1].split()[0] for line in lines]
     assert "-m ran_fairseq.lab.portable" in calls.read_text()  # the logs made portable
     assert systems == ["configs/bench/ran-base.json", "configs/recurrent_cross/systems.json",
-                       "configs/bench/dynmem.json", "configs/bench/pervasive.json",
-                       "configs/bench/recurrent_cross-compiled.json"]
+                       "configs/bench/dynmem.json", "configs/bench/pervasive.json"]
     assert all("--device cuda" in line for line in lines)
     ran = lines[0]
     assert "--fp16" in ran and "--decode-length 30 --also-decode-lengths 100" in ran

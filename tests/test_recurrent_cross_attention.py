@@ -9,6 +9,7 @@ from fairseq import options
 from fairseq.data import Dictionary
 
 from ran_fairseq.lab.bench.kernels import KernelCounter
+from ran_fairseq.modules._torch_ops import fused_sigmoid_times_available
 from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
 from ran_fairseq.modules.attention_entropy import AttentionEntropyRecorder
 from ran_fairseq.modules.recurrent_cross_attention import (
@@ -21,7 +22,6 @@ from ran_fairseq.modules.recurrent_cross_attention import (
     check_options,
     continuous_scan,
     continuous_step,
-    step_functions,
     window_average,
     window_matrix,
 )
@@ -250,14 +250,33 @@ def test_incremental_steps_equal_full_forward(variant, kv_variant, left_pad):
                          ids=["prev-context", "expand-kv1", "expand-kv3"])
 def test_recurrent_context_is_the_dropped_out_one(variant, kv_variant):
     """With attention dropout, Eqs. 2 and 5-8 feed back the context the layer produced: the full
-    pass (Eq. 2 as a recurrence on weights) equals step-by-step decoding with the same masks."""
+    pass (Eq. 2 as a recurrence on weights) equals step-by-step decoding with the same masks. The
+    masks the full pass draws are captured and handed to the steps one at a time, so the test does
+    not depend on how torch's random stream splits one draw into several."""
     module = make_module(variant, kv_variant, dropout=0.4).train()
     states, encoder, padding, _ = make_batch(left_pad=True)
+    drawn = []
+    draw = module._dropout_masks
+
+    def capture(steps, batch, width, like):
+        masks = draw(steps, batch, width, like)
+        drawn.append(masks)
+        return masks
+
+    def replay(steps, batch, width, like):
+        assert steps == 1
+        return drawn.pop(0)
+
     with torch.no_grad():
         torch.manual_seed(5)
+        module._dropout_masks = capture
         full, _ = module(states, encoder, encoder, padding)
-        torch.manual_seed(5)
+        assert len(drawn) == 1 and drawn[0].size(0) == T
+        drawn = list(drawn[0].split(1))
+        module._dropout_masks = replay
         steps = torch.cat(decode(module, states, encoder, padding))
+        assert not drawn  # every step took its mask
+        module._dropout_masks = draw
         torch.manual_seed(6)
         other, _ = module(states, encoder, encoder, padding)
     torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
@@ -369,7 +388,6 @@ def test_training_kernels_pass_gradcheck(with_masks):
     rand, padding, masks = _gradcheck_inputs()
     batch, heads, steps, src_len, dim = 2, 2, 4, 3, 2
     masks = masks if with_masks else None
-    eager = step_functions("eager")
     pad = padding[:, None, :]
 
     def masked_energies():
@@ -382,14 +400,14 @@ def test_training_kernels_pass_gradcheck(with_masks):
     for accumulate in (False, True):
         energies = rand(steps, batch, heads, src_len)
         assert torch.autograd.gradcheck(
-            lambda e, w: WeightRecurrence.apply(e, pad, w, 0.0, accumulate, eager),
+            lambda e, w: WeightRecurrence.apply(e, pad, w, 0.0, accumulate),
             (energies, gain))
         assert torch.autograd.gradcheck(
-            lambda e: WeightRecurrence.apply(e, pad, None, -0.7, accumulate, eager), (energies,))
+            lambda e: WeightRecurrence.apply(e, pad, None, -0.7, accumulate), (energies,))
     relation = rand(batch, heads, src_len, src_len)
     source_masks = None if masks is None else masks[..., :src_len].contiguous()
     assert torch.autograd.gradcheck(
-        lambda e, r: PrevContextRecurrence.apply(e, pad, r, source_masks, eager),
+        lambda e, r: PrevContextRecurrence.apply(e, pad, r, source_masks),
         (rand(steps, batch, heads, src_len), relation))
     values, query = rand(batch, heads, src_len, dim), rand(batch, heads, steps, dim)
     key_weight, key_bias = rand(heads, dim, dim), rand(heads, dim)
@@ -398,11 +416,11 @@ def test_training_kernels_pass_gradcheck(with_masks):
     for need_weights in (False, True):
         def head(e, v, q, wk, kb, w, b):  # Eq. 7
             return HeadContextRecurrence.apply(e, padding, v, q, wk, kb, w, b, masks,
-                                               need_weights, eager)
+                                               need_weights)
 
         def head8(e, v, q, wk):  # Eq. 8, without a key bias
             return HeadContextRecurrence.apply(masking(e), None, v, q, wk, None, None, None,
-                                               masks, need_weights, eager)
+                                               masks, need_weights)
 
         assert torch.autograd.gradcheck(
             head, (energies, values, query, key_weight, key_bias, weight, bias))
@@ -411,8 +429,7 @@ def test_training_kernels_pass_gradcheck(with_masks):
         query_t = rand(steps, batch, heads, dim)
 
         def full(e, v, q, w, b):  # Eqs. 5, 6
-            return FullContextRecurrence.apply(masking(e), v, q, w, b, masks, need_weights,
-                                               eager)
+            return FullContextRecurrence.apply(masking(e), v, q, w, b, masks, need_weights)
 
         assert torch.autograd.gradcheck(full, (energies, values, query_t, full_weight, full_bias))
     power = window_matrix(padding, src_len, 1, scale=0.4).double().expand(batch, -1, -1)
@@ -423,16 +440,19 @@ def test_training_kernels_pass_gradcheck(with_masks):
 
 # Kernels (aten operators, views excluded: ran_fairseq.lab.bench.kernels) of one training forward
 # and backward pass of a module (E = 8, 2 heads, 3 sentences of up to 9 source tokens), at 12
-# target positions, and what each further target position adds. Before the training kernels,
-# a target position cost prev-context 7, prev-weight 9, prev-accum-weight 11, coverage 7 and
-# expand-kv 31/31/37/30 kernels, and each doubling of the target length 11 for continuous.
-KERNELS_AT_12 = {"dot": 34, "prev-context": 98, "prev-weight": 92, "prev-accum-weight": 93,
-                 "coverage": 82, "expand-kv1": 127, "expand-kv2": 123, "expand-kv3": 97,
-                 "expand-kv4": 95, "continuous": 66}
-KERNELS_PER_STEP = {"dot": 0, "prev-context": 4, "prev-weight": 4, "prev-accum-weight": 4,
-                    "coverage": 4, "expand-kv1": 6, "expand-kv2": 6, "expand-kv3": 4,
+# target positions, and what each further target position adds. The goal for every variant is
+# 127, 1.3 times prev-context's 98 with torch's internal softmax operators. In public operations
+# the softmax's backward pass is three kernels (product, row sums, update): Eq. 2 runs it per step
+# beside the fed-back gradient (6 a step, 120), Eqs. 3, 4, 10 per step (5 a step). Eqs. 5-8 run
+# it once per call (2 more) and copy the buffers their backward pass writes into (2 more, saved
+# tensors stay as saved); with the fused sigmoid product of ran_fairseq/modules/_torch_ops.py
+# expand-kv1 takes 131, 4 over the goal.
+KERNELS_AT_12 = {"dot": 34, "prev-context": 120, "prev-weight": 104, "prev-accum-weight": 105,
+                 "coverage": 93, "expand-kv1": 131, "expand-kv2": 127, "expand-kv3": 101,
+                 "expand-kv4": 99, "continuous": 66}
+KERNELS_PER_STEP = {"dot": 0, "prev-context": 6, "prev-weight": 5, "prev-accum-weight": 5,
+                    "coverage": 5, "expand-kv1": 6, "expand-kv2": 6, "expand-kv3": 4,
                     "expand-kv4": 4}
-PREV_CONTEXT_PER_STEP_BEFORE = 7
 
 
 def training_kernels(variant, kv_variant, steps):
@@ -455,55 +475,22 @@ def test_training_kernel_counts(variant, kv_variant):
     loop (or to the rest of the step) fails here. Raise a bound only with a reason."""
     name = VARIANT_IDS[VARIANTS.index((variant, kv_variant))]
     counts = {t: training_kernels(variant, kv_variant, t) for t in (8, 9, 12, 16)}
-    assert counts[12] <= KERNELS_AT_12[name], counts
+    # Eqs. 5-8 without the fused sigmoid product (a torch that lacks the operator): one more
+    # kernel per target position after the first
+    unfused = variant == "expand-kv" and not fused_sigmoid_times_available()
+    assert counts[12] <= KERNELS_AT_12[name] + 11 * unfused, counts
     if variant == "continuous":  # a doubling of the target length adds one scan level
         assert counts[9] - counts[8] <= 5 and counts[16] == counts[9], counts
         return
-    assert counts[9] - counts[8] <= KERNELS_PER_STEP[name], counts
-    assert counts[16] - counts[12] <= 4 * KERNELS_PER_STEP[name], counts
-    if variant == "expand-kv":
-        assert KERNELS_PER_STEP[name] <= PREV_CONTEXT_PER_STEP_BEFORE
+    per_step = KERNELS_PER_STEP[name] + unfused
+    assert counts[9] - counts[8] <= per_step, counts
+    assert counts[16] - counts[12] <= 4 * per_step, counts
     if variant == "expand-kv" and kv_variant in (3, 4):  # Eqs. 7, 8: no more per target position
         prev_context = {t: training_kernels("prev-context", 1, t) for t in (12, 16)}
         assert counts[16] - counts[12] <= prev_context[16] - prev_context[12], (counts, prev_context)
         # nor in the whole step
         assert counts[12] <= prev_context[12] and counts[16] <= prev_context[16], (counts,
                                                                                    prev_context)
-
-
-COMPILED = [("prev-accum-weight", 1, 0.0), ("coverage", 1, 0.0), ("prev-context", 1, 0.3),
-            ("expand-kv", 1, 0.3), ("expand-kv", 3, 0.0), ("expand-kv", 4, 0.3)]
-
-
-def _torch_compile_works():
-    try:
-        torch.compile(lambda x: x * 2, dynamic=True)(torch.ones(3))
-        return None
-    except Exception as error:  # no compiler toolchain for the inductor backend, say
-        return f"torch.compile does not run here: {type(error).__name__}: {error}"
-
-
-@pytest.mark.parametrize("variant,kv_variant,dropout", COMPILED,
-                         ids=[f"{v}{n if v == 'expand-kv' else ''}-p{p}" for v, n, p in COMPILED])
-def test_compiled_recurrence_matches_eager(variant, kv_variant, dropout):
-    """--cross-attention-recurrence compile (the loop bodies through torch.compile) gives the
-    eager outputs and gradients, with and without attention dropout (the same masks)."""
-    reason = _torch_compile_works()
-    if reason is not None:
-        pytest.skip(reason)
-    results = {}
-    for recurrence in ("eager", "compile"):
-        module = make_module(variant, kv_variant, dropout=dropout).train()
-        module.recurrence = recurrence
-        states, encoder, padding, _ = make_batch(left_pad=True)
-        states.requires_grad_(True)
-        torch.manual_seed(3)
-        out, weights = module(states, encoder, encoder, padding)
-        (out.pow(2).sum() + weights.sum()).backward()
-        results[recurrence] = [out, states.grad] + [p.grad for p in module.parameters()]
-    scale = max(t.abs().max().item() for t in results["eager"])  # near-0 gradients have noise
-    for a, b in zip(results["eager"], results["compile"]):
-        torch.testing.assert_close(b / scale, a / scale, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("variant,kv_variant", VARIANTS, ids=VARIANT_IDS)
@@ -525,7 +512,6 @@ def test_bad_options_name_their_flag():
         (("coverage", 1, -1.0, 5), "--rescale-lambda"),
         (("coverage", 1, float("nan"), 5), "--rescale-lambda"),
         (("continuous", 1, 0.5, -1), "--rescale-window"),
-        (("coverage", 1, 0.5, 5, "jit"), "--cross-attention-recurrence"),
     ]
     for arguments, flag in cases:
         with pytest.raises(ValueError, match=flag):
@@ -579,9 +565,6 @@ def test_flags_select_variant_layers_and_hyper_parameters():
     model = build("recurrent_cross_transformer", *SMALL, "--cross-attention", "expand-kv",
                   "--kv-variant", "3")
     assert all(m.kv_variant == 3 and hasattr(m, "extra_value") for m in cross_attentions(model))
-    assert all(m.recurrence == "eager" for m in cross_attentions(model))
-    model = build("recurrent_cross_transformer", *SMALL, "--cross-attention-recurrence", "compile")
-    assert [m.recurrence for m in cross_attentions(model)] == ["compile"] * 3
 
 
 def test_bad_model_flags_name_their_flag():
@@ -597,10 +580,18 @@ def test_bad_model_flags_name_their_flag():
             build("recurrent_cross_transformer", *SMALL, *flags)
 
 
-def test_bad_recurrence_flag_names_the_flag(capsys):
-    with pytest.raises(SystemExit):
-        parse("recurrent_cross_transformer", "--cross-attention-recurrence", "jit")
-    assert "--cross-attention-recurrence" in capsys.readouterr().err
+@pytest.mark.parametrize("recurrence", ["eager", "compile"])
+def test_checkpoints_with_the_removed_recurrence_option_load(recurrence, caplog):
+    """Arguments saved with --cross-attention-recurrence (removed) still build the model: eager
+    silently, compile with a one-line notice."""
+    args = parse("recurrent_cross_transformer", *SMALL)
+    args.cross_attention_recurrence = recurrence
+    with caplog.at_level("WARNING"):
+        torch.manual_seed(0)
+        model = RecurrentCrossTransformerModel.build_model(args, FakeTask())
+    assert [m.variant for m in cross_attentions(model)] == ["prev-weight"] * 3
+    notices = [r for r in caplog.records if "--cross-attention-recurrence" in r.getMessage()]
+    assert len(notices) == (recurrence == "compile")
 
 
 def test_dot_variant_is_fairseqs_transformer():

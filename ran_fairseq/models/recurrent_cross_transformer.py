@@ -16,9 +16,10 @@ layers' encoder-decoder attention is replaced by
 - ``--recurrent-cross-layers``: the decoder layers that use the variant, as 0-based indices
   ("0,2", counted as in ``decoder.layers.N``) or ``all`` (the default, as in the paper); the
   other layers use plain dot-product attention (Eq. 1);
-- ``--cross-attention-recurrence``: ``eager`` (the default) runs the training recurrences' loop
-  bodies as written, ``compile`` through ``torch.compile`` (fused kernels on a GPU; the same
-  gradients). Incremental decoding always runs eagerly.
+
+Checkpoints saved with the former ``--cross-attention-recurrence`` option load: ``eager`` was the
+only recurrence and is what runs; ``compile`` loads as eager with a one-line notice (the same
+outputs and gradients; CHANGELOG.md says why the option went).
 
 ``--arch recurrent_cross_transformer`` has transformer-base sizes (6+6 layers, 512/2048, 8 heads),
 ``recurrent_cross_transformer_iwslt_de_en`` transformer_iwslt_de_en's (512/1024, 4 heads) and
@@ -26,6 +27,8 @@ layers' encoder-decoder attention is replaced by
 The recurrence runs from the first target position, so targets must be right-padded (fairseq's
 default; ``--left-pad-target`` is refused).
 """
+import logging
+
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -41,20 +44,22 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from ..modules.recurrent_cross_attention import (
     CROSS_ATTENTION_VARIANTS,
     KV_VARIANTS,
-    RECURRENCES,
     RecurrentCrossAttention,
     check_options,
 )
 from ._common import check_transformer_flags, small_transformer_sizes
 
 LAYERS_FLAG = "--recurrent-cross-layers"
+# the option of a removed torch.compile path, still in the arguments of older checkpoints
+REMOVED_RECURRENCE = "cross_attention_recurrence"
+
+logger = logging.getLogger(__name__)
 
 
 def layer_variants(cfg, num_layers):
     """The cross-attention variant of each decoder layer: ``--cross-attention`` in the layers of
     ``--recurrent-cross-layers``, ``dot`` in the others."""
-    check_options(cfg.cross_attention, cfg.kv_variant, cfg.rescale_lambda, cfg.rescale_window,
-                  getattr(cfg, "cross_attention_recurrence", "eager"))
+    check_options(cfg.cross_attention, cfg.kv_variant, cfg.rescale_lambda, cfg.rescale_window)
     spec = str(cfg.recurrent_cross_layers).strip()
     if spec == "all":
         chosen = set(range(num_layers))
@@ -84,8 +89,7 @@ class RecurrentCrossDecoderLayer(TransformerDecoderLayerBase):
             embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim,
             vdim=cfg.encoder.embed_dim, dropout=cfg.attention_dropout,
             variant=self._cross_variant, kv_variant=cfg.kv_variant,
-            rescale_lambda=cfg.rescale_lambda, rescale_window=cfg.rescale_window,
-            recurrence=getattr(cfg, "cross_attention_recurrence", "eager"))
+            rescale_lambda=cfg.rescale_lambda, rescale_window=cfg.rescale_window)
 
 
 class RecurrentCrossTransformerDecoder(TransformerDecoderBase):
@@ -137,10 +141,6 @@ class RecurrentCrossTransformerModel(TransformerModel):
                                  ">= 0); default 0.5")
         parser.add_argument("--rescale-window", type=int, metavar="K",
                             help="continuous: the window j-k..j+k of Eq. 9; default 5")
-        parser.add_argument("--cross-attention-recurrence", choices=list(RECURRENCES),
-                            help="how the training recurrences run their loop bodies: eager "
-                                 "(as written) or compile (torch.compile, fused kernels on a "
-                                 "GPU, the same gradients); default eager")
         parser.add_argument(LAYERS_FLAG, metavar="LAYERS",
                             help="decoder layers (0-based, comma-separated) whose "
                                  "encoder-decoder attention is --cross-attention, or 'all'; "
@@ -148,6 +148,10 @@ class RecurrentCrossTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        if getattr(args, REMOVED_RECURRENCE, "eager") == "compile":
+            logger.warning("this checkpoint was trained with --cross-attention-recurrence "
+                           "compile, which no longer exists: it loads with the eager recurrence "
+                           "(the same outputs and gradients)")
         recurrent_cross_base_architecture(args)
         check_transformer_flags(args)
         if getattr(args, "left_pad_target", False):
@@ -176,7 +180,6 @@ def recurrent_cross_base_architecture(args):
     args.rescale_lambda = getattr(args, "rescale_lambda", 0.5)
     args.rescale_window = getattr(args, "rescale_window", 5)
     args.recurrent_cross_layers = getattr(args, "recurrent_cross_layers", "all")
-    args.cross_attention_recurrence = getattr(args, "cross_attention_recurrence", "eager")
     base_architecture(args)
 
 
