@@ -644,41 +644,18 @@ def count_computations(matrices):
     return calls
 
 
-def test_matrices_are_cached_until_parameters_change():
-    matrices = sources(causal=True)["ran"]
-    module = attention(matrices)
+def test_a_pass_computes_the_matrices_once_for_all_its_layers():
+    matrices = sources(causal=False)["ran"].eval()
+    modules = [attention(matrices, layer) for layer in range(LAYERS)]
     calls = count_computations(matrices)
-    x = torch.randn(4, 2, DIM)
-    with torch.no_grad():
-        first, _ = module(x)
-        cached = matrices.causal_probs(1, N, torch.float32)
-        again, _ = module(x)
-        assert matrices.causal_probs(1, N, torch.float32).data_ptr() == cached.data_ptr()
-    assert calls == [N]  # every position's row at once, then reused
-    torch.testing.assert_close(first, again, rtol=0, atol=0)
-
-    # an optimizer step (in-place update, new version counter) invalidates
-    optimizer = torch.optim.SGD(matrices.parameters(), lr=0.5)
-    module.train()
-    module(x)[0].sum().backward()
-    optimizer.step()
-    module.eval()
-    with torch.no_grad():
-        stepped, _ = module(x)
-    assert len(calls) == 3  # the recording forward, then one recomputation
-    assert not torch.allclose(first, stepped)
-
-    # fairseq's optimizers write through ``.data`` (no version bump); the train()/eval() switch
-    # that fairseq's trainer makes around each update (reaching the matrices through the model
-    # that registers them) clears the cache
-    with torch.no_grad():
-        before, _ = module(x)
-    matrices.transition.weight.data.mul_(-1)
-    matrices.train()
-    matrices.eval()
-    with torch.no_grad():
-        after, _ = module(x)
-    assert not torch.allclose(before, after)
+    x = torch.randn(5, 2, DIM)
+    with torch.no_grad(), matrices.forward_scope():
+        for module in modules:
+            module(x)
+    assert calls == [5]  # all layers' matrices, the 5 rows in use, once
+    with torch.no_grad(), matrices.forward_scope():
+        modules[0](x)
+    assert calls == [5, 5]  # nothing kept from the previous pass
 
 
 def test_recording_passes_share_one_computation_per_forward_scope():
@@ -696,16 +673,15 @@ def test_recording_passes_share_one_computation_per_forward_scope():
     assert calls == [5, 5]  # nothing kept from the previous pass
 
 
-@pytest.mark.parametrize("per_sequence", [False, True], ids=["scope", "incremental-state"])
-def test_a_forward_scope_checks_the_parameters_once(per_sequence):
-    """A forward_scope checks the cache key once for all its layers; given the decoder's
-    incremental state, once per decoded sequence (its first step), and a new sequence checks again
-    and sees a change made since (tests/test_kernels.py guards the Python calls this saves)."""
+@pytest.mark.parametrize("edit", ["data", "in-place", "optimizer", "load_state_dict"])
+def test_a_decoded_sequence_computes_the_matrices_once_and_sees_every_change(edit):
+    """A decoded sequence computes all n rows of its matrices at its first step and keeps them in
+    its incremental state; the next sequence computes them again, so a change of the parameters
+    made between two sequences is seen however it was made (through ``.data`` without a mode
+    switch, in place under no_grad, by an optimizer step, by loading a state dict)."""
     matrices = sources(causal=True)["ran"].eval()
-    modules = [attention(matrices, layer) for layer in range(LAYERS)]
-    checks = []
-    version_key = matrices._version_key
-    matrices._version_key = lambda: checks.append(1) or version_key()
+    modules = [attention(matrices, layer).eval() for layer in range(LAYERS)]
+    calls = count_computations(matrices)
     xs = torch.randn(3, 2, DIM)
 
     def decode():
@@ -713,30 +689,41 @@ def test_a_forward_scope_checks_the_parameters_once(per_sequence):
         forward_scope; returns the last step's outputs."""
         state = {}
         for t in range(len(xs)):
-            with matrices.forward_scope(state if per_sequence else None):
+            with matrices.forward_scope(state):
                 outs = [module(xs[t:t + 1], incremental_state=state)[0] for module in modules]
         return outs
 
-    per_decode = 1 if per_sequence else len(xs)  # not once per layer
     with torch.no_grad():
         before = decode()
-        assert len(checks) == per_decode
-        modules[0](xs)
-        assert len(checks) == per_decode + 1  # outside a scope, every call checks
-        matrices.initial.add_(torch.randn_like(matrices.initial))  # between two sequences
+    assert calls == [N]  # once for the sequence, every position's row
+    if edit == "data":
+        matrices.transition.weight.data.mul_(-1)
+    elif edit == "in-place":
+        with torch.no_grad():
+            matrices.initial.add_(torch.randn_like(matrices.initial))
+    elif edit == "optimizer":
+        optimizer = torch.optim.SGD(matrices.parameters(), lr=0.5)
+        with matrices.forward_scope():
+            modules[0](xs)[0].sum().backward()
+        optimizer.step()
+    else:
+        state = {k: torch.randn_like(v) for k, v in matrices.state_dict().items()}
+        matrices.load_state_dict(state)
+    with torch.no_grad():
         after = decode()
-        assert len(checks) == 2 * per_decode + 1
         full = [module(xs)[0][-1:] for module in modules]
     for old, new, reference in zip(before, after, full):
         assert not torch.allclose(old, new)  # the change was seen
         torch.testing.assert_close(new, reference)
 
-    # a recording pass checks nothing and leaves no key in the state
-    train_state = {}
-    matrices.train()
-    with matrices.forward_scope(train_state):
-        modules[0](xs[:1], incremental_state=train_state)
-    assert not any(k.endswith("cache_key") for k in train_state)
+
+def test_a_recording_pass_keeps_nothing_in_the_incremental_state():
+    matrices = sources(causal=True)["ran"].train()
+    module = attention(matrices)
+    state = {}
+    with matrices.forward_scope(state):
+        module(torch.randn(1, 2, DIM), incremental_state=state)
+    assert not any(k.startswith("positional_attention_matrices") for k in state)
 
 
 # ---- half precision ----------------------------------------------------------------------------
