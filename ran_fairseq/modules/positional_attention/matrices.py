@@ -166,25 +166,28 @@ class PositionalAttentionMatrices(nn.Module):
         ``padding`` (B, T), True at padding, or None: row t of sentence b is the layer's row at
         the token's position within its sentence, over the sentence's real keys (padding keys get
         no weight, a padding query none at all). Inside a forward_scope all layers' weights are
-        computed at once, for the first layer that asks, and shared: one gather, one softmax, one
-        dropout draw and no position bookkeeping per layer."""
+        computed at once, for the first layer that asks, and shared: one gather, one softmax and
+        no position bookkeeping per layer. Each layer draws its own dropout mask, so that a layer
+        recomputed alone in the backward pass (activation checkpointing) draws the same one."""
         self.check_length(length)
         scope = self._pass.scope
-        key = ("batch probs", dtype, dropout)
+        key = ("batch probs", dtype)
         entry = scope.get(key) if scope is not None else None
         if entry is None or entry[0] is not padding or entry[1] != (batch, length):
             layers = None if scope is not None else layer
-            entry = (padding, (batch, length)) + self._batch_probs(
-                layers, padding, batch, length, dtype, dropout)
+            entry = (padding, (batch, length),
+                     self._batch_probs(layers, padding, batch, length, dtype))
             if scope is not None:
                 scope[key] = entry
-        _, _, dropped, before = entry
-        return dropped[layer if len(dropped) > 1 else 0], before[layer if len(before) > 1 else 0]
+        before = entry[2]
+        before = before[layer if len(before) > 1 else 0]
+        dropped = F.dropout(before, dropout, True) if dropout > 0 else before
+        return dropped, before
 
     def _batch_probs(self, layer: Optional[int], padding: Optional[Tensor], batch: int,
-                     length: int, dtype: torch.dtype, dropout: float):
-        """:meth:`batch_probs` for ``layer``, or for all layers (None): (dropped weights, one
-        (B, h, T, T) tensor per layer; weights before dropout, (L', B, h, T, T))."""
+                     length: int, dtype: torch.dtype) -> Tensor:
+        """The weights of :meth:`batch_probs` before dropout for ``layer``, or for all layers
+        (None): (L', B, h, T, T)."""
         stacked = self._get("logits", length, self._compute_logits)  # (L', h, R, n) float32
         if layer is not None and stacked.size(0) > 1:
             stacked = stacked[layer:layer + 1]
@@ -214,9 +217,4 @@ class PositionalAttentionMatrices(nn.Module):
             logits = logits.add(masked.unsqueeze(1), alpha=_MASKED)
             probs = torch.softmax(logits, dim=-1).to(dtype).masked_fill(
                 padding[None, :, None, :, None], 0.0)
-        if dropout > 0:
-            count = self.num_layers if layer is None else 1
-            dropped = F.dropout(probs.expand(count, -1, -1, -1, -1), dropout, True)
-        else:
-            dropped = probs
-        return dropped.unbind(0), probs
+        return probs
