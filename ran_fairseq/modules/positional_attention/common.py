@@ -4,8 +4,8 @@ MAX_POSITIONS_FLAG = "--max-attention-positions"
 # RAN's options (Zeng et al. 2021): the transition (§2.3) and the decoder's use of A_0 (§2.2)
 RAN_TRANSITIONS = ("paper", "ffn")
 RAN_DECODER_INITIAL = ("lower-triangle", "full")
-# A_0's random initialization (§2.2 says only "randomly initialized"): N(0, n^-1/2) here before
-# this option, or Xavier-uniform over the (h, n, n) tensor as in the authors' released code
+# A_0's random initialization (§2.2 says only "randomly initialized"): N(0, n^-1/2) (the default),
+# or Xavier-uniform over the (h, n, n) tensor as in the authors' released code
 RAN_INITIAL_INIT = ("normal", "xavier")
 TRANSITION_FLAG = "--ran-transition"
 DECODER_INITIAL_FLAG = "--ran-decoder-initial"
