@@ -1,4 +1,4 @@
-"""The matrix source's base class: the (h, n, n) logits of one side's L layers, cached."""
+"""The matrix source's base class: the (h, n, n) logits of one side's L layers, once a pass."""
 import contextlib
 from typing import Dict, Optional, Tuple
 
@@ -25,8 +25,8 @@ class PassState:
 class PositionalAttentionMatrices(nn.Module):
     """The attention logits of one side's L layers: tensors of shape (h, n, n) that depend on
     parameters only. Subclasses implement :meth:`_compute_logits`; layers read the results through
-    :meth:`logits`, :meth:`probs` and :meth:`causal_probs`, which cache them (see the module
-    docstring for when)."""
+    :meth:`logits`, :meth:`probs` and :meth:`causal_probs`, which compute them once per
+    forward pass or decoded sequence (:meth:`forward_scope`)."""
 
     def __init__(self, num_layers: int, num_heads: int, max_positions: int, causal: bool):
         super().__init__()
