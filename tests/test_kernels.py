@@ -62,16 +62,18 @@ def _step_counts(module, steps, padding=None):
 def test_ran_decoding_step_is_three_kernels_plus_a_block_copy_every_16_steps():
     matrices = RecurrentAttentionMatrices(3, 2, 64, causal=True).eval()
     module = PositionalSelfAttention(8, 2, matrices, layer=1).eval()
-    with torch.no_grad():  # the matrices and the step table are computed once, not counted
-        module(torch.randn(1, 1, 8), incremental_state={})
+    with torch.no_grad(), kernels.KernelCounter() as table:
+        with matrices.forward_scope({}):  # what a sequence's first step computes once
+            matrices.step_table(1, torch.float32)
     counts = _step_counts(module, 40)
-    # step 1: the cache is allocated and takes the bias (2) and the first block of weights (1);
-    # steps 17 and 33 copy out the next block; every other step: value projection, weighted sum,
-    # output projection; step 33 also grows the cache (allocation + copy)
-    assert counts[0] == 3 + 3
+    # step 1: the sequence's matrices and step table, then the cache is allocated and takes the
+    # bias (2) and the first block of weights (1); steps 17 and 33 copy out the next block; every
+    # other step: value projection, weighted sum, output projection; step 33 also grows the cache
+    # (allocation + copy)
+    assert counts[0] == table.total + 3 + 3
     assert counts[16] == 4 and counts[32] == 6
     assert set(counts[1:16] + counts[17:32] + counts[33:]) == {3}
-    assert sum(counts) / len(counts) <= 4
+    assert sum(counts[1:]) / len(counts[1:]) <= 4
 
 
 def test_ran_padded_decoding_step_is_four_kernels_a_layer_beside_shared_bookkeeping():
@@ -82,10 +84,9 @@ def test_ran_padded_decoding_step_is_four_kernels_a_layer_beside_shared_bookkeep
     states = [{} for _ in layers]
     torch.manual_seed(0)
     with torch.no_grad():
-        layers[0](torch.randn(1, 1, 8), incremental_state={})  # the step table, once
         for t in range(6):
             x, mask = torch.randn(1, 3, 8), padding[:, t:t + 1]  # one mask for all layers
-            with matrices.forward_scope():
+            with matrices.forward_scope(states[0]):  # the sequence's matrices, at step 1
                 per_layer = []
                 for layer, state in zip(layers, states):
                     with kernels.KernelCounter() as counter:
@@ -121,9 +122,10 @@ def decode_counts(synthetic_databin):
 def test_ran_decodes_with_fewer_kernels_than_the_transformer(decode_counts):
     ran, transformer = decode_counts["RAN-ALL"], decode_counts["transformer"]
     per_layer = [v for k, v in ran["per_module"].items() if k.endswith("self_attn")]
-    assert len(per_layer) == 2 and max(per_layer) <= 4
+    # the first layer also computes the sequence's matrices and step table, at its first step
+    assert len(per_layer) == 2 and per_layer[1] <= 4 and per_layer[0] <= 4 + 2
     assert ran["components"]["self_attn"] < transformer["components"]["self_attn"] / 2
-    assert ran["total"] <= 0.90 * transformer["total"]
+    assert ran["total"] < transformer["total"]  # the ratio at the goals' sizes: below
     # everything but the self-attention costs what it costs in the transformer, or less
     for part in ("encoder_attn", "ffn", "rest"):
         assert ran["components"][part] <= transformer["components"][part]
@@ -144,3 +146,35 @@ def test_ran_decodes_with_fewer_python_calls_than_the_transformer(decode_counts)
     ran, transformer = decode_counts["RAN-ALL"], decode_counts["transformer"]
     assert ran["python_calls"] is not None and transformer["python_calls"] is not None
     assert ran["python_calls"] <= 0.96 * transformer["python_calls"]
+
+
+BASE_SIZES = ["--encoder-layers", "6", "--decoder-layers", "6", "--encoder-embed-dim", "512",
+              "--decoder-embed-dim", "512", "--encoder-ffn-embed-dim", "2048",
+              "--decoder-ffn-embed-dim", "2048", "--encoder-attention-heads", "8",
+              "--decoder-attention-heads", "8"]
+
+
+SMALL_SIZES = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
+               "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
+               "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
+               "--decoder-attention-heads", "4"]
+
+
+@pytest.mark.parametrize("size, arch, bound", [("small", "ran_transformer_small", 0.90),
+                                               ("base", "ran_transformer", 0.86)])
+def test_ran_all_decodes_with_a_fraction_of_the_transformers_kernels(synthetic_databin, size,
+                                                                     arch, bound):
+    """At the small size (3+3 layers, 256, 4 heads; ``ran_transformer_small``) and at base size
+    (6+6 layers, 512, 8 heads; ``ran_transformer``), with 30 forced tokens and beam 4, RAN-ALL's
+    decoding step launches at most 0.90 and 0.86 times the kernels of fairseq's transformer at the
+    same sizes, the sequence's matrices (computed at its first step) included. The ratio does not
+    depend on the number of sentences, so four do."""
+    sizes = SMALL_SIZES if size == "small" else BASE_SIZES
+    totals = {}
+    for name in ("transformer", arch):
+        task, model = helpers.build_model(name, synthetic_databin, sizes)
+        task.load_dataset("test")
+        dataset = task.dataset("test")
+        sample = dataset.collater([dataset[i] for i in range(4)])
+        totals[name] = kernels.count_decoding(task, model, sample, beam=4, length=30)["total"]
+    assert totals[arch] <= bound * totals["transformer"], totals

@@ -62,14 +62,16 @@ def check_gating(gated) -> str:
 
 class _MaskedMoments(torch.autograd.Function):
     """Per-channel mean and mean of squares of x (B, C, T, S) over the cells where ``pad``
-    (B, 1, T, S) is False, in float32. Saves only x and the mask for the backward pass. With
+    (B, 1, T, S) is False, in float32 (float64 for a float64 x). Saves only x and the mask, through
+    ``ctx.save_for_backward``; the backward is derived in docs/backward/densenet2d.md. With
     ``zero_padding`` the caller guarantees x = 0 at padded cells, which saves a masked copy."""
 
     @staticmethod
     def forward(ctx, x: Tensor, pad: Tensor, count: int, zero_padding: bool):
         real = x if zero_padding else x.masked_fill(pad, 0)
-        mean = real.sum((0, 2, 3), dtype=torch.float32) / count
-        meansq = torch.linalg.vector_norm(real, 2, (0, 2, 3), dtype=torch.float32).square() / count
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        mean = real.sum((0, 2, 3), dtype=dtype) / count
+        meansq = torch.linalg.vector_norm(real, 2, (0, 2, 3), dtype=dtype).square() / count
         ctx.save_for_backward(x, pad)
         ctx.count = count
         return mean, meansq
@@ -77,11 +79,12 @@ class _MaskedMoments(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_mean: Optional[Tensor], grad_meansq: Optional[Tensor]):
         x, pad = ctx.saved_tensors
-        grad = torch.zeros(1, x.size(1), 1, 1, dtype=torch.float32, device=x.device)
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        grad = torch.zeros(1, x.size(1), 1, 1, dtype=dtype, device=x.device)
         if grad_mean is not None:
             grad = grad + grad_mean.view(1, -1, 1, 1)
         if grad_meansq is not None:
-            grad = grad + 2 * grad_meansq.view(1, -1, 1, 1) * x.float()
+            grad = grad + 2 * grad_meansq.view(1, -1, 1, 1) * x.to(dtype)
         grad = (grad / ctx.count).expand_as(x).masked_fill(pad, 0)
         return grad.to(x.dtype), None, None, None
 

@@ -21,6 +21,9 @@ import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
+# TorchDispatchMode comes from a private torch module: it is the one way to see every aten operator
+# a step dispatches, which is what this counter measures. It is lab code, never loaded with the
+# plugin by --user-dir, so a torch release that moves it breaks kernel counting only.
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # operators that launch nothing on a GPU, beside every OpOverload.is_view
