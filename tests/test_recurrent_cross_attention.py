@@ -368,24 +368,26 @@ def test_gradients_match_naive_reference(variant, kv_variant, left_pad):
         torch.testing.assert_close(a / scale, e / scale, atol=1e-5, rtol=0, msg=name)
 
 
-def _gradcheck_inputs(seed=0, batch=2, heads=2, steps=4, src_len=3, dim=2):
+def _gradcheck_inputs(seed=0, batch=2, heads=2, steps=4, src_len=3, dim=2, device="cpu"):
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=g, dtype=torch.double) * scale).requires_grad_()
+        x = torch.randn(*shape, generator=g, dtype=torch.double) * scale
+        return x.to(device).requires_grad_()
 
     padding = torch.zeros(batch, src_len, dtype=torch.bool)
     padding[1, 0] = True
     masks = (torch.rand(steps, batch, heads, src_len + 1, generator=g, dtype=torch.double)
              > 0.3).double() / 0.7
-    return rand, padding, masks
+    return rand, padding.to(device), masks.to(device)
 
 
 @pytest.mark.parametrize("with_masks", [False, True], ids=["no-dropout", "dropout"])
-def test_training_kernels_pass_gradcheck(with_masks):
+def test_training_kernels_pass_gradcheck(with_masks, device):
     """Each training recurrence's backward pass against finite differences (float64), with
-    source padding, and with attention-dropout masks where the variant takes them."""
-    rand, padding, masks = _gradcheck_inputs()
+    source padding, and with attention-dropout masks where the variant takes them (on pytest's
+    --device: scripts/gpu-check.sh runs it on a GPU)."""
+    rand, padding, masks = _gradcheck_inputs(device=device)
     batch, heads, steps, src_len, dim = 2, 2, 4, 3, 2
     masks = masks if with_masks else None
     pad = padding[:, None, :]

@@ -16,42 +16,43 @@ from ran_fairseq.modules.positional_attention.recurrence import TRIANGLE_KEYS
 HEADS, N, LAYERS = 2, 5, 3
 
 
-def triangle_constants(n, dtype=torch.float64):
+def triangle_constants(n, dtype=torch.float64, device="cpu"):
     """RecurrentAttentionMatrices._build_constants's lower triangle, in ``dtype``."""
-    visible = torch.ones(n, n, dtype=dtype).tril()
-    count = torch.arange(1, n + 1, dtype=dtype)[:, None]
+    visible = torch.ones(n, n, dtype=dtype, device=device).tril()
+    count = torch.arange(1, n + 1, dtype=dtype, device=device)[:, None]
     s = (n / count).sqrt()
     return {"visible": visible, "s·visible": s * visible, "visible / s": visible / s,
             "beyond / count": (1 - visible) / count}
 
 
-def recurrence_inputs(rows, seed=0):
+def recurrence_inputs(rows, seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=1.0):
-        return (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).requires_grad_()
+        x = scale * torch.randn(*shape, generator=g, dtype=torch.float64)
+        return x.to(device).requires_grad_()
 
     return (rand(HEADS, rows, N), rand(N, N, scale=N ** -0.5), rand(N, scale=0.1),
             (1 + rand(N, scale=0.1)).detach().requires_grad_(), rand(N, scale=0.1))
 
 
-def recurrence(masked, rows):
+def recurrence(masked, rows, device="cpu"):
     """_PaperRecurrence as a function of its differentiable inputs (a0, W, b, gain, shift): over
     the first ``rows`` < n query positions (a shorter sentence), with or without the lower
     triangle (§2.2's decoder, whose future keys are the recurrence's padding)."""
     def run(a0, weight, bias, gain, shift):
         triangle = None
         if masked:
-            triangle = {k: v[:rows] for k, v in triangle_constants(N).items()}
+            triangle = {k: v[:rows] for k, v in triangle_constants(N, device=device).items()}
         return _PaperRecurrence.apply(a0, weight, bias, gain, shift, LAYERS, 1e-5, triangle)
     return run
 
 
 @pytest.mark.parametrize("rows", [N, 3], ids=["all-rows", "3-rows"])
 @pytest.mark.parametrize("masked", [False, True], ids=["encoder", "decoder-lower-triangle"])
-def test_paper_recurrence_passes_gradcheck(masked, rows):
-    assert torch.autograd.gradcheck(recurrence(masked, rows), recurrence_inputs(rows),
-                                    eps=1e-6, atol=1e-6)
+def test_paper_recurrence_passes_gradcheck(masked, rows, device):
+    assert torch.autograd.gradcheck(recurrence(masked, rows, device),
+                                    recurrence_inputs(rows, device=device), eps=1e-6, atol=1e-6)
 
 
 def moments(zero_padding, keep):
@@ -65,21 +66,21 @@ def moments(zero_padding, keep):
     return run
 
 
-def grid(seed=0):
+def grid(seed=0, device="cpu"):
     """x (B = 2, C = 3, T = 4, S = 5) in float64 with a padding mask: sentence 1 has 3 target
     rows and 2 source columns of padding... (B, 1, T, S)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64).to(device).requires_grad_()
     pad = torch.zeros(2, 1, 4, 5, dtype=torch.bool)
     pad[1, :, 3:] = True
     pad[1, :, :, 3:] = True
     keep = (torch.rand(2, 3, 4, 5, generator=g) > 0.25).double()
-    return x, pad, keep
+    return x, pad.to(device), keep.to(device)
 
 
 @pytest.mark.parametrize("zero_padding", [False, True])
-def test_masked_moments_pass_gradcheck(zero_padding):
-    x, pad, keep = grid()
+def test_masked_moments_pass_gradcheck(zero_padding, device):
+    x, pad, keep = grid(device=device)
     run = moments(zero_padding, keep)
     assert torch.autograd.gradcheck(lambda x: run(x, pad), (x,), eps=1e-6, atol=1e-7)
 
