@@ -21,7 +21,7 @@ import sys
 import torch
 
 from . import compat
-from .textio import unique_tmp
+from .textio import atomic_write
 
 compat.allow_fairseq_checkpoints()
 
@@ -126,14 +126,7 @@ def main(argv=None):
     except (ValueError, OSError) as e:
         print(f"checkpoint_average: {e}", file=sys.stderr)
         return 2
-    tmp = unique_tmp(args.output)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, args.output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(args.output, lambda f: torch.save(state, f), binary=True)
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(x) for x in paths)}) "
           f"into {args.output}")
     return 0

@@ -10,7 +10,6 @@ unpickled by torch's restricted loader.
 """
 import argparse
 import os
-import shutil
 import struct
 import threading
 import zipfile
@@ -87,13 +86,6 @@ def keep_last_batch():
     data_utils.batch_by_size = batch_by_size
 
 
-def _remove_quietly(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def atomic_checkpoint_copies():
     """fairseq writes the first checkpoint of a save atomically (``.tmp`` then rename) but copies
     it to the others (``checkpoint_last.pt``, ``checkpoint_best.pt``, ...) with a plain
@@ -105,7 +97,7 @@ def atomic_checkpoint_copies():
     file. Paths handled by ioPath (``s3://``, ``manifold://``, ...) keep fairseq's behaviour."""
     from fairseq.file_io import PathManager
 
-    from .textio import unique_tmp
+    from .textio import copy_atomic
 
     original = PathManager.copy
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -117,15 +109,7 @@ def atomic_checkpoint_copies():
             return original(src_path, dst_path, overwrite=overwrite)
         if not overwrite and os.path.exists(dst_path):
             raise FileExistsError(f"{dst_path} exists and overwrite=False")
-        tmp = unique_tmp(dst_path)
-        try:
-            shutil.copyfile(src_path, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, dst_path)
-        except BaseException:
-            _remove_quietly(tmp)
-            raise
+        copy_atomic(src_path, dst_path)
         return True
 
     copy._ran_fairseq_atomic = True
@@ -142,7 +126,7 @@ def atomic_checkpoint_saves():
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from .textio import unique_tmp
+    from .textio import atomic_write
 
     original = checkpoint_utils.torch_persistent_save
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -152,16 +136,8 @@ def atomic_checkpoint_saves():
         if async_write or not isinstance(filename, str) \
                 or PathManager.path_requires_pathmanager(filename):
             return original(obj, filename, async_write)
-        tmp = unique_tmp(filename)
-        try:
-            with open(tmp, "wb") as f:
-                checkpoint_utils._torch_persistent_save(obj, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, filename)
-        except BaseException:
-            _remove_quietly(tmp)
-            raise
+        atomic_write(filename, lambda f: checkpoint_utils._torch_persistent_save(obj, f),
+                     binary=True)
 
     torch_persistent_save._ran_fairseq_atomic = True
     checkpoint_utils.torch_persistent_save = torch_persistent_save

@@ -8,7 +8,6 @@ them) and fills the spans of README.md and docs/ that quote it. ``scripts/claims
 command line; the reproduction engine calls :func:`write_claims` when it writes a TABLE.md.
 """
 import json
-import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -76,9 +75,9 @@ def write_claims(claims_file, folder, refs: Optional[dict] = None, repo: Path = 
 def _write(path: Path, text: str):
     """Write through a temporary file beside ``path`` and rename it: a reader sees the old file
     or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from ...textio import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def holds_of(folder, repo: Path = REPO) -> List[str]:

@@ -1,22 +1,8 @@
 """fairseq checkpoints as the engine reads and copies them."""
-import os
 import re
-import shutil
 from pathlib import Path
 
-from ... import textio
-
-
-def copy_atomic(src, dst):
-    """Copy ``src`` to ``dst`` through a temporary file of a name unique to this writer, renamed
-    over ``dst``; a failed copy leaves no partial file."""
-    tmp = textio.unique_tmp(dst)
-    try:
-        shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from ...textio import copy_atomic  # noqa: F401  (the engine's copies of checkpoints and logs)
 
 
 def load_checkpoint(path):

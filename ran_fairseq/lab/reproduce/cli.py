@@ -9,7 +9,8 @@ import threading
 from pathlib import Path
 from typing import List, Optional
 
-from ...runguard import FolderLock, Stopped
+from ...textio import FolderLock
+from .runguard import Stopped
 from ..common.machine import available_cores
 from ..common.paths import repo_path, shown
 from .config import Paper, check_device_flags, load_config, parse_pairs, parse_seeds, select_systems
