@@ -7,10 +7,11 @@ from ...textio import copy_atomic  # noqa: F401  (the engine's copies of checkpo
 
 def load_checkpoint(path):
     """A fairseq checkpoint, unpickled with torch's weights-only loader (classes allowed by
-    ran_fairseq.compat only), whatever torch's default."""
-    import torch
+    ran_fairseq.compat only), whatever torch's default; a truncated or refused file is an error
+    naming it (:func:`ran_fairseq.compat.load_plain_checkpoint`)."""
+    from ...compat import load_plain_checkpoint
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return load_plain_checkpoint(path)
 
 
 def checkpoint_updates(path):
