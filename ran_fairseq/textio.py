@@ -279,6 +279,8 @@ _WHAT_TO_DO = {
 
 def os_error_line(error):
     """An OSError as one line: the file, what is wrong and what to do."""
+    if error.filename is None and error.errno is None:
+        return str(error)  # a message of the project's own, naming the file
     names = " → ".join(str(n) for n in (error.filename, error.filename2) if n is not None)
     what = error.strerror or str(error)
     todo = _WHAT_TO_DO.get(error.errno, "check the file and the disk it is on")

@@ -618,6 +618,18 @@ def test_interactive_numbers_a_too_long_line_as_the_user_counts(ran_checkpoint, 
     assert "sentence 0 is too long" not in proc.stderr
 
 
+def test_interactive_drops_a_leading_byte_order_mark(ran_checkpoint, data, tmp_path):
+    """fairseq's buffered_read keeps a BOM at the start of the input; it would become <unk>."""
+    outputs = []
+    for text in ("w1 w2 w3\n", "\ufeffw1 w2 w3\n"):
+        (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+        proc = run_cli("interactive", [data, "--user-dir", USER_DIR, "--path", ran_checkpoint,
+                                       "-s", SRC, "-t", TGT, "--cpu", "--beam", "2", "--input",
+                                       tmp_path / "in.txt"])
+        outputs.append([line for line in proc.stdout.split("\n") if line[:2] in ("S-", "H-")])
+    assert outputs[1] == outputs[0] and "<unk>" not in outputs[1][0], outputs
+
+
 def test_the_plugins_own_loads_ask_for_weights_only(tmp_path, monkeypatch):
     import torch
 
