@@ -102,12 +102,27 @@ def atomic_write(path, write, binary=False, errors="strict"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        cause = _os_error_under(error)
+        if cause is not None and cause is not error:  # torch.save's RuntimeError of a full disk
+            raise cause from None
         raise
+
+
+def _os_error_under(error):
+    """The OSError that ``error`` was raised while handling (a writer library's own error over a
+    full disk), else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__context__
+    return None
 
 
 def write_text_atomic(path, text, errors="strict"):

@@ -101,7 +101,7 @@ def bad_checkpoints(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ckpt")
     torch.save({"model": {}, "args": None, "evil": Evil()}, root / "evil.pt")
-    torch.save({"model": {"w": torch.zeros(100)}}, root / "good.pt")
+    torch.save({"model": {"w": torch.zeros(10000)}}, root / "good.pt")  # 40 kB
     data = (root / "good.pt").read_bytes()
     (root / "cut.pt").write_bytes(data[:len(data) // 2])
     return root
@@ -171,7 +171,8 @@ def test_claims_analyze_bench_and_remake_name_a_damaged_json(tmp_path, text):
     (tmp_path / "results.json").write_text(text)
     results = tmp_path / "results.json"
     one_line(run(BIN / "ran-claims", "--results", tmp_path), "claims: error:", results)
-    one_line(run(BIN / "ran-analyze", "ran", "length-bleu", "--results", tmp_path, "--out",
+    one_line(run(BIN / "ran-analyze", "ran", "length-bleu", "--results", tmp_path, "--pair",
+                 "de-en", "--out",
                  tmp_path / "a"), "error:", results)
     one_line(run(BIN / "ran-remake", "--manifest", results), "error:", results)
     one_line(run(BIN / "ran-bench", "--data", tmp_path, "--systems", results, "--out",
