@@ -22,6 +22,7 @@ with quiet.library_logging():
     compat.cpu_data_parallel()
     compat.named_length_errors()
     compat.named_checkpoint_errors()
+    compat.one_line_file_faults()
     compat.atomic_checkpoint_saves()
     compat.named_data_bin_errors()
     compat.architecture_checked_on_resume()

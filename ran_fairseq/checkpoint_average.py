@@ -21,7 +21,7 @@ import sys
 import torch
 
 from . import compat
-from .textio import unique_tmp
+from .textio import atomic_write, one_line_errors, os_error_line
 
 compat.allow_fairseq_checkpoints()
 
@@ -31,7 +31,7 @@ _INTERVAL = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 def _load(path):
     """A checkpoint through torch's weights-only unpickler (the classes ran_fairseq.compat allows),
     asked for explicitly: whatever torch's default, a checkpoint never runs code."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return compat.load_plain_checkpoint(path)
 
 
 def interval_checkpoints(directory):
@@ -104,6 +104,7 @@ def average_checkpoints(paths):
     return state
 
 
+@one_line_errors("checkpoint_average")
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m ran_fairseq.checkpoint_average",
                                 description=__doc__.split("\n\n")[0])
@@ -123,17 +124,11 @@ def main(argv=None):
         else:
             paths = args.checkpoints
         state = average_checkpoints(paths)
-    except (ValueError, OSError) as e:
-        print(f"checkpoint_average: {e}", file=sys.stderr)
+    except (ValueError, OSError, compat.BadCheckpoint) as e:
+        print(f"checkpoint_average: error: "
+              f"{os_error_line(e) if isinstance(e, OSError) else e}", file=sys.stderr)
         return 2
-    tmp = unique_tmp(args.output)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, args.output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(args.output, lambda f: torch.save(state, f), binary=True)
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(x) for x in paths)}) "
           f"into {args.output}")
     return 0

@@ -10,13 +10,14 @@ unpickled by torch's restricted loader.
 """
 import argparse
 import os
-import shutil
 import struct
 import threading
 import zipfile
 
 import numpy as np
 import torch
+
+from .textio import FileFault
 
 def _numpy_globals():
     """What a numpy scalar in a checkpoint unpickles through: fairseq-train --eval-bleu keeps the
@@ -87,13 +88,6 @@ def keep_last_batch():
     data_utils.batch_by_size = batch_by_size
 
 
-def _remove_quietly(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def atomic_checkpoint_copies():
     """fairseq writes the first checkpoint of a save atomically (``.tmp`` then rename) but copies
     it to the others (``checkpoint_last.pt``, ``checkpoint_best.pt``, ...) with a plain
@@ -105,7 +99,7 @@ def atomic_checkpoint_copies():
     file. Paths handled by ioPath (``s3://``, ``manifold://``, ...) keep fairseq's behaviour."""
     from fairseq.file_io import PathManager
 
-    from .textio import unique_tmp
+    from .textio import copy_atomic
 
     original = PathManager.copy
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -117,15 +111,7 @@ def atomic_checkpoint_copies():
             return original(src_path, dst_path, overwrite=overwrite)
         if not overwrite and os.path.exists(dst_path):
             raise FileExistsError(f"{dst_path} exists and overwrite=False")
-        tmp = unique_tmp(dst_path)
-        try:
-            shutil.copyfile(src_path, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, dst_path)
-        except BaseException:
-            _remove_quietly(tmp)
-            raise
+        copy_atomic(src_path, dst_path)
         return True
 
     copy._ran_fairseq_atomic = True
@@ -142,7 +128,7 @@ def atomic_checkpoint_saves():
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from .textio import unique_tmp
+    from .textio import atomic_write
 
     original = checkpoint_utils.torch_persistent_save
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -152,16 +138,8 @@ def atomic_checkpoint_saves():
         if async_write or not isinstance(filename, str) \
                 or PathManager.path_requires_pathmanager(filename):
             return original(obj, filename, async_write)
-        tmp = unique_tmp(filename)
-        try:
-            with open(tmp, "wb") as f:
-                checkpoint_utils._torch_persistent_save(obj, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, filename)
-        except BaseException:
-            _remove_quietly(tmp)
-            raise
+        atomic_write(filename, lambda f: checkpoint_utils._torch_persistent_save(obj, f),
+                     binary=True)
 
     torch_persistent_save._ran_fairseq_atomic = True
     checkpoint_utils.torch_persistent_save = torch_persistent_save
@@ -269,6 +247,9 @@ def named_length_errors():
         # only fairseq-interactive calls this, once per buffer of input lines, in input order
         self._ran_fairseq_input_offset = getattr(self, "_ran_fairseq_lines_read", 0)
         self._ran_fairseq_lines_read = self._ran_fairseq_input_offset + len(lines)
+        # fairseq's buffered_read keeps a byte-order mark (an editor's, U+FEFF) at the start of
+        # the input, which would become <unk>; it is no word of a sentence, so it is dropped
+        lines = [line.lstrip("\ufeff") for line in lines]
         return tokens_of(self, lines, encode_fn)
 
     FairseqTask.get_interactive_tokens_and_lengths = get_interactive_tokens_and_lengths
@@ -300,11 +281,69 @@ def _too_long_message(dataset, too_long, max_positions, input_offset=None):
             f"(fairseq-generate, fairseq-interactive).")
 
 
+class BadCheckpoint(FileFault, RuntimeError):
+    """A checkpoint that is not loaded: truncated, not a torch file, or not a plain checkpoint
+    (weights-only loading refused it); the message names the file, why and what to do."""
+
+
+def _unsafe_global(error):
+    """What torch's weights-only unpickler refused, as its message names it ('posix.system')."""
+    import re
+
+    found = re.search(r"(?:GLOBAL|global) ([\w.]+)", str(error))
+    return found.group(1) if found else "code that is not a tensor or a plain value"
+
+
+def _weights_only_forced_off():
+    return os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0").lower() in ("1", "y", "yes",
+                                                                           "true")
+
+
+def checkpoint_error(path, error):
+    """``error`` (from loading the checkpoint ``path``) as a :class:`BadCheckpoint` naming it, or
+    None where it is not about the file (a missing file keeps its own error)."""
+    import pickle
+
+    if isinstance(error, pickle.UnpicklingError):
+        return BadCheckpoint(
+            f"{path} is not a plain checkpoint: it asks to run {_unsafe_global(error)} when "
+            f"loaded, which torch's weights-only loading refuses, so it was not loaded; use a "
+            f"checkpoint written by fairseq-train, or one from a source you trust")
+    local = str(path)
+    if isinstance(error, (RuntimeError, EOFError, OSError)) and os.path.isfile(local) \
+            and not zipfile.is_zipfile(local):
+        return BadCheckpoint(
+            f"cannot read the checkpoint {path}: it is truncated or not a torch file ({error}). "
+            f"A run killed while writing it can leave it so; use another checkpoint of the run "
+            f"(checkpoint_best.pt, checkpoint_N.pt, checkpoint_1_N.pt) via --path or "
+            f"--restore-file, or delete it to train again")
+    return None
+
+
+def load_plain_checkpoint(path):
+    """The checkpoint ``path`` through torch's weights-only unpickler (the classes fairseq
+    checkpoints hold are allowed, :func:`allow_fairseq_checkpoints`), asked for explicitly:
+    whatever torch's default or TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD, a checkpoint never runs code. A
+    truncated or refused file is a :class:`BadCheckpoint` naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 (named where it is about the file, else raised)
+        named = checkpoint_error(path, error)
+        if named is None:
+            raise
+        raise named from None
+
+
 def named_checkpoint_errors():
-    """A truncated checkpoint (a run killed while fairseq copied it) makes torch fail with
-    "PytorchStreamReader failed reading zip archive" or an OSError, naming no file. When
-    fairseq's ``load_checkpoint_to_cpu`` fails on a file that is not a whole zip archive (torch's
-    format), we re-raise naming the file and what to do; other errors pass unchanged."""
+    """fairseq's ``load_checkpoint_to_cpu``, the loader of its commands (train --restore-file,
+    generate, interactive, validate) and of the hub, with three changes. A truncated checkpoint
+    (a run killed while fairseq copied it) makes torch fail with "PytorchStreamReader failed
+    reading zip archive" or an OSError, naming no file; a checkpoint that asks to run code makes
+    torch's weights-only unpickler raise a bare UnpicklingError: both become a
+    :class:`BadCheckpoint` naming the file and what to do. And fairseq calls ``torch.load``
+    without ``weights_only``, so TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 would make it unpickle freely
+    (run any code a file holds): with that variable set, the loader refuses, naming it (the
+    plugin keeps weights-only loading on; docs/guarantees.md)."""
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
@@ -313,20 +352,44 @@ def named_checkpoint_errors():
         return
 
     def load_checkpoint_to_cpu(path, *args, **kwargs):
+        if _weights_only_forced_off():
+            raise BadCheckpoint(
+                f"{path} was not loaded: TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set, which would let "
+                f"torch run any code the file holds; ran_fairseq loads checkpoints weights-only "
+                f"(fairseq checkpoints load so): unset TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
         try:
             return original(path, *args, **kwargs)
-        except (RuntimeError, EOFError, OSError) as error:
+        except Exception as error:  # noqa: BLE001 (named where it is about the file, else raised)
             local = PathManager.get_local_path(path) if isinstance(path, str) else path
-            if not os.path.isfile(local) or zipfile.is_zipfile(local):
-                raise  # missing files and readable archives keep their own errors
-            raise RuntimeError(
-                f"cannot read the checkpoint {path}: it is truncated or not a torch file "
-                f"({error}). A run killed while writing it can leave it so; use another "
-                f"checkpoint of the run (checkpoint_best.pt, checkpoint_N.pt, checkpoint_1_N.pt) "
-                f"via --path or --restore-file.") from error
+            named = checkpoint_error(local, error)
+            if named is None:
+                raise
+            raise named from error
 
     load_checkpoint_to_cpu._ran_fairseq_named = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+def one_line_file_faults():
+    """A file fault (:class:`ran_fairseq.textio.FileFault`: a refused or truncated checkpoint, a
+    damaged file) that no one catches ends the process with one line, ``COMMAND: error: ...``,
+    instead of a traceback: in fairseq's own commands (fairseq-generate on a refused checkpoint)
+    as in the plugin's. Every other exception keeps Python's report."""
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "_ran_fairseq_one_line", False):
+        return
+
+    def excepthook(kind, value, tb):
+        if isinstance(value, FileFault):
+            prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+            print(f"{prog}: error: {value}", file=sys.stderr, flush=True)
+            return
+        previous(kind, value, tb)
+
+    excepthook._ran_fairseq_one_line = True
+    sys.excepthook = excepthook
 
 
 def named_data_bin_errors():

@@ -47,12 +47,39 @@ def with_data_bin_defaults(model_name_or_path, data_name_or_path, kwargs):
     return merged
 
 
+def checked_sentences(sentences):
+    """``sentences`` if it is a sentence (str) or a list of them, each holding a word; else a
+    TypeError or ValueError saying what the hub takes (fairseq would read bytes as one sentence
+    per byte, and make up a translation of an empty one)."""
+    many = isinstance(sentences, (list, tuple))
+    for sentence in (sentences if many else [sentences]):
+        if not isinstance(sentence, str):
+            raise TypeError(f"translate() takes a sentence (str) or a list of sentences, not "
+                            f"{type(sentence).__name__}"
+                            + (" (decode bytes first: data.decode('utf-8'))"
+                               if isinstance(sentence, (bytes, bytearray)) else ""))
+        if not sentence.strip():
+            raise ValueError(f"translate() was given an empty sentence ({sentence!r}): it has "
+                             f"no word to translate; leave it out")
+    return list(sentences) if many else sentences
+
+
+def _checked(method):
+    def call(sentences, *args, **kwargs):
+        return method(checked_sentences(sentences), *args, **kwargs)
+    call.__doc__ = method.__doc__
+    return call
+
+
 def _from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
                      **kwargs):
     kwargs = with_data_bin_defaults(model_name_or_path, data_name_or_path, kwargs)
-    return BaseFairseqModel.from_pretrained.__func__(
+    hub = BaseFairseqModel.from_pretrained.__func__(
         cls, model_name_or_path, checkpoint_file=checkpoint_file,
         data_name_or_path=data_name_or_path, **kwargs)
+    for name in ("translate", "sample"):  # a sentence or a list of them, never bytes or ""
+        setattr(hub, name, _checked(getattr(hub, name)))
+    return hub
 
 
 def add_data_bin_defaults(cls):

@@ -5,18 +5,38 @@
   ``\\x1c``-``\\x1e``: characters that may sit inside a sentence, where fairseq keeps them.
 - A UTF-8 byte-order mark at the start of a file is dropped.
 - Invalid UTF-8 is an error naming the file, the line and what to do.
-- JSON files are written atomically (a temporary file of a name unique to the writer, then a
-  rename), so a reader sees the old file or the new one, never a part; a file that is not valid
-  JSON (cut short by a full disk, say) is an error naming it.
+- Every file the project writes whole is written atomically (:func:`atomic_write`: a temporary
+  file of a name unique to the writer, flushed to disk, then renamed over the file), so a reader
+  sees the old file or the new one, never a part, and a failed write (a full disk) leaves no
+  partial file; a file that is not valid JSON (cut short, say) is an error naming it.
+- One lock (:class:`FolderLock`) keeps processes that write one folder apart: the data
+  preparation, the Multi30k download and the reproduction engine's runs and tables.
+- One error path (:func:`one_line_errors`): an ``OSError`` on a named file (a read-only folder, a
+  full disk, a missing file) and the file errors below (:class:`FileFault`) end a command with one
+  line naming the file, what is wrong and what to do, and a non-zero exit status.
 """
+import contextlib
+import datetime
+import errno
+import fcntl
+import functools
 import json
 import os
 import secrets
+import shlex
+import shutil
+import socket
+import sys
 
 BOM = "\ufeff"
 
 
-class BadTextFile(ValueError):
+class FileFault(Exception):
+    """A file the command cannot use; the message names it, what is wrong and what to do (a
+    command ends with that one line, :func:`one_line_errors`)."""
+
+
+class BadTextFile(FileFault, ValueError):
     """A file that cannot be read as the text it should hold; the message names the file, what is
     wrong and what to do."""
 
@@ -69,21 +89,54 @@ def read_lines(path):
     return split_lines(text)
 
 
-def write_text_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file of a unique name, renamed over it."""
+def atomic_write(path, write, binary=False, errors="strict"):
+    """Make ``path`` by ``write(f)`` on a temporary file beside it, of a name unique to this writer
+    (:func:`unique_tmp`), flushed to disk and renamed over ``path``: ``path`` is always the old
+    file or the new one, and a write that fails (a full disk, a kill) removes its partial file.
+    ``binary``: ``f`` takes bytes, else UTF-8 text (``errors`` as in :func:`open`)."""
     tmp = unique_tmp(path)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with (open(tmp, "wb") if binary else
+              open(tmp, "w", encoding="utf-8", errors=errors)) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        cause = _os_error_under(error)
+        if cause is not None and cause is not error:  # torch.save's RuntimeError of a full disk
+            raise cause from None
         raise
+
+
+def _os_error_under(error):
+    """The OSError that ``error`` was raised while handling (a writer library's own error over a
+    full disk), else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__context__
+    return None
+
+
+def write_text_atomic(path, text, errors="strict"):
+    """Write ``text`` to ``path`` atomically (:func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text), errors=errors)
+
+
+def copy_atomic(src, dst):
+    """Copy ``src`` to ``dst`` atomically (:func:`atomic_write`), its times and mode kept."""
+    def copy(f):
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, f, 1 << 20)
+    atomic_write(dst, copy, binary=True)
+    shutil.copystat(src, dst)
 
 
 def write_json(path, obj, indent=2):
@@ -91,14 +144,21 @@ def write_json(path, obj, indent=2):
     write_text_atomic(path, json.dumps(obj, indent=indent) + "\n")
 
 
-def read_json(path, what="", fix=""):
+def read_json(path, what="", fix="", shape=None):
     """The JSON value in ``path``. A file that is not valid JSON raises BadTextFile naming it,
     where the parser stopped, and ``fix`` (what to do; a default says to delete or restore it);
-    ``what`` says what the file is."""
+    ``what`` says what the file is. ``shape`` (``dict`` or ``list``): the value's type, else a
+    BadTextFile saying so."""
     with open(path, "rb") as f:
         data = f.read()
     try:
-        return json.loads(data.decode("utf-8-sig"))
+        value = json.loads(data.decode("utf-8-sig"))
+        if shape is not None and not isinstance(value, shape):
+            kind = f" ({what})" if what else ""
+            raise BadTextFile(f"{path}{kind} holds {json_kind(value)} where "
+                              f"{json_kind(shape())} belongs; it was edited or made by another "
+                              f"program: {fix or 'restore it, or delete it and make it again'}")
+        return value
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         kind = f" ({what})" if what else ""
         where = (f"line {error.lineno} column {error.colno}: {error.msg}"
@@ -108,3 +168,153 @@ def read_json(path, what="", fix=""):
         raise BadTextFile(f"{path}{kind} is not valid JSON ({where}); it was cut short or "
                           f"edited: {fix or 'restore it, or delete it and make it again'}") \
             from None
+
+
+def json_kind(value):
+    """'an object', 'a list', 'a number', ...: a JSON value's kind, for messages."""
+    for kind, name in ((dict, "an object"), (list, "a list"), (str, "a string"), (bool, "true or false"),
+                       ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return "null"
+
+
+# ---- one lock ----------------------------------------------------------------------------------
+
+class LockedError(FileFault):
+    """A folder is held by another process, or its lock file cannot be made; the message names
+    it and what to do."""
+
+
+class FolderBusy(LockedError):
+    """Another process holds the lock; the message names it."""
+
+
+class FolderLock:
+    """An exclusive lock on ``folder`` through the file ``lock_file`` (``folder`` / ``.lock`` by
+    default; ``fcntl``: the kernel frees it when its holder dies, however it dies) that names its
+    holder: process id, host, command and start time; ``what`` names the folder in messages. Use
+    as a context manager or with :meth:`acquire` / :meth:`release`. The lock file stays (removing
+    it would let a process that opened it before the removal and one that creates it anew hold
+    the lock together)."""
+
+    def __init__(self, folder, what="folder", lock_file=None):
+        self.folder = os.fspath(folder)
+        self.what = what
+        self.path = os.fspath(lock_file) if lock_file else os.path.join(self.folder, ".lock")
+        self._file = None
+
+    def acquire(self, wait=False):
+        """Take the lock; if another process holds it, wait for it (``wait``) or raise
+        :class:`LockedError` naming the holder. A lock file that cannot be made (a read-only
+        folder, a full disk) is a :class:`LockedError` naming it."""
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            f = open(self.path, "a+", encoding="utf-8")
+        except OSError as error:
+            raise LockedError(f"cannot lock {self.what} {self.folder}: {os_error_line(error)}") \
+                from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read()
+            f.close()
+            raise FolderBusy(f"{self.what} {self.folder} is in use by {describe(holder)} "
+                              f"(lock file {self.path}); wait for it to end, or stop it, or use "
+                              f"another folder") from None
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                "command": shlex.join(sys.argv),
+                                "started": datetime.datetime.now().isoformat(timespec="seconds")})
+                    + "\n")
+            f.flush()
+        except OSError:
+            pass  # the lock is held; only its holder's name is missing (a full disk)
+        self._file = f
+        return self
+
+    def release(self):
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+    def fileno(self):
+        return self._file.fileno()
+
+    def __enter__(self):
+        return self if self._file is not None else self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+@contextlib.contextmanager
+def waiting_lock(folder, what, lock_file, say):
+    """Hold ``folder``'s :class:`FolderLock`, waiting for another holder; ``say(message)`` is told
+    when it waits."""
+    lock = FolderLock(folder, what, lock_file)
+    try:
+        lock.acquire()
+    except FolderBusy:
+        say(f"waiting for another process that uses {folder}")
+        lock.acquire(wait=True)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def describe(holder_text):
+    """A lock file's text as 'process 123 on host, started ..., running: COMMAND'."""
+    try:
+        holder = json.loads(holder_text)
+        return (f"process {holder['pid']} on {holder['host']}, started {holder['started']}, "
+                f"running: {holder['command']}")
+    except (ValueError, KeyError, TypeError):
+        return "another process (it has not written its name yet)"
+
+
+# ---- one error path ----------------------------------------------------------------------------
+
+_WHAT_TO_DO = {
+    errno.EROFS: "the file system is read-only: write to another folder",
+    errno.EACCES: "make it writable (or readable) for this user, or use another folder",
+    errno.EPERM: "make it writable (or readable) for this user, or use another folder",
+    errno.ENOSPC: "the disk is full: free space on it or write to another disk",
+    errno.EDQUOT: "the disk quota is used up: free space or write to another disk",
+    errno.ENOENT: "check the path (a file or folder named there does not exist)",
+    errno.ENOTDIR: "check the path (a part of it is a file, not a folder)",
+    errno.EISDIR: "name a file, not a folder",
+}
+
+
+def os_error_line(error):
+    """An OSError as one line: the file, what is wrong and what to do."""
+    if error.filename is None and error.errno is None:
+        return str(error)  # a message of the project's own, naming the file
+    names = " → ".join(str(n) for n in (error.filename, error.filename2) if n is not None)
+    what = error.strerror or str(error)
+    todo = _WHAT_TO_DO.get(error.errno, "check the file and the disk it is on")
+    return f"{names or 'a file'}: {what}; {todo}"
+
+
+def one_line_errors(prog):
+    """A decorator for a command's ``main``: an ``OSError`` (a read-only folder, a full disk) and a
+    :class:`FileFault` (a damaged or refused file) end it with one line, ``PROG: error: ...``,
+    naming the file, what is wrong and what to do, and exit status 1, instead of a traceback.
+    Every other error keeps its traceback (it is a bug to report)."""
+    def wrap(main):
+        @functools.wraps(main)
+        def guarded(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except FileFault as error:
+                sys.exit(f"{prog}: error: {error}")
+            except OSError as error:
+                sys.exit(f"{prog}: error: {os_error_line(error)}")
+        return guarded
+    return wrap

@@ -139,7 +139,7 @@ def test_documented_small_runs_write_to_a_scratch_folder():
 HOLD = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from ran_fairseq.runguard import FolderLock
+from ran_fairseq.textio import FolderLock
 from pathlib import Path
 folder = Path(sys.argv[1])
 lock = FolderLock(folder, "the run folder", lock_file=folder.parent / f".{{folder.name}}.lock").acquire()
@@ -168,7 +168,7 @@ def test_a_second_engine_refuses_a_run_another_one_holds(tmp_path):
         holder.kill()
         holder.wait()
     # a dead holder's lock is free: the engine gets past it (to the missing data-bin)
-    from ran_fairseq.runguard import FolderLock
+    from ran_fairseq.textio import FolderLock
 
     with FolderLock(run_dir, lock_file=run_dir.parent / ".seed1.lock"):
         pass
@@ -200,7 +200,7 @@ ENGINE = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
 from ran_fairseq.lab.reproduce import process
-from ran_fairseq.runguard import Stopped
+from ran_fairseq.lab.reproduce.runguard import Stopped
 process.CHILDREN.install()
 child = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
 try:
@@ -539,7 +539,7 @@ def test_a_failed_checkpoint_write_leaves_no_partial_file(tmp_path, monkeypatch)
 
     src = tmp_path / "checkpoint_1_2.pt"
     src.write_bytes(b"x" * 100)
-    monkeypatch.setattr(shutil, "copyfile", full_disk)
+    monkeypatch.setattr(shutil, "copyfileobj", full_disk)
     with pytest.raises(OSError, match="No space left"):
         PathManager.copy(str(src), str(tmp_path / "checkpoint_last.pt"), overwrite=True)
     monkeypatch.setattr(checkpoint_utils, "_torch_persistent_save", full_disk)
@@ -616,6 +616,18 @@ def test_interactive_numbers_a_too_long_line_as_the_user_counts(ran_checkpoint, 
     assert re.search(r"input line 6 \(id 5 in the S-/H- lines\) is too long: 41 source tokens",
                      proc.stderr), proc.stderr[-2000:]
     assert "sentence 0 is too long" not in proc.stderr
+
+
+def test_interactive_drops_a_leading_byte_order_mark(ran_checkpoint, data, tmp_path):
+    """fairseq's buffered_read keeps a BOM at the start of the input; it would become <unk>."""
+    outputs = []
+    for text in ("w1 w2 w3\n", "\ufeffw1 w2 w3\n"):
+        (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+        proc = run_cli("interactive", [data, "--user-dir", USER_DIR, "--path", ran_checkpoint,
+                                       "-s", SRC, "-t", TGT, "--cpu", "--beam", "2", "--input",
+                                       tmp_path / "in.txt"])
+        outputs.append([line for line in proc.stdout.split("\n") if line[:2] in ("S-", "H-")])
+    assert outputs[1] == outputs[0] and "<unk>" not in outputs[1][0], outputs
 
 
 def test_the_plugins_own_loads_ask_for_weights_only(tmp_path, monkeypatch):

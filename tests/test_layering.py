@@ -1,7 +1,9 @@
 """The package's layers, read from the source (no import runs): the plugin that fairseq loads
 through ``--user-dir`` imports only the plugin, never the lab (``ran_fairseq.lab``, the data
 preparation, the analyses); ``modules/`` (the papers' mechanisms, usable on plain tensors)
-never imports ``models/`` (the fairseq wiring above it); and every import of the package's own
+never imports ``models/`` (the fairseq wiring above it); the lab and the analyses lean one way:
+``lab/`` may import ``analysis/``, and ``analysis/`` imports of the lab only its leaf (the
+helpers both share, which import neither side); and every import of the package's own
 modules, function-level ones included, names a module that exists (a moved module leaves none
 behind)."""
 import ast
@@ -18,6 +20,9 @@ PLUGIN = ("ran_fairseq", "ran_fairseq.models", "ran_fairseq.modules", "ran_fairs
           "ran_fairseq.optim", "ran_fairseq.scoring", "ran_fairseq.compat", "ran_fairseq.hub",
           "ran_fairseq.quiet", "ran_fairseq.textio", "ran_fairseq.data",
           "ran_fairseq.data.tokenization")
+# The lab's leaf: helpers the lab and the analyses share (system names as folders, recorded
+# paths), which import no other module of the lab and none of the analyses.
+LEAF = ("ran_fairseq.lab.common", "ran_fairseq.lab.portable")
 # Packages whose __init__ alone belongs to the plugin (their other modules are the lab's).
 INIT_ONLY = {"ran_fairseq", "ran_fairseq.data"}
 
@@ -63,6 +68,10 @@ def in_plugin(module: str) -> bool:
     return any(module == p or (module.startswith(p + ".") and p not in INIT_ONLY) for p in PLUGIN)
 
 
+def under(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
 def violations(root: Path) -> List[str]:
     known = module_files(root)
     found = []
@@ -78,6 +87,15 @@ def violations(root: Path) -> List[str]:
             if name.startswith(f"{root.name}.modules") and target.startswith(f"{root.name}.models"):
                 found.append(f"{where}: {name} imports {target}: modules/ must not depend on "
                              f"models/")
+            lab, analysis = f"{root.name}.lab", f"{root.name}.analysis"
+            leaf = tuple(f"{root.name}{m[len('ran_fairseq'):]}" for m in LEAF)
+            if under(name, (analysis,)) and under(target, (lab,)) and not under(target, leaf):
+                found.append(f"{where}: {name} imports {target}: the analyses import of the lab "
+                             f"only its leaf ({', '.join(leaf)}); move the shared helper there")
+            if under(name, leaf) and (under(target, (analysis,)) or
+                                      (under(target, (lab,)) and not under(target, leaf))):
+                found.append(f"{where}: the leaf module {name} imports {target}: the leaf "
+                             f"imports no other module of the lab and none of the analyses")
     return found
 
 
@@ -92,6 +110,8 @@ def test_the_plugin_is_the_core_the_architecture_names():
     # the lab exists and is outside the plugin, so the rule above has something to keep out
     assert not in_plugin("ran_fairseq.lab.reproduce") and not in_plugin("ran_fairseq.analysis")
     assert not in_plugin("ran_fairseq.data.prepare")
+    for name in LEAF:
+        assert name in known, f"{name} is listed as the lab's leaf but does not exist"
 
 
 @pytest.mark.parametrize("module, source, expected", [
@@ -101,6 +121,9 @@ def test_the_plugin_is_the_core_the_architecture_names():
     ("ran_fairseq/__init__.py", "from .data import prepare\n", "outside the plugin"),
     ("ran_fairseq/analysis/bad.py", "def f():\n    from ..reproduce import slug\n",
      "does not exist"),
+    ("ran_fairseq/analysis/bad.py", "from ..lab.reproduce import store\n", "only its leaf"),
+    ("ran_fairseq/lab/common/bad.py", "from ...analysis import plots\n", "the leaf module"),
+    ("ran_fairseq/lab/portable.py", "from .reproduce import store\n", "the leaf module"),
 ])
 def test_the_check_finds_each_kind_of_violation(tmp_path, module, source, expected):
     """A copy of the package's skeleton with one bad import: the check names it."""

@@ -9,9 +9,9 @@ the tables' "valid loss Δ % per epoch" column sums up: whether a budget ends on
 writes OUT/valid-curve.csv and OUT/valid-curve.png (``--name`` changes the file names).
 """
 import argparse
-import json
 import sys
 from pathlib import Path
+from ..textio import read_json
 
 
 def validation_curves(results_dir, pair=None, systems=None):
@@ -21,7 +21,7 @@ def validation_curves(results_dir, pair=None, systems=None):
     path = Path(results_dir) / "results.json"
     if not path.is_file():
         raise FileNotFoundError(f"no {path}: pass the --out folder of a reproduction (--results)")
-    results = [r for r in json.loads(path.read_text())["results"]
+    results = [r for r in read_json(path, "a reproduction's table data", shape=dict)["results"]
                if pair is None or r["pair"] == pair]
     if not results:
         raise ValueError(f"{path} has no result for pair {pair} (--pair)")

@@ -6,12 +6,12 @@ its result names), with the raw references and raw sources they were scored agai
 data-bin's ``SUBSET.raw.TGT`` / ``SUBSET.raw.SRC``), so that analyses such as BLEU by length
 (Fig. 8) run on a reproduction with one command.
 """
-import json
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from ..lab.portable import expand_path
 from ..scoring.evaluate import read_lines
+from ..textio import read_json
 
 
 class Outputs(NamedTuple):
@@ -47,7 +47,7 @@ def reproduction_outputs(results_dir, pair, seed=1, systems: Optional[Sequence[s
     src, sep, tgt = pair.partition("-")
     if not (sep and src and tgt):
         raise ValueError(f"--pair must look like de-en, got {pair!r}")
-    results = [r for r in json.loads(path.read_text())["results"]
+    results = [r for r in read_json(path, "a reproduction's table data", shape=dict)["results"]
                if r["pair"] == pair and r.get("seed", 1) == seed]
     found = [r["system"] for r in results]
     if not results:

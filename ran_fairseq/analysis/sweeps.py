@@ -12,7 +12,6 @@ Fig. 5: BLEU by source length for Pervasive Attention against the baselines:
 (OUT/PAIR/SYSTEM/seedN/hyp.detok.txt) per source-length bin with
 :func:`ran_fairseq.analysis.length_bins.bleu_by_length` and averages the seeds.
 """
-import json
 import statistics
 from argparse import Namespace
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Dict, List, Optional, Sequence
 from ..lab.portable import expand, expand_path
 from ..scoring.evaluate import read_lines
 from . import length_bins
+from ..textio import read_json
 
 PANELS = {"d": ("--encoder-embed-dim", "encoder_embed_dim", "token embedding size d"),
           "g": ("--growth-rate", "growth_rate", "growth rate g"),
@@ -85,7 +85,7 @@ def read_results(results_dir) -> dict:
     path = Path(results_dir) / "results.json"
     if not path.is_file():
         raise FileNotFoundError(f"no {path}: pass the --out folder of a reproduction (--results)")
-    return json.loads(path.read_text())
+    return read_json(path, "a reproduction's table data", shape=dict)
 
 
 def length_rows(results_dir, pair: str, systems: Sequence[str],

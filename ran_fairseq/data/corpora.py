@@ -247,15 +247,15 @@ def fetch_multi30k(dest_dir: Path, langs: Sequence[str], url: Optional[str] = No
     :func:`multi30k_url`), each checked against :data:`MULTI30K_SHA256`, with a progress line per
     file. Returns ``dest_dir``. Raises ``CorpusError`` naming the URL, MULTI30K_DIR and
     MULTI30K_URL when a file cannot be fetched."""
-    import fcntl
+    from ..textio import waiting_lock
 
     url = (url or multi30k_url()).rstrip("/")
     stream = stream or sys.stdout
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     # two processes that download at once take turns; the second finds the files there
-    with open(dest_dir / ".download.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with waiting_lock(dest_dir, "the Multi30k folder", dest_dir / ".download.lock",
+                      lambda message: print(f"prepare: {message}", file=stream, flush=True)):
         missing = missing_files(multi30k_files(dest_dir, langs))
         if missing:
             stream.write(f"prepare: downloading Multi30k ({len(missing)} files) from {url} into "

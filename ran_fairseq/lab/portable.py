@@ -215,14 +215,7 @@ def rewrite_log(path, repo=None):
                     for line in text.split("\n"))
     if new == text:
         return False
-    tmp = textio.unique_tmp(path)
-    try:
-        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(new)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    textio.write_text_atomic(path, new, errors="surrogateescape")
     return True
 
 

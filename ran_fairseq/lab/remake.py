@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
+from ran_fairseq.textio import one_line_errors
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = Path("results") / "REMAKE.json"
@@ -206,6 +207,7 @@ def select(entries: List[Entry], only: Optional[List[str]]) -> List[Entry]:
     return [by_folder[f] for f in dict.fromkeys(wanted)]
 
 
+@one_line_errors("remake")
 def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.executable):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     repo = Path(repo)

@@ -13,6 +13,7 @@ import json
 import sys
 
 from ..textio import BOM, decode_line, read_lines  # noqa: F401  (read_lines: this module's API)
+from ran_fairseq.textio import one_line_errors
 
 METRICS = ("bleu", "chrf", "ter")
 
@@ -90,6 +91,7 @@ def score(hyps, refs, metrics=METRICS, lowercase=False, literal_unk=False):
     return out
 
 
+@one_line_errors("evaluate")
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)

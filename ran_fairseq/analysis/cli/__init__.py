@@ -12,6 +12,7 @@ import importlib
 import logging
 import sys
 from typing import Optional, Sequence
+from ran_fairseq.textio import one_line_errors
 
 PROG = "ran-analyze"
 PAPERS = {
@@ -43,6 +44,7 @@ def analyze(paper: str, argv: Optional[Sequence[str]] = None, prog: Optional[str
     return module.main(argv, prog=prog)
 
 
+@one_line_errors("analyze")
 def main(argv: Optional[Sequence[str]] = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in PAPERS:

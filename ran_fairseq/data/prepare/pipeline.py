@@ -16,6 +16,38 @@ from .stamp import (_STAMP_RESULTS, STAMP, _exclusive, _make_stamp, _output_name
 from .steps import apply_bpe_file, binarize, filter_languages, filter_pairs, learn_bpe_codes, \
     tokenize_split
 
+def _holds_text(path: Path) -> bool:
+    """Whether ``path`` (plain or gzipped) holds a character that is not white space."""
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        while True:
+            block = f.read(1 << 16)
+            if not block:
+                return False
+            if block.strip():
+                return True
+
+
+def _check_files(splits: Dict[str, List[Part]]) -> None:
+    """Refuse a pair whose source and target are one file, and an empty file, naming the file and
+    its flag (a data-bin without a training sentence, or a test set without one, would be built
+    and trained on without a word). Files that do not exist are named where they are read."""
+    for split, parts in splits.items():
+        flag = f"--{split} or --{split}-prefix"
+        for part in parts:
+            src, tgt = part.files()
+            if src.is_file() and tgt.is_file() and src.resolve() == tgt.resolve():
+                raise PrepareError(f"{src} is both the source and the target file of a {split} "
+                                   f"pair ({flag}): name the {split} set's target-language file "
+                                   f"as the second")
+            for path in (src, tgt):
+                if path.is_file() and not _holds_text(path):
+                    raise PrepareError(f"{path} ({flag}) is empty: it holds no sentence; name a "
+                                       f"file with the {split} set's sentences")
+
+
 def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
     for lang in (opts.src, opts.tgt):
         if not _LANG_CODE.match(lang):
@@ -37,6 +69,7 @@ def _check(splits: Dict[str, List[Part]], opts: Options) -> None:
     if not splits.get("train") or not splits.get("test"):
         raise PrepareError("need train and test data (--train/--train-prefix, "
                            "--test/--test-prefix)")
+    _check_files(splits)
     if bool(splits.get("valid")) == (opts.valid_every > 0):
         raise PrepareError("give either a valid set (--valid/--valid-prefix) or --valid-every N "
                            "(hold out every N-th train pair), not both or neither")
@@ -144,7 +177,6 @@ def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
     out_dir = Path(out_dir).resolve()
     work = Path(work_dir).resolve() if work_dir else out_dir / "prep"
     workers = workers or default_workers()
-    s, t = opts.src, opts.tgt
     stamp = _make_stamp(splits, opts, corpus)
     extra = tuple(k for k in EXTRA_TESTS if splits.get(k))
     outputs = _output_names(opts, extra)
@@ -156,7 +188,18 @@ def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
             f"(--force rebuilds)")
         return False
     _prepare_out_dir(out_dir, outputs, old, force)
+    made_work = not work.exists()
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _build(splits, out_dir, opts, work, workers, stamp, extra, outputs, start)
+    except BaseException:
+        if made_work:  # a failed build (a full disk) leaves no work folder filling the disk
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _build(splits, out_dir, opts, work, workers, stamp, extra, outputs, start) -> bool:
+    s, t = opts.src, opts.tgt
     units = f"{opts.bpe_merges} BPE merges" if opts.bpe_merges > 0 else "words"
     say(f"building {out_dir} ({s}->{t}, {units}"
         f"{', lowercased' if opts.lowercase else ''}; work dir {work}; {workers} workers)")

@@ -88,16 +88,7 @@ def _exclusive(out_dir: Path):
     """Hold an exclusive lock on ``out_dir`` (a lock file beside it) so that two processes that
     prepare the same data-bin at once (two reproductions, say) build it one after the other
     instead of writing the same files together; the second then finds it up to date."""
-    import fcntl
+    from ...textio import waiting_lock
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_dir.parent / f".{out_dir.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another process that prepares {out_dir}")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with waiting_lock(out_dir, "the data-bin", out_dir.parent / f".{out_dir.name}.lock", say):
+        yield

@@ -12,6 +12,7 @@ from ran_fairseq.lab.common.machine import available_cores
 from .harness import run_parent
 from .settings import LIVE_MEMORY_MMAP_THRESHOLD, BenchError
 from .systems import train_flags_of
+from ran_fairseq.textio import one_line_errors
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -165,6 +166,7 @@ def parse_cli(argv, prog=None):
     return args
 
 
+@one_line_errors("bench")
 def main(argv=None, prog=None):
     """Run the benchmark; ``prog``: the program name usage and help show (default: the script's)."""
     argv = sys.argv[1:] if argv is None else argv

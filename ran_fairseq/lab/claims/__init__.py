@@ -8,10 +8,10 @@ them) and fills the spans of README.md and docs/ that quote it. ``scripts/claims
 command line; the reproduction engine calls :func:`write_claims` when it writes a TABLE.md.
 """
 import json
-import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ...textio import read_json
 from . import provenance, report
 from .engine import Verdict, evaluate
 from .results import Folder, ResultsError
@@ -26,7 +26,8 @@ __all__ = ["Claims", "ClaimsError", "Folder", "ResultsError", "Verdict", "claims
 def claims_file_of(folder: Path, repo: Path = REPO) -> Path:
     """The claims file of a results folder: ``claims.json`` beside the paper file its
     results.json names."""
-    settings = json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))["settings"]
+    settings = read_json(Path(folder) / "results.json", "a results folder's table data",
+                         shape=dict)["settings"]
     return (repo / settings["paper_file"]).parent / "claims.json"
 
 
@@ -34,7 +35,7 @@ def _cache(folder: Path) -> List[dict]:
     path = Path(folder) / "CLAIMS.json"
     if not path.is_file():
         return []
-    return json.loads(path.read_text(encoding="utf-8")).get("pvalues", [])
+    return read_json(path, shape=dict).get("pvalues", [])
 
 
 def shown(path: Path, repo: Path) -> str:
@@ -76,15 +77,15 @@ def write_claims(claims_file, folder, refs: Optional[dict] = None, repo: Path = 
 def _write(path: Path, text: str):
     """Write through a temporary file beside ``path`` and rename it: a reader sees the old file
     or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from ...textio import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def holds_of(folder, repo: Path = REPO) -> List[str]:
     """What a results folder holds (:func:`.provenance.holds` of its results.json)."""
     path = Path(repo) / folder / "results.json"
-    return provenance.holds(json.loads(path.read_text(encoding="utf-8")))
+    return provenance.holds(read_json(path, "a results folder's table data", shape=dict))
 
 
 def verdicts_by_key(folder, repo: Path = REPO, compute_missing: bool = False) -> Dict[str, Verdict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from . import (REPO, ClaimsError, ResultsError, claims_file_of, compute, holds_of, render,
                verdicts_by_key)
 from . import report, write_claims
+from ran_fairseq.textio import one_line_errors
 
 
 def folders_with_claims(repo: Path):
@@ -55,6 +56,7 @@ def parser():
     return p
 
 
+@one_line_errors("claims")
 def main(argv=None):
     args = parser().parse_args(argv)
     folders = [f.resolve() for f in args.results]

@@ -10,10 +10,10 @@ folder's ``CLAIMS.json`` with a digest of both hypothesis files, so that the rep
 where the references are not at hand; a changed hypothesis file is tested again.
 """
 import hashlib
-import json
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ...textio import read_json
 from ..portable import expand_path
 from .rule import Seed
 
@@ -40,7 +40,8 @@ class Folder:
                  cache: Optional[List[dict]] = None, compute: bool = True):
         self.path = Path(path)
         self.repo = Path(repo) if repo else None
-        self.report = json.loads((self.path / "results.json").read_text(encoding="utf-8"))
+        self.report = read_json(self.path / "results.json", "a results folder's table data",
+                                shape=dict)
         self.settings = self.report["settings"]
         self.baseline = self.settings["baseline"]
         self.level = self.settings["significance"]["level"]

@@ -14,11 +14,12 @@ def read_json(path, what, error=LabError):
     return load_json(path, what, "fix the file (or take it again from the repository)", error)
 
 
-def load_json(path, what, fix, error=LabError):
+def load_json(path, what, fix, error=LabError, shape=None):
     """The JSON value in ``path``; an ``error`` naming the file, where it is broken and ``fix``
-    (what to do) when it is not valid JSON (cut short by a full disk, say)."""
+    (what to do) when it is not valid JSON (cut short by a full disk, say), or not of ``shape``
+    (``dict`` or ``list``)."""
     try:
-        return textio.read_json(path, what, fix)
+        return textio.read_json(path, what, fix, shape)
     except textio.BadTextFile as e:
         raise error(str(e)) from None
 

@@ -19,5 +19,12 @@ def shown(path):
 
 
 def slug(name):
-    """A directory name for a system: 'RAN-ALL w/o LN&RES' -> 'RAN-ALL_w-o_LN-RES'."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", name.replace(" ", "_")).strip("-")
+    """A directory name for a system: 'RAN-ALL w/o LN&RES' -> 'RAN-ALL_w-o_LN-RES'. A name that
+    leaves no folder name ('...', '', '/') is a ValueError naming it: its runs would fall into the
+    pair's folder, beside (and over) another system's. (Two names of one folder are refused where
+    the names are read, the reproduction's systems file.)"""
+    folder = re.sub(r"[^A-Za-z0-9_-]+", "-", str(name).replace(" ", "_")).strip("-")
+    if not folder.strip("_"):
+        raise ValueError(f"system name {name!r} gives no folder name (it needs a letter or a "
+                         f"digit): rename the system")
+    return folder

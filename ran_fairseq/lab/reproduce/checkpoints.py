@@ -1,30 +1,17 @@
 """fairseq checkpoints as the engine reads and copies them."""
-import os
 import re
-import shutil
 from pathlib import Path
 
-from ... import textio
-
-
-def copy_atomic(src, dst):
-    """Copy ``src`` to ``dst`` through a temporary file of a name unique to this writer, renamed
-    over ``dst``; a failed copy leaves no partial file."""
-    tmp = textio.unique_tmp(dst)
-    try:
-        shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from ...textio import copy_atomic  # noqa: F401  (the engine's copies of checkpoints and logs)
 
 
 def load_checkpoint(path):
     """A fairseq checkpoint, unpickled with torch's weights-only loader (classes allowed by
-    ran_fairseq.compat only), whatever torch's default."""
-    import torch
+    ran_fairseq.compat only), whatever torch's default; a truncated or refused file is an error
+    naming it (:func:`ran_fairseq.compat.load_plain_checkpoint`)."""
+    from ...compat import load_plain_checkpoint
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return load_plain_checkpoint(path)
 
 
 def checkpoint_updates(path):

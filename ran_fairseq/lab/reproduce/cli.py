@@ -9,7 +9,8 @@ import threading
 from pathlib import Path
 from typing import List, Optional
 
-from ...runguard import FolderLock, Stopped
+from ...textio import FileFault, FolderLock, os_error_line
+from .runguard import Stopped
 from ..common.machine import available_cores
 from ..common.paths import repo_path, shown
 from .config import Paper, check_device_flags, load_config, parse_pairs, parse_seeds, select_systems
@@ -183,6 +184,10 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
         run_all(paper, args)
     except ReproError as e:
         sys.exit(f"reproduce-{paper.key}: error: {e}")
+    except FileFault as e:  # a damaged or refused file the engine read
+        sys.exit(f"reproduce-{paper.key}: error: {e}")
+    except OSError as e:  # a read-only folder, a full disk
+        sys.exit(f"reproduce-{paper.key}: error: {os_error_line(e)}")
     except Stopped as e:
         print(f"reproduce-{paper.key}: stopped by {e}: the fairseq processes under way were "
               f"stopped with it; rerun with --resume to go on", file=sys.stderr)

@@ -155,7 +155,10 @@ def load_systems(path, arch_override=None):
         if (system["arch"], system["flags"]) != (systems[owner]["arch"], systems[owner]["flags"]):
             raise ReproError(f"{path}: system {system['name']!r} decodes {owner!r}'s checkpoint, so "
                              f"its arch and flags must equal {owner!r}'s")
-    dirs = [slug(name) for name in systems]
+    try:
+        dirs = [slug(name) for name in systems]
+    except ValueError as e:
+        raise ReproError(f"{path}: {e}") from None
     if len(set(dirs)) != len(dirs):
         raise ReproError(f"{path}: system names must differ in more than punctuation "
                          f"(their directories: {', '.join(dirs)})")

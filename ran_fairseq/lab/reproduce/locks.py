@@ -1,7 +1,7 @@
 """The locks of the runs' folders: one engine at a time on a run."""
 from pathlib import Path
 
-from ...runguard import FolderLock, LockedError
+from ...textio import FolderLock, LockedError
 from .errors import ReproError
 
 
@@ -23,7 +23,7 @@ def lock_runs(runs):
             mine = [folder_lock(run.dir, "the run folder").acquire()]
             if run.trains:
                 mine.append(folder_lock(run.save_dir, "the checkpoint folder").acquire())
-            run.lock_fds = tuple(lock._file.fileno() for lock in mine)
+            run.lock_fds = tuple(lock.fileno() for lock in mine)
             locks += mine
     except LockedError as e:
         for lock in locks:

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ...runguard import Children
+from .runguard import Children
 from .. import portable
 from ..common import paths
 from ..common.paths import repo_path
@@ -13,7 +13,7 @@ from .errors import ReproError
 
 
 # The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
-# engine dies (even by SIGKILL), and sent the engine's SIGTERM or SIGINT (ran_fairseq.runguard).
+# engine dies (even by SIGKILL), and sent the engine's SIGTERM or SIGINT (runguard).
 CHILDREN = Children()
 
 

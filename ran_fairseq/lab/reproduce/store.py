@@ -74,7 +74,7 @@ def stored_train_argv(run):
     return portable.expand(load_json(
         path, "the training command of the folder's checkpoints",
         f"delete it if the checkpoints beside it were trained by this run's command "
-        f"({shown(run.save_dir)}), else delete the folder", ReproError), paths.REPO)
+        f"({shown(run.save_dir)}), else delete the folder", ReproError, shape=list), paths.REPO)
 
 
 def read_result(run):
@@ -84,8 +84,8 @@ def read_result(run):
     path = run.dir / "result.json"
     if not path.is_file():
         return None
-    return portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError),
-                                   paths.REPO)
+    return portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
+                                             shape=dict), paths.REPO)
 
 
 def previous_result(run, force=False):
@@ -116,13 +116,26 @@ def stored_result(run, force=False):
     return old, rescored
 
 
+FIX_REPORT = "delete it: the engine writes it again from the runs' result.json"
+
+
 def stored_report(out):
-    """The folder's results.json ({} if there is none)."""
+    """The folder's results.json ({} if there is none); one that is not an object with a list of
+    result objects under "results" is an error naming it."""
     path = Path(out) / "results.json"
     if not path.is_file():
         return {}
-    return load_json(path, "the folder's table data",
-                     "delete it: the engine writes it again from the runs' result.json", ReproError)
+    report = load_json(path, "the folder's table data", FIX_REPORT, ReproError, shape=dict)
+    rows = report.get("results", [])
+    if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
+        raise ReproError(f"{path} (the folder's table data) holds no list of result objects under "
+                         f'"results"; it was edited or made by another program: {FIX_REPORT}')
+    return report
+
+
+def stored_rows(out):
+    """The result objects of the folder's results.json ([] if there is none)."""
+    return stored_report(out).get("results") or []
 
 
 def other_runs(args, config, runs, data_template):
@@ -130,7 +143,7 @@ def other_runs(args, config, runs, data_template):
     systems file, its pairs and seeds, these, and those of the folder's last table) and that hold
     a result.json."""
     chosen = {(run.pair, run.system["name"], run.seed) for run in runs}
-    tabulated = stored_report(args.out).get("results") or []  # the folder's last table's runs
+    tabulated = stored_rows(args.out)  # the folder's last table's runs
     pairs = list(dict.fromkeys(parse_pairs(",".join(config["pairs"]))
                                + [(run.src, run.tgt) for run in runs]
                                + [tuple(r["pair"].split("-")) for r in tabulated
@@ -186,6 +199,22 @@ def check_stored(args, config, runs, data_template, name):
             found.append(f"the checkpoints in {shown(run.save_dir)} were trained with other "
                          f"flags ({flags_difference(argv, run.train_argv)}) and would be "
                          f"trained again")
+    found += table_losses(args, config, runs, data_template)
+    if not found:
+        return
+    listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else "")
+    if not args.force:
+        raise ReproError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
+                         f"another --out (and --checkpoints) to keep them")
+    print(f"{name}: --force: {listed}", file=sys.stderr, flush=True)
+
+
+def table_losses(args, config, runs, data_template):
+    """What a table of ``runs`` written now into --out would lose, read from the disk: another
+    run's result made by other commands (left out of it), and rows of the folder's results.json
+    that it would not hold (made by another systems file, or another engine that wrote its table
+    since this one started). Each as a sentence naming the run."""
+    found = []
     kept = {(run.pair, run.system["name"], run.seed) for run in runs}
     for run in other_runs(args, config, runs, data_template):
         diff = difference(run, read_result(run))
@@ -195,20 +224,31 @@ def check_stored(args, config, runs, data_template, name):
         else:
             kept.add((run.pair, run.system["name"], run.seed))
     lost = [f"{r.get('pair')} {r.get('system')} seed {r.get('seed')}"
-            for r in stored_report(args.out).get("results") or []
+            for r in stored_rows(args.out)
             if (r.get("pair"), r.get("system"), r.get("seed")) not in kept]
     if lost:
         found.append(f"{shown(args.out / 'results.json')} and TABLE.md hold runs that this "
                      f"config does not make or find in the folder ({', '.join(lost[:4])}"
                      f"{f' and {len(lost) - 4} more' if len(lost) > 4 else ''}), which would be "
                      f"dropped from them")
-    if not found:
-        return
-    listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else "")
-    if not args.force:
-        raise ReproError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
-                         f"another --out (and --checkpoints) to keep them")
-    print(f"{name}: --force: {listed}", file=sys.stderr, flush=True)
+    return found
+
+
+def check_table(args, config, runs, data_template):
+    """Refuse, unless ``--force``, to write a table that would lose a row (:func:`table_losses`),
+    checked when it is written, under the table's lock: another engine on --out may have finished
+    a run of other settings, or written its table, since this one started. Nothing is lost: the
+    table stays as it was, and this invocation's results stay in their folders."""
+    found = table_losses(args, config, runs, data_template)
+    if found and not args.force:
+        listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8
+                                         else "")
+        mine = ", ".join(shown(run.dir / "result.json") for run in runs[:3])
+        raise ReproError(f"the table was not written (another run in {shown(args.out)} finished "
+                         f"meanwhile): {listed}. This invocation's results are kept ({mine}"
+                         f"{', ...' if len(runs) > 3 else ''}); tabulate them in another --out "
+                         f"(copy their folders there and rerun with --resume), or rerun with "
+                         f"--resume --force to leave the others out of this table")
 
 
 def rescore(run, old):

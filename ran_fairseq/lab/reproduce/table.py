@@ -9,7 +9,7 @@ from ..common.machine import machine_info
 from ..common.paths import repo_path, shown
 from .markdown import markdown
 from .scores import add_significance
-from .store import finished_beside
+from .store import check_table, finished_beside
 
 
 SELECT_TEXT = {"last": "the last (checkpoint_last.pt)",
@@ -19,7 +19,9 @@ SELECT_TEXT = {"last": "the last (checkpoint_last.pt)",
 
 def tabulate(paper, args, config, runs, results, not_run, data_template, name):
     """Write OUT/results.json and OUT/TABLE.md from this invocation's ``results`` and the
-    finished runs beside them, and print the table."""
+    finished runs beside them, and print the table. Called under the table's lock: what the
+    table loses is checked against the disk now (:func:`.store.check_table`)."""
+    check_table(args, config, runs, data_template)
     beside = finished_beside(args, config, runs, data_template, name)
     if beside:
         found = "; ".join(f"{run.pair} {run.system['name']} seed {run.seed}" for run, _ in beside)

@@ -1,8 +1,6 @@
-"""What keeps the reproduction engine's runs apart and its children tied to it.
+"""What ties the reproduction engine's children to it (the lock that keeps its runs apart is
+:class:`ran_fairseq.textio.FolderLock`).
 
-- :class:`FolderLock`: an exclusive lock on a folder, held through a lock file beside it (``fcntl``:
-  the kernel frees it when its holder dies, however it dies) that names the holder: process id,
-  host, command and start time. A second process asking for it gets an error naming the holder.
 - :class:`Children`: the fairseq processes the engine starts. Each runs in its own process group
   (a signal reaches it and whatever it starts), gets SIGTERM when the engine dies, even by SIGKILL
   (Linux's ``PR_SET_PDEATHSIG``), and the engine's SIGTERM and SIGINT are passed on to every group
@@ -10,82 +8,14 @@
 """
 import ctypes
 import ctypes.util
-import datetime
-import fcntl
-import json
 import os
-import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-class LockedError(Exception):
-    """A folder is held by another process; the message names it."""
-
-
-class FolderLock:
-    """An exclusive, non-blocking lock on ``folder`` through the file ``lock_file`` (``folder`` /
-    ``.lock`` by default); ``what`` names the folder in messages. Use as a context manager or with
-    :meth:`acquire` / :meth:`release`. The lock file stays (removing it would let a process that
-    opened it before the removal and one that creates it anew hold the lock together)."""
-
-    def __init__(self, folder, what="folder", lock_file=None):
-        self.folder = os.fspath(folder)
-        self.what = what
-        self.path = os.fspath(lock_file) if lock_file else os.path.join(self.folder, ".lock")
-        self._file = None
-
-    def acquire(self, wait=False):
-        """Take the lock; if another process holds it, wait for it (``wait``) or raise
-        :class:`LockedError` naming the holder."""
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        f = open(self.path, "a+", encoding="utf-8")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read()
-            f.close()
-            raise LockedError(f"{self.what} {self.folder} is in use by {describe(holder)} "
-                              f"(lock file {self.path}); wait for it to end, or stop it, or use "
-                              f"another folder") from None
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                            "command": shlex.join(sys.argv),
-                            "started": datetime.datetime.now().isoformat(timespec="seconds")})
-                + "\n")
-        f.flush()
-        self._file = f
-        return self
-
-    def release(self):
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
-
-    def __enter__(self):
-        return self if self._file is not None else self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()
-
-
-def describe(holder_text):
-    """A lock file's text as 'process 123 on host, started ..., running: COMMAND'."""
-    try:
-        holder = json.loads(holder_text)
-        return (f"process {holder['pid']} on {holder['host']}, started {holder['started']}, "
-                f"running: {holder['command']}")
-    except (ValueError, KeyError, TypeError):
-        return "another process (it has not written its name yet)"
 
 
 # ---- children ----------------------------------------------------------------------------------
