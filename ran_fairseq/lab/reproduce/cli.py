@@ -184,6 +184,9 @@ def run_all(paper, args):
         with FolderLock(args.out, "the results folder's table",
                         lock_file=args.out / ".table.lock").acquire(wait=True):
             tabulate(paper, args, config, runs, results, not_run, data_template, name)
+        if getattr(args, "cluster_failures", None):  # --launcher slurm: reported, then an error
+            raise ReproError(f"{len(args.cluster_failures)} run(s) without a result: "
+                             f"{'; '.join(args.cluster_failures)}")
     finally:
         CHILDREN.wait_all()
         if restore is not None:

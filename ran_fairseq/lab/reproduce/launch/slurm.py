@@ -181,6 +181,7 @@ class Cluster:
     def __init__(self, args, paper, say):
         self.args, self.paper, self.say = args, paper, say
         self.reasons = {}  # id(run) -> why it has no result (its job failed, or is under way)
+        args.cluster_failures = self.failures = []  # the reasons of the runs whose job failed
 
     def make(self, run, trained, stopped):
         """``run``'s result from its job (submitted now, or the one under way with --resume);
@@ -189,6 +190,9 @@ class Cluster:
         record = read_record(run)
         state = job_state(record["job_id"]) if record else None
         if not (record and self.args.resume and active_state(state)):
+            if record and record.get("failed"):
+                self.say(f"{label(run)}: Slurm job {record['job_id']} {record['failed']}; "
+                         f"submitted again (--resume)")
             if trained is not None:
                 textio.write_json(run.dir / "trained.json", trained)
             run.dir.mkdir(parents=True, exist_ok=True)
@@ -201,7 +205,7 @@ class Cluster:
             self.say(f"{label(run)}: submitted as Slurm job {job.job_id}")
         else:
             self.say(f"{label(run)}: its Slurm job {record['job_id']} is {state[0].lower()}; "
-                     f"waiting for it")
+                     f"collecting it")
         job_id = record["job_id"]
         if self.args.submit_only:
             self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id}, submitted)"
@@ -222,6 +226,7 @@ class Cluster:
         record["failed"] = why
         textio.write_json(run.dir / RECORD, record)
         self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id} {why}; --resume resubmits it)"
+        self.failures.append(self.reasons[id(run)])
         self.say(f"{label(run)}: Slurm job {job_id} {why}")
         return None
 
