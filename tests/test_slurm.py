@@ -112,6 +112,55 @@ def updates_of(checkpoint):
     return state["optimizer_history"][-1]["num_updates"]
 
 
+def dry_run(*args):
+    return subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", *args],
+                          env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("setting,gpus,freq", [("wmt14", 8, 8), ("wmt17-en-tr", 2, 2)])
+def test_full_scale_dry_run_prints_the_papers_jobs(setting, gpus, freq):
+    """Zeng et al. §3.1: 8 GPUs for WMT'14, 2 for En-Tr; the configs' one-GPU --update-freq
+    (8, 2) becomes 1 over the job's GPUs, so each update sees the paper's batch."""
+    pytest.importorskip("submitit")
+    cfg = json.loads((helpers.REPO / "configs" / "ran" / f"{setting}-base.json").read_text())
+    assert cfg["gpus"] == gpus and cfg["train_flags"][cfg["train_flags"].index("--update-freq")
+                                                       + 1] == str(freq)
+    proc = dry_run("--full", setting, "--launcher", "slurm", "--slurm-partition", "gpu",
+                   "--time-limit", "1440", "--slurm-extra", "--account=nmt --exclusive")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    systems = json.loads((helpers.REPO / "configs" / "ran" / "systems.json").read_text())
+    blocks = proc.stdout.split("\n# ")
+    assert len(blocks) == len(cfg["pairs"]) * len(systems["systems"])
+    for block in blocks:
+        train = next(line for line in block.splitlines() if line.startswith("fairseq-train"))
+        assert " --update-freq 1 " in train + " " and " --distributed-port " in train
+        for option in (f"--gpus-per-node={gpus}", "--nodes=1", "--ntasks-per-node=1",
+                       "--partition=gpu", "--time=1440", "--requeue", "--signal=USR2@90",
+                       "--account=nmt", "--exclusive", f"--cpus-per-task={4 * gpus}"):
+            assert f"#SBATCH {option}\n" in block, (option, block)
+        assert "srun " in block and "submitit.core._submit" in block
+
+
+def test_without_submitit_slurm_says_how_to_install_it(tmp_path):
+    fake = tmp_path / "submitit"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = dict(helpers.fairseq_env())
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", "--launcher",
+                           "slurm", "--dry-run"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "reproduce-ran: error: --launcher slurm needs the submitit package: "
+        "pip install 'ran_fairseq[slurm]' (or pip install submitit)")
+
+
+def test_launcher_options_need_slurm():
+    proc = dry_run("--gpus-per-run", "2")
+    assert proc.returncode == 2 and "--gpus-per-run needs --launcher slurm" in proc.stderr
+
+
 def test_srun_tasks_give_fairseq_cpu_world(monkeypatch):
     """compat.cpu_data_parallel under srun with 2 tasks and --distributed-port on CPUs: world
     size and rank from Slurm's variables, gloo, the step's node as the rendezvous (fairseq's own

@@ -105,8 +105,7 @@ def parse_cli(paper, argv, prog=None):
     launch.add_arguments(p)  # --launcher and its options (ran_fairseq.lab.reproduce.launch)
     args = p.parse_args(argv)
     launch.check_arguments(p, args, argv)
-    if args.launcher == "slurm" and args.threads is None:
-        args.threads = args.cpus_per_run
+    args.threads_given = args.threads  # --launcher slurm: the threads of a job's task
     if args.full:
         args.config = settings[args.full].config if settings else paper.full_config
     if args.max_update is not None and args.max_update < 1:

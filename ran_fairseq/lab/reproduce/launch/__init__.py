@@ -22,7 +22,8 @@ def add_arguments(p):
     g.add_argument("--nodes-per-run", type=int, default=1, help="nodes of each training")
     g.add_argument("--tasks-per-run", type=int, default=1,
                    help="processes of a CPU training (world size, gloo; GPU runs have one per GPU)")
-    g.add_argument("--cpus-per-run", type=int, default=2, help="CPUs of each task")
+    g.add_argument("--cpus-per-run", type=int,
+                   help="CPUs of each task (default: 4 per GPU of a node on a GPU run, else 2)")
     g.add_argument("--time-limit", type=int, default=240, metavar="MINUTES",
                    help="each job's time limit; a run stopped by it is requeued and goes on "
                         "from its checkpoint_last.pt")
@@ -46,7 +47,7 @@ def check_arguments(p, args, argv):
             p.error(f"{slurm_only[0]} needs --launcher slurm")
         return
     for name in ("nodes_per_run", "tasks_per_run", "cpus_per_run", "time_limit"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.gpus_per_run is not None and args.gpus_per_run < 0:
         p.error("--gpus-per-run must be 0 or more")

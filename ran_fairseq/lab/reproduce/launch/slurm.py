@@ -39,9 +39,9 @@ def resources(args, config):
         raise ReproError(f"--gpus-per-run {gpus} is not a multiple of --nodes-per-run {nodes}")
     if gpus:
         return {"nodes": nodes, "tasks_per_node": 1, "gpus_per_node": gpus // nodes,
-                "cpus_per_task": args.cpus_per_run, "world_size": gpus}
+                "cpus_per_task": args.cpus_per_run or 4 * (gpus // nodes), "world_size": gpus}
     return {"nodes": nodes, "tasks_per_node": args.tasks_per_run, "gpus_per_node": 0,
-            "cpus_per_task": args.cpus_per_run, "world_size": nodes * args.tasks_per_run}
+            "cpus_per_task": args.cpus_per_run or 2, "world_size": nodes * args.tasks_per_run}
 
 
 def distributed_argv(run, world):
@@ -64,6 +64,7 @@ def prepare(runs, args, config):
     """Give every run its Slurm resources and distributed flags (before their commands are
     compared with stored results or printed)."""
     res = resources(args, config)
+    args.threads = args.threads_given or res["cpus_per_task"]
     for run in runs:
         run.slurm = res
         run.train_argv = distributed_argv(run, res["world_size"])
@@ -73,7 +74,7 @@ def prepare(runs, args, config):
 def sbatch_parameters(run, args):
     """submitit's SlurmExecutor parameters of ``run``'s job (the sbatch options it writes)."""
     res = run.slurm
-    extra = {}
+    extra = {"requeue": True}  # requeued at its time limit or on preemption (submitit)
     for option in args.slurm_extra:
         key, _, value = option[2:].partition("=")
         extra[key] = value if value else True
@@ -197,7 +198,7 @@ class Cluster:
                 textio.write_json(run.dir / "trained.json", trained)
             run.dir.mkdir(parents=True, exist_ok=True)
             job = executor(run, self.args).submit(
-                RunJob(run, self.paper.key, self.args.cpus_per_run))
+                RunJob(run, self.paper.key, self.args.threads))
             record = {"job_id": str(job.job_id), "submitted": time.time(),
                       "folder": portable.record(str(run.dir / "slurm"), paths.REPO),
                       "resources": run.slurm}
