@@ -191,12 +191,13 @@ class Cluster:
         record = read_record(run)
         state = job_state(record["job_id"]) if record else None
         if not (record and self.args.resume and active_state(state)):
-            if record and record.get("failed"):
-                self.say(f"{label(run)}: Slurm job {record['job_id']} {record['failed']}; "
-                         f"submitted again (--resume)")
+            if record and self.args.resume:
+                why = record.get("failed") or failure(run, record["job_id"], state)
+                self.say(f"{label(run)}: Slurm job {record['job_id']} {why}; submitted again "
+                         f"(--resume)")
+            run.dir.mkdir(parents=True, exist_ok=True)
             if trained is not None:
                 textio.write_json(run.dir / "trained.json", trained)
-            run.dir.mkdir(parents=True, exist_ok=True)
             job = executor(run, self.args).submit(
                 RunJob(run, self.paper.key, self.args.threads))
             record = {"job_id": str(job.job_id), "submitted": time.time(),
