@@ -113,7 +113,8 @@ def updates_of(checkpoint):
 
 
 def dry_run(*args):
-    return subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", *args],
+    return subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", *args,
+                           "--dry-run"],
                           env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
 
 
