@@ -8,6 +8,7 @@ CI=true they fail instead. The Slurm variant of compat.cpu_data_parallel is chec
 cluster."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -130,7 +131,8 @@ def test_full_scale_dry_run_prints_the_papers_jobs(setting, gpus, freq):
                    "--time-limit", "1440", "--slurm-extra", "--account=nmt --exclusive")
     assert proc.returncode == 0, proc.stderr[-3000:]
     systems = json.loads((helpers.REPO / "configs" / "ran" / "systems.json").read_text())
-    blocks = proc.stdout.split("\n# ")
+    # one block per run: its header, its fairseq commands, its sbatch script
+    blocks = re.split(r"^# [a-z]+-[a-z]+ .+ seed \d+$", proc.stdout, flags=re.M)[1:]
     assert len(blocks) == len(cfg["pairs"]) * len(systems["systems"])
     for block in blocks:
         train = next(line for line in block.splitlines() if line.startswith("fairseq-train"))
