@@ -244,29 +244,39 @@ def release_requeued(env, job, stop):
 
 def first_job_updates(env, corpus, seconds_before):
     """How many updates one 2-minute job of the run makes on this machine: a probe run with a
-    budget it cannot reach, cancelled once its first job has been requeued."""
+    budget it cannot reach, cancelled once a job of it has saved a checkpoint and been requeued
+    (on a slow machine a job may end before its first save; the next one starts from scratch)."""
     name = "probe"
     proc = reproduce(env, corpus, name, "--systems", "TransF", "--max-update", 100000, *SLURM,
                      "--time-limit", "2", "--requeue-signal", seconds_before, "--submit-only")
     assert proc.returncode == 0, proc.stderr[-4000:]
     job = job_of(corpus, name, "TransF")
-    deadline = time.monotonic() + 600
-    while int(scontrol(env, job).get("Restarts", 0)) < 1:
-        assert time.monotonic() < deadline, "the probe's job was never requeued"
-        time.sleep(2)
-    subprocess.run(["scancel", job], env=env, check=True, timeout=60)
     ckpt = corpus / f"ckpt-{name}" / "de-en" / "TransF" / "seed1" / "checkpoint_last.pt"
-    assert ckpt.is_file(), "the probe's first job saved no checkpoint"
+    stop = threading.Event()
+    threading.Thread(target=release_requeued, args=(env, job, stop), daemon=True).start()
+    deadline, restarts = time.monotonic() + 900, 0
+    try:
+        while True:
+            assert time.monotonic() < deadline, "no job of the probe saved a checkpoint"
+            now = int(scontrol(env, job).get("Restarts", 0))
+            if now > restarts:
+                restarts = now
+                if ckpt.is_file():
+                    break
+            time.sleep(2)
+    finally:
+        stop.set()
+        subprocess.run(["scancel", job], env=env, check=True, timeout=60)
     return updates_of(ckpt)
 
 
 def test_time_limit_requeues_to_the_exact_budget(cluster, corpus):
-    """A 2-minute limit, the job told 30 s before it: every job saves (an epoch of the corpus is
+    """A 2-minute limit, the job told 10 s before it: every job saves (an epoch of the corpus is
     one update, and fairseq saves checkpoint_last.pt after each), and the budget is half as much
     again as a probe's first job made, so that it needs at least two jobs. Submitted with
     --submit-only: a local engine then finds the run in use; --resume waits and collects it."""
-    limit = ["--time-limit", "2", "--requeue-signal", "30"]
-    budget = max(first_job_updates(cluster, corpus, 30) * 3 // 2, 3)
+    limit = ["--time-limit", "2", "--requeue-signal", "10"]
+    budget = max(first_job_updates(cluster, corpus, 10) * 3 // 2, 3)
     name = "requeue"
     run = ["--systems", "TransF", "--max-update", budget]
     proc = reproduce(cluster, corpus, name, *run, *SLURM, *limit, "--submit-only")
