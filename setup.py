@@ -44,6 +44,9 @@ setup(
         "ran-remake = ran_fairseq.lab.remake:main",
         "ran-evaluate = ran_fairseq.scoring.evaluate:main",
     ]},
-    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5", "ruff>=0.4"],
-                    "plot": ["matplotlib>=3.5"]},
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5", "ruff>=0.4",
+                             "submitit>=1.4"],
+                    "plot": ["matplotlib>=3.5"],
+                    # ran-reproduce --launcher slurm
+                    "slurm": ["submitit>=1.4"]},
 )

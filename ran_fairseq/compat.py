@@ -11,6 +11,7 @@ unpickled by torch's restricted loader.
 import argparse
 import os
 import struct
+import subprocess
 import threading
 import zipfile
 
@@ -152,8 +153,11 @@ def cpu_data_parallel():
     of one per GPU count (each process then trains alone), or, given ``--distributed-world-size``,
     sets ``device_id = rank % torch.cuda.device_count()`` (a division by zero) and keeps the
     ``nccl`` backend (CUDA only). Without CUDA we pass no device ids, take the world size and rank
-    from torchrun's environment, use device 0 and switch ``nccl`` to ``gloo``; with CUDA, or
-    without torchrun, nothing changes. docs/distributed.md has the launch commands."""
+    from torchrun's environment, use device 0 and switch ``nccl`` to ``gloo``. Under ``srun`` with
+    several tasks and ``--distributed-port`` (fairseq's Slurm detection, which asks the world size
+    to match a GPU count), likewise from Slurm's SLURM_NTASKS and SLURM_PROCID, with the step's
+    first node as the rendezvous. With CUDA, or under neither, nothing changes.
+    docs/distributed.md has the launch commands."""
     from fairseq.distributed import utils as distributed_utils
     from fairseq.models import distributed_fairseq_model
 
@@ -174,8 +178,12 @@ def cpu_data_parallel():
     infer = distributed_utils.infer_init_method
     if not getattr(infer, "_ran_fairseq_cpu", False):
         def infer_init_method(cfg, force_distributed=False):
-            if cfg.distributed_init_method is not None or torch.cuda.is_available() \
-                    or not _started_by_torchrun():
+            if cfg.distributed_init_method is not None or torch.cuda.is_available():
+                return infer(cfg, force_distributed)
+            if _started_by_srun(cfg):
+                _slurm_cpu_init(cfg)
+                return
+            if not _started_by_torchrun():
                 return infer(cfg, force_distributed)
             # fairseq's default world size is the number of GPUs (1 here): each torchrun process
             # would train alone, all writing the same --save-dir.
@@ -189,6 +197,35 @@ def cpu_data_parallel():
 
         infer_init_method._ran_fairseq_cpu = True
         distributed_utils.infer_init_method = infer_init_method
+
+
+def _started_by_srun(cfg):
+    """Whether this is one of several tasks of an ``srun`` step and fairseq's Slurm detection is
+    asked for (``--distributed-port``, as fairseq's own condition)."""
+    return (cfg.distributed_port > 0 and int(os.environ.get("SLURM_NTASKS", "1")) > 1
+            and all(k in os.environ for k in ("SLURM_PROCID", "SLURM_LOCALID")))
+
+
+def _slurm_cpu_init(cfg):
+    """fairseq's Slurm detection on CPUs: one process per task, world size SLURM_NTASKS, rank
+    SLURM_PROCID, the first node of the step as the rendezvous at --distributed-port, gloo.
+    (fairseq's own takes the world size from the GPU count, or asks --distributed-world-size to
+    match the tasks, and keeps nccl.)"""
+    nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    host = "127.0.0.1"
+    if nodes:
+        try:
+            host = subprocess.check_output(["scontrol", "show", "hostnames", nodes],
+                                           text=True).split()[0]
+        except (OSError, subprocess.CalledProcessError, IndexError):
+            host = nodes.split(",")[0]
+    cfg.distributed_init_method = f"tcp://{host}:{cfg.distributed_port}"
+    cfg.distributed_world_size = int(os.environ["SLURM_NTASKS"])
+    cfg.distributed_rank = int(os.environ["SLURM_PROCID"])
+    cfg.device_id = 0  # SLURM_LOCALID names a GPU; every task here is on the CPU
+    cfg.distributed_no_spawn = True  # srun started the processes
+    if cfg.distributed_backend == "nccl":
+        cfg.distributed_backend = "gloo"
 
 
 def _started_by_torchrun():

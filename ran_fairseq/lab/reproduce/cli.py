@@ -16,6 +16,8 @@ from ..common.paths import repo_path, shown
 from .config import Paper, check_device_flags, load_config, parse_pairs, parse_seeds, select_systems
 from .errors import ReproError
 from .execute import execute_all
+from . import launch
+from .launch.jobs import check_jobs
 from .locks import lock_runs
 from .process import CHILDREN, prepare
 from .runs import Run
@@ -101,7 +103,10 @@ def parse_cli(paper, argv, prog=None):
                         "table, and says which)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the commands and run nothing")
+    launch.add_arguments(p)  # --launcher and its options (ran_fairseq.lab.reproduce.launch)
     args = p.parse_args(argv)
+    launch.check_arguments(p, args, argv)
+    args.threads_given = args.threads  # --launcher slurm: the threads of a job's task
     if args.full:
         args.config = settings[args.full].config if settings else paper.full_config
     if args.max_update is not None and args.max_update < 1:
@@ -142,17 +147,25 @@ def run_all(paper, args):
                 Path(data_template.format(src=pair[0], tgt=pair[1])).resolve(), seed)
             for pair in pairs for seed in seeds for system in systems]
     name = f"reproduce-{paper.key}"
+    slurm = None
+    if args.launcher == "slurm":  # --- launcher: slurm (ran_fairseq.lab.reproduce.launch) ---
+        launch.require_submitit()
+        from .launch import slurm
+        slurm.prepare(runs, args, config)
     if args.dry_run:
         for run in runs:
             print(f"# {run.pair} {run.system['name']} seed {run.seed}")
             for cmd in run.commands():
                 print(shlex.join(cmd))
+            if slurm is not None:
+                print(slurm.sbatch_script(run, args))
         return
     locks = lock_runs(runs)
     CHILDREN.stopped_by = None
     restore = (CHILDREN.install() if threading.current_thread() is threading.main_thread()
                else None)
     try:
+        check_jobs(runs, args)  # a run whose Slurm job is under way is in use
         check_stored(args, config, runs, data_template, name)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
                    MKL_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
@@ -161,12 +174,19 @@ def run_all(paper, args):
                 print(f"{name}: preparing {pair[0]}-{pair[1]}", file=sys.stderr, flush=True)
                 prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
         results, not_run = execute_all(runs, args, config, env, paper, name)
+        if not results and args.launcher == "slurm" and not_run:
+            print(f"{name}: no run finished yet; rerun with --resume to collect them",
+                  file=sys.stderr)
+            return
         if not results:
             raise ReproError("no run finished before --stop-after; nothing to tabulate")
         # engines sharing --out (with different runs) write its table one at a time
         with FolderLock(args.out, "the results folder's table",
                         lock_file=args.out / ".table.lock").acquire(wait=True):
             tabulate(paper, args, config, runs, results, not_run, data_template, name)
+        if getattr(args, "cluster_failures", None):  # --launcher slurm: reported, then an error
+            raise ReproError(f"{len(args.cluster_failures)} run(s) without a result: "
+                             f"{'; '.join(args.cluster_failures)}")
     finally:
         CHILDREN.wait_all()
         if restore is not None:

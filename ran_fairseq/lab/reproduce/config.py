@@ -25,7 +25,8 @@ CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_
 
 
 OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base",
-                        "set_train_flags", "speed_bench", "continues"}
+                        "set_train_flags", "speed_bench", "continues",
+                        "gpus"}  # gpus: the paper's GPUs per training (--launcher slurm's default)
 
 
 # select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).

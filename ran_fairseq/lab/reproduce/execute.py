@@ -178,6 +178,11 @@ def execute_all(runs, args, config, env, paper, name):
             print(f"{name}: {text}", file=sys.stderr, flush=True)
 
     here = functools.lru_cache(maxsize=None)(functools.partial(machine_here, config, args))
+    # --- launcher: slurm (ran_fairseq.lab.reproduce.launch): the runs are Slurm jobs ---
+    cluster = None
+    if args.launcher == "slurm":
+        from .launch.slurm import Cluster
+        cluster = Cluster(args, paper, say)
 
     def one(run, trainer):
         trained = trainer.result() if trainer is not None else None
@@ -193,13 +198,15 @@ def execute_all(runs, args, config, env, paper, name):
                     args.stop_after is not None
                     and time.monotonic() - start > 60 * args.stop_after):
                 return None
-            machine = here()
+            machine = here() if cluster is None else None
             if not args.resume or (args.force and made_otherwise(run)):
                 # made again from the start (check_stored refused other commands' files
                 # unless --force)
                 if run.trains:
                     shutil.rmtree(run.save_dir, ignore_errors=True)
                 shutil.rmtree(run.dir, ignore_errors=True)
+            if cluster is not None:  # made, measured and recorded in its job
+                return cluster.make(run, trained, lambda: CHILDREN.stopped_by is not None)
             say(f"{run_label(run)} ...")
             old = dict(execute(run, env, trained), machine=machine)
             if paper.measure is not None:
@@ -216,14 +223,20 @@ def execute_all(runs, args, config, env, paper, name):
             f"{old['train_seconds'] / 60:.1f} min training")
         return old
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    workers = args.jobs if cluster is None else max(1, len(runs))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = submit_all(pool, runs, one)
         for run in runs:
             results[id(run)] = futures[id(run)].result()
     if failures:
         raise failures[0]
     not_run = [run_label(run) for run in runs if results[id(run)] is None]
-    if not_run:
+    if cluster is not None:  # each with its Slurm job, and why it has no result
+        not_run = [cluster.reasons.get(id(run), run_label(run))
+                   for run in runs if results[id(run)] is None]
+        if not_run:
+            print(f"{name}: without a result: {'; '.join(not_run)}", file=sys.stderr)
+    elif not_run:
         print(f"{name}: not run before --stop-after {args.stop_after:g} min: "
               f"{'; '.join(not_run)} (rerun with --resume)", file=sys.stderr)
     return [results[id(run)] for run in runs if results[id(run)] is not None], not_run

@@ -138,7 +138,12 @@ def heading(paper, report, seeds):
            if jobs > 1 else "")
         + f"; {date}.",
         *(["", f"**Not run** (stopped by --stop-after; rerun with --resume): "
-           f"{_group_not_run(settings['not_run'])}."] if settings.get("not_run") else []),
+           f"{_group_not_run(settings['not_run'])}."]
+          if settings.get("not_run") and settings.get("launcher") != "slurm" else []),
+        # --launcher slurm: each run without a result with its Slurm job and why
+        *(["", f"**Without a result** (rerun with --launcher slurm --resume to collect or "
+           f"resubmit): {'; '.join(settings['not_run'])}."]
+          if settings.get("not_run") and settings.get("launcher") == "slurm" else []),
         "",
     ]
 

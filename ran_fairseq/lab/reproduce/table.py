@@ -53,6 +53,7 @@ def tabulate(paper, args, config, runs, results, not_run, data_template, name):
             "significance": config["significance"],
             "max_update": max_update, "threads": args.threads, "jobs": args.jobs,
             "not_run": not_run,
+            "launcher": getattr(args, "launcher", "local"),
             "generate_flags": config["generate_flags"],
             "speed_bench": config["speed_bench"],
             "signatures": results[0]["signatures"]},

@@ -1,0 +1,333 @@
+"""``ran-reproduce --launcher slurm`` against a real Slurm: a one-node cluster (slurmctld, slurmd,
+munge from the distribution's packages) that scripts/slurm-local.sh starts for this file and stops
+after it. A short two-system table gives the fields a local run gives; a job of two tasks trains
+with world size 2 (gloo, CPU) through fairseq's Slurm detection; a run with a 2-minute limit is
+requeued and finishes at exactly its budget; a cancelled run is reported, then resubmitted by
+--resume. Without Slurm (or submitit, or root) the cluster tests are skipped, saying why; under
+CI=true they fail instead. The Slurm variant of compat.cpu_data_parallel is checked without a
+cluster."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import helpers
+
+SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
+SYSTEMS = ["TransF", "RAN-ALL"]
+
+
+def missing_slurm():
+    """Why the cluster cannot be started here, or None."""
+    for cmd in ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "scontrol"):
+        if shutil.which(cmd) is None:
+            return f"{cmd} not found (Debian: apt-get install slurm-wlm munge)"
+    if os.geteuid() != 0:
+        return "scripts/slurm-local.sh runs its daemons as root"
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        return "submitit is not installed (pip install 'ran_fairseq[slurm]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The environment of the commands that talk to the cluster (SLURM_CONF)."""
+    why = missing_slurm()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and no Slurm to test --launcher slurm against: {why}")
+        pytest.skip(f"no Slurm to test --launcher slurm against: {why}")
+    state = tmp_path_factory.mktemp("slurm")
+    env = dict(helpers.fairseq_env(), RAN_SLURM_DIR=str(state))
+    script = helpers.REPO / "scripts" / "slurm-local.sh"
+    proc = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    env["SLURM_CONF"] = proc.stdout.strip().split("SLURM_CONF=")[1]
+    again = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
+                           timeout=60)  # idempotent: the running cluster is kept
+    assert again.returncode == 0 and again.stdout == proc.stdout, again.stderr
+    yield env
+    subprocess.run([str(script), "stop"], env=env, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slurm-data")
+    helpers.scored_corpus(root)
+    return root
+
+
+def config(root, name, **overrides):
+    cfg = json.loads((helpers.REPO / "configs" / "ran" / "cpu.json").read_text())
+    cfg.update(checkpoints=str(root / f"ckpt-{name}"), bpe=None, **overrides)
+    path = root / f"{name}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def reproduce(env, corpus, name, *args, timeout=900, background=False):
+    cmd = [sys.executable, str(SCRIPT), "--config", str(config(corpus, name)),
+           "--data", str(corpus / "bin.{src}-{tgt}"), "--pairs", "de-en",
+           "--out", str(corpus / f"out-{name}"), *map(str, args)]
+    if background:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+SLURM = ["--launcher", "slurm", "--cpus-per-run", "1"]
+
+
+def report(corpus, name):
+    return json.loads((corpus / f"out-{name}" / "results.json").read_text())
+
+
+def run_dir(corpus, name, system):
+    return corpus / f"out-{name}" / "de-en" / system / "seed1"
+
+
+def job_of(corpus, name, system):
+    path = run_dir(corpus, name, system) / "slurm.json"
+    return json.loads(path.read_text())["job_id"] if path.is_file() else None
+
+
+def scontrol(env, job):
+    out = subprocess.run(["scontrol", "show", "job", "-o", job], env=env, capture_output=True,
+                         text=True, timeout=60).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+
+
+def updates_of(checkpoint):
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    return state["optimizer_history"][-1]["num_updates"]
+
+
+def dry_run(*args):
+    return subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", *args,
+                           "--dry-run"],
+                          env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("setting,gpus,freq", [("wmt14", 8, 8), ("wmt17-en-tr", 2, 2)])
+def test_full_scale_dry_run_prints_the_papers_jobs(setting, gpus, freq):
+    """Zeng et al. §3.1: 8 GPUs for WMT'14, 2 for En-Tr; the configs' one-GPU --update-freq
+    (8, 2) becomes 1 over the job's GPUs, so each update sees the paper's batch."""
+    pytest.importorskip("submitit")
+    cfg = json.loads((helpers.REPO / "configs" / "ran" / f"{setting}-base.json").read_text())
+    assert cfg["gpus"] == gpus and cfg["train_flags"][cfg["train_flags"].index("--update-freq")
+                                                       + 1] == str(freq)
+    proc = dry_run("--full", setting, "--launcher", "slurm", "--slurm-partition", "gpu",
+                   "--time-limit", "1440", "--slurm-extra", "--account=nmt --exclusive")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    systems = json.loads((helpers.REPO / "configs" / "ran" / "systems.json").read_text())
+    # one block per run: its header, its fairseq commands, its sbatch script
+    blocks = re.split(r"^# [a-z]+-[a-z]+ .+ seed \d+$", proc.stdout, flags=re.M)[1:]
+    assert len(blocks) == len(cfg["pairs"]) * len(systems["systems"])
+    for block in blocks:
+        train = next(line for line in block.splitlines() if line.startswith("fairseq-train"))
+        assert " --update-freq 1 " in train + " " and " --distributed-port " in train
+        for option in (f"--gpus-per-node={gpus}", "--nodes=1", "--ntasks-per-node=1",
+                       "--partition=gpu", "--time=1440", "--requeue", "--signal=USR2@90",
+                       "--account=nmt", "--exclusive", f"--cpus-per-task={4 * gpus}"):
+            assert f"#SBATCH {option}\n" in block, (option, block)
+        assert "srun " in block and "submitit.core._submit" in block
+
+
+def test_without_submitit_slurm_says_how_to_install_it(tmp_path):
+    fake = tmp_path / "submitit"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = dict(helpers.fairseq_env())
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", "--launcher",
+                           "slurm", "--dry-run"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1
+    assert (
+        "reproduce-ran: error: --launcher slurm needs the submitit package: "
+        "pip install 'ran_fairseq[slurm]' (or pip install submitit)") in proc.stderr.splitlines()
+
+
+def test_launcher_options_need_slurm():
+    proc = dry_run("--gpus-per-run", "2")
+    assert proc.returncode == 2 and "--gpus-per-run needs --launcher slurm" in proc.stderr
+
+
+def test_srun_tasks_give_fairseq_cpu_world(monkeypatch):
+    """compat.cpu_data_parallel under srun with 2 tasks and --distributed-port on CPUs: world
+    size and rank from Slurm's variables, gloo, the step's node as the rendezvous (fairseq's own
+    Slurm detection asks --distributed-world-size to match and keeps nccl)."""
+    from fairseq.dataclass.configs import DistributedTrainingConfig
+    from fairseq.distributed import utils as distributed_utils
+
+    from ran_fairseq import compat
+
+    compat.cpu_data_parallel()
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    for key in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "MASTER_ADDR", "RANK"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_NNODES", "1")
+    cfg = DistributedTrainingConfig(distributed_port=12345, distributed_backend="nccl")
+    distributed_utils.infer_init_method(cfg)
+    assert (cfg.distributed_world_size, cfg.distributed_rank, cfg.device_id) == (2, 1, 0)
+    assert cfg.distributed_init_method == "tcp://127.0.0.1:12345"
+    assert cfg.distributed_backend == "gloo" and cfg.distributed_no_spawn
+    # without --distributed-port fairseq's detection is not asked for: nothing changes
+    cfg = DistributedTrainingConfig()
+    distributed_utils.infer_init_method(cfg)
+    assert cfg.distributed_init_method is None and cfg.distributed_world_size == 1
+
+
+def without_save_dir(argv):
+    i = argv.index("--save-dir")
+    return argv[:i] + argv[i + 2:]
+
+
+def test_table_through_slurm_has_the_local_fields(cluster, corpus):
+    common = ["--systems", ",".join(SYSTEMS), "--max-update", "2", "--threads", "1"]
+    local = reproduce(cluster, corpus, "local", *common)
+    assert local.returncode == 0, local.stderr[-4000:]
+    slurm = reproduce(cluster, corpus, "slurm", *common, *SLURM)
+    assert slurm.returncode == 0, slurm.stderr[-4000:]
+    ours, theirs = report(corpus, "slurm"), report(corpus, "local")
+    assert set(ours) == set(theirs) and set(ours["settings"]) == set(theirs["settings"])
+    assert ours["settings"]["launcher"] == "slurm" and theirs["settings"]["launcher"] == "local"
+    assert [r["system"] for r in ours["results"]] == SYSTEMS
+    for mine, local_one in zip(ours["results"], theirs["results"]):
+        assert set(mine) == set(local_one)
+        # the same commands on the same CPU with one thread: the same model and translations
+        assert mine["tok_bleu"] == local_one["tok_bleu"]
+        assert without_save_dir(mine["train_argv"]) == without_save_dir(local_one["train_argv"])
+        slurm_record = mine["machine"]["slurm"]
+        assert slurm_record["world_size"] == 1 and slurm_record["job_id"]
+        assert (run_dir(corpus, "slurm", mine["system"]) / "slurm.json").is_file()
+        assert list((run_dir(corpus, "slurm", mine["system"]) / "slurm").glob("*_log.out"))
+
+
+def test_two_tasks_train_with_world_size_2(cluster, corpus):
+    proc = reproduce(cluster, corpus, "world2", "--systems", "TransF", "--max-update", "2",
+                     *SLURM, "--tasks-per-run", "2")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = report(corpus, "world2")["results"][0]
+    assert result["machine"]["slurm"]["world_size"] == 2
+    assert "--distributed-port" in result["train_argv"]
+    log = (run_dir(corpus, "world2", "TransF") / "train.log").read_text()
+    assert "distributed init (rank 0)" in log and "distributed_world_size': 2" in log
+    assert "distributed init (rank 1)" in (run_dir(corpus, "world2", "TransF")
+                                           / "train.rank1.log").read_text()
+
+
+def release_requeued(env, job, stop):
+    """Start a requeued job at once: Slurm holds one two minutes before it may start again
+    (Reason=BeginTime), which only lengthens the test."""
+    while not stop.is_set():
+        info = scontrol(env, job)
+        if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env,
+                           capture_output=True, timeout=60)
+        stop.wait(3)
+
+
+def first_job_updates(env, corpus, seconds_before):
+    """How many updates one 2-minute job of the run makes on this machine: a probe run with a
+    budget it cannot reach, cancelled once a job of it has saved a checkpoint and been requeued
+    (on a slow machine a job may end before its first save; the next one starts from scratch)."""
+    name = "probe"
+    proc = reproduce(env, corpus, name, "--systems", "TransF", "--max-update", 100000, *SLURM,
+                     "--time-limit", "2", "--requeue-signal", seconds_before, "--submit-only")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    job = job_of(corpus, name, "TransF")
+    ckpt = corpus / f"ckpt-{name}" / "de-en" / "TransF" / "seed1" / "checkpoint_last.pt"
+    stop = threading.Event()
+    threading.Thread(target=release_requeued, args=(env, job, stop), daemon=True).start()
+    deadline, restarts = time.monotonic() + 900, 0
+    try:
+        while True:
+            assert time.monotonic() < deadline, "no job of the probe saved a checkpoint"
+            now = int(scontrol(env, job).get("Restarts", 0))
+            if now > restarts:
+                restarts = now
+                if ckpt.is_file():
+                    break
+            time.sleep(2)
+    finally:
+        stop.set()
+        subprocess.run(["scancel", job], env=env, check=True, timeout=60)
+    return updates_of(ckpt)
+
+
+def test_time_limit_requeues_to_the_exact_budget(cluster, corpus):
+    """A 2-minute limit, the job told 10 s before it: every job saves (an epoch of the corpus is
+    one update, and fairseq saves checkpoint_last.pt after each), and the budget is half as much
+    again as a probe's first job made, so that it needs at least two jobs. Submitted with
+    --submit-only: a local engine then finds the run in use; --resume waits and collects it."""
+    limit = ["--time-limit", "2", "--requeue-signal", "10"]
+    budget = max(first_job_updates(cluster, corpus, 10) * 3 // 2, 3)
+    name = "requeue"
+    run = ["--systems", "TransF", "--max-update", budget]
+    proc = reproduce(cluster, corpus, name, *run, *SLURM, *limit, "--submit-only")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    job = job_of(corpus, name, "TransF")
+    assert job and "submitted as Slurm job" in proc.stderr
+    blocked = reproduce(cluster, corpus, name, *run)
+    assert blocked.returncode != 0 and f"in use by Slurm job {job}" in blocked.stderr
+    stop = threading.Event()
+    releaser = threading.Thread(target=release_requeued, args=(cluster, job, stop), daemon=True)
+    releaser.start()
+    try:
+        proc = reproduce(cluster, corpus, name, *run, *SLURM, *limit, "--resume", timeout=1500)
+    finally:
+        stop.set()
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert int(scontrol(cluster, job).get("Restarts", 0)) >= 1
+    log = next((run_dir(corpus, name, "TransF") / "slurm").glob("*_log.out")).read_text()
+    assert "Requeued job" in log
+    ckpt = corpus / f"ckpt-{name}" / "de-en" / "TransF" / "seed1" / "checkpoint_last.pt"
+    assert updates_of(ckpt) == budget
+    assert report(corpus, name)["results"][0]["selected"]["num_updates"] <= budget
+
+
+def test_cancelled_run_is_reported_then_resubmitted(cluster, corpus):
+    name = "cancel"
+    args = ["--systems", ",".join(SYSTEMS), "--max-update", "2", *SLURM]
+    engine = reproduce(cluster, corpus, name, *args, background=True)
+    try:
+        deadline = time.monotonic() + 300
+        job = None
+        while time.monotonic() < deadline:
+            job = job_of(corpus, name, "RAN-ALL")
+            if job and scontrol(cluster, job).get("JobState") == "RUNNING":
+                break
+            time.sleep(1)
+        assert job, "RAN-ALL's job never ran"
+        subprocess.run(["scancel", job], env=cluster, check=True, timeout=60)
+        _, err = engine.communicate(timeout=900)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+    assert engine.returncode != 0
+    reason = f"de-en RAN-ALL seed 1 (Slurm job {job} ended CANCELLED"
+    assert reason in err
+    first = report(corpus, name)
+    assert [r["system"] for r in first["results"]] == ["TransF"]
+    assert any(reason in text for text in first["settings"]["not_run"])
+    assert f"Slurm job {job} ended CANCELLED" in (corpus / f"out-{name}" / "TABLE.md").read_text()
+    again = reproduce(cluster, corpus, name, *args, "--resume")
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert f"Slurm job {job} ended CANCELLED" in again.stderr and "submitted again" in again.stderr
+    assert [r["system"] for r in report(corpus, name)["results"]] == SYSTEMS
+    assert job_of(corpus, name, "RAN-ALL") != job
