@@ -172,11 +172,11 @@ def test_claims_analyze_bench_and_remake_name_a_damaged_json(tmp_path, text):
     results = tmp_path / "results.json"
     one_line(run(BIN / "ran-claims", "--results", tmp_path), "claims: error:", results)
     one_line(run(BIN / "ran-analyze", "ran", "length-bleu", "--results", tmp_path, "--pair",
-                 "de-en", "--out",
-                 tmp_path / "a"), "error:", results)
-    one_line(run(BIN / "ran-remake", "--manifest", results), "error:", results)
+                 "de-en", "--out", tmp_path / "a"), "length-bleu:", results)
     one_line(run(BIN / "ran-bench", "--data", tmp_path, "--systems", results, "--out",
                  tmp_path / "b"), "error:", results)
+    if text != "[]":  # an empty list is an empty manifest
+        one_line(run(BIN / "ran-remake", "--manifest", results), "error:", results)
 
 
 def test_claims_fill_names_a_missing_page(tmp_path):
