@@ -36,7 +36,7 @@ GROUPS = {
     "plugin": ["test_conformance.py", "test_conformance_selfcheck.py",
                "test_pervasive_attention.py", "test_hub.py", "test_checkpoint_loading.py",
                "test_reliability.py", "test_package.py", "test_quiet.py"],
-    "lab": ["test_reproduce.py", "test_reproduce_rosendahl.py", "test_reproduce_dynmem.py",
+    "lab": ["test_reproduce.py", "test_reproduce_recurrent_cross.py", "test_reproduce_dynmem.py",
             "test_reproduce_pervasive.py", "test_bench.py", "test_kernels.py", "test_faults.py",
             "test_claims.py", "test_gpu_plans.py", "test_gpu_scripts.py", "test_prepare.py",
             "test_multi30k_download.py", "test_portable.py", "test_analysis.py",

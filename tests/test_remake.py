@@ -4,7 +4,6 @@ remake check names a folder whose tracked files a command changed (a temporary g
 with a stand-in script; no fairseq). The last test remakes the smallest table byte for byte in a
 copy of the checkout (data-bin/multi30k.de-en and its raw Multi30k files needed)."""
 import json
-import runpy
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from ran_fairseq.lab import remake
 from ran_fairseq.lab.reproduce.cli import run_paper
+from ran_fairseq.lab.reproduce.papers import paper_of
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "results" / "REMAKE.json"
@@ -49,8 +49,7 @@ def test_manifest_command_is_the_tables(entry, capsys):
     threads and jobs the folder's results.json records."""
     argv = entry.argv
     assert "--resume" in argv and not {"--stop-after", "--force", "--dry-run"} & set(argv)
-    script = runpy.run_path(str(REPO / argv[0]), run_name="remake_test")
-    run_paper(script["PAPER"], argv[1:] + ["--dry-run"])
+    run_paper(paper_of(argv[0]), argv[1:] + ["--dry-run"])
     assert "fairseq-generate" in capsys.readouterr().out
     settings = json.loads((REPO / entry.folder / "results.json").read_text())["settings"]
     assert flag(argv, "--config") == settings["config"]

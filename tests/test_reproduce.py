@@ -1,4 +1,4 @@
-"""The reproduction engine (ran_fairseq/lab/reproduce) through scripts/reproduce-ran.py, end to end in a
+"""The reproduction engine (ran_fairseq/lab/reproduce) through scripts/reproduce-ran.sh, end to end in a
 short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
 3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors,
 and the RAN configs' agreement with each other (configs/ran/*.json)."""
@@ -14,7 +14,7 @@ import pytest
 
 import helpers
 
-SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
+SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.sh"
 CONFIGS = helpers.REPO / "configs"
 SYSTEMS = ["TransF", "RAN-ALL", "RAN-ALL greedy"]  # the last decodes RAN-ALL's checkpoint
 PAPER_TRANSF = 12.34  # a paper number planted in a copy of the config
@@ -211,7 +211,7 @@ def test_systems_file_errors_name_the_problem(tmp_path, change, message):
 ], ids=["none", "both", "same-name"])
 def test_paper_takes_one_full_config_or_distinct_named_ones(full):
     """A Paper's full-size settings: full_config (a bare --full) or full_settings (--full NAME,
-    tested through scripts/reproduce-rosendahl.py), never both, neither or a name twice."""
+    tested through scripts/reproduce-recurrent_cross.sh), never both, neither or a name twice."""
     from ran_fairseq.lab.reproduce.config import FullSetting, Paper
 
     if "full_settings" in full:

@@ -120,10 +120,14 @@ def stop(proc):
 
 
 def run_command(repo: Path, argv: Sequence[str], python: str, outcome: Outcome):
-    """Run ``python ARGV`` in ``repo``, its stdout discarded and its stderr kept (the last
-    lines in ``outcome.tail``); stop it, and what it started, at a run's start."""
+    """Run ``python ARGV`` (``bash ARGV`` with ``PYTHON=python`` for a shell script) in ``repo``,
+    its stdout discarded and its stderr kept (the last lines in ``outcome.tail``); stop it, and
+    what it started, at a run's start."""
     tail = collections.deque(maxlen=TAIL_LINES)
-    proc = subprocess.Popen([python, *argv], cwd=repo, stdin=subprocess.DEVNULL,
+    cmd, env = [python, *argv], None
+    if argv[0].endswith(".sh"):
+        cmd, env = ["bash", *argv], dict(os.environ, PYTHON=python)
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
     try:

@@ -88,7 +88,7 @@ class Paper:
     ``--full`` flag) or several named ones (``full_settings``: ``--full [NAME]``, the first one
     without a NAME). ``measure(run, result)`` runs after a system is scored and returns extra
     result fields (e.g. FLOPs or a plot path); ``columns`` show fields of the result in the table."""
-    key: str  # script name suffix: reproduce-KEY
+    key: str  # the paper's name: ran-reproduce KEY, configs/KEY, results/KEY
     title: str  # heading of TABLE.md
     cpu_config: Path
     full_config: Optional[Path] = None

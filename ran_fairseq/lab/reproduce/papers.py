@@ -1,5 +1,5 @@
 """The four papers the engine reproduces, by key (``ran-reproduce KEY``,
-``scripts/reproduce-KEY.py``): each one's title, configs, full-size settings, notes and extra
+``scripts/reproduce-KEY.sh``), each key the name of its folder in ``configs/`` and ``results/``: each one's title, configs, full-size settings, notes and extra
 columns. The settings themselves are data: ``configs/PAPER/*.json``."""
 from ..common.paths import REPO
 from .config import Column, FullSetting, Paper
@@ -23,8 +23,8 @@ RAN = Paper(
     ],
 )
 
-ROSENDAHL = Paper(
-    key="rosendahl",
+RECURRENT_CROSS = Paper(
+    key="recurrent_cross",
     title="Rosendahl et al. (2021), Tables 1–2",
     cpu_config=CONFIGS / "recurrent_cross" / "cpu.json",
     # The paper's settings (§4): 20k joint BPE merges (8k for En-It), dropout 0.2 (Ro-En) or 0.3,
@@ -92,4 +92,17 @@ PERVASIVE = Paper(
            "the weights ρ of Eq. 8."],
 )
 
-PAPERS = {paper.key: paper for paper in (RAN, ROSENDAHL, DYNMEM, PERVASIVE)}
+PAPERS = {paper.key: paper for paper in (RAN, RECURRENT_CROSS, DYNMEM, PERVASIVE)}
+
+def paper_of(script):
+    """The paper that ``scripts/reproduce-KEY.sh`` (a path) reproduces."""
+    from pathlib import Path
+    name = Path(script).name
+    key = name[len("reproduce-"):-len(".sh")] if name.startswith("reproduce-") else name
+    if not name.endswith(".sh") or key not in PAPERS:
+        raise KeyError(f"{script}: not one of scripts/reproduce-{{{','.join(PAPERS)}}}.sh")
+    return PAPERS[key]
+
+
+# names the papers went by before: ran-reproduce accepts them with a notice
+OLD_NAMES = {"rosendahl": "recurrent_cross"}

@@ -1,18 +1,18 @@
-"""scripts/reproduce-rosendahl.py (Rosendahl et al. 2021) end to end in a short setting (the baseline
+"""scripts/reproduce-recurrent_cross.sh (Rosendahl et al. 2021) end to end in a short setting (the baseline
 of Tables 1 and 2 and a Table 2 system, 1 pair, 2 updates) on a tiny word-level corpus; the commands
 of its named full-size settings (--full NAME); and the agreement of configs/recurrent_cross/*.json
 with each other and with configs/bench/recurrent_cross.json."""
 import json
 import math
 import re
-import runpy
 
 import pytest
 
 import helpers
 from ran_fairseq.lab.reproduce.cli import run_paper
+from ran_fairseq.lab.reproduce.papers import paper_of
 
-SCRIPT = helpers.REPO / "scripts" / "reproduce-rosendahl.py"
+SCRIPT = helpers.REPO / "scripts" / "reproduce-recurrent_cross.sh"
 CONFIGS = helpers.REPO / "configs"
 DIR = CONFIGS / "recurrent_cross"
 SYSTEMS = ["baseline", "coverage"]
@@ -77,8 +77,8 @@ def test_table_has_finite_rows_and_the_papers_columns(first_run):
 
 @pytest.fixture(scope="module")
 def paper():
-    """The script's Paper, loaded without running it."""
-    return runpy.run_path(str(SCRIPT))["PAPER"]
+    """The script's paper, loaded without running it."""
+    return paper_of(SCRIPT)
 
 
 @pytest.mark.parametrize("name", [None, *FULL], ids=["bare", *FULL])
