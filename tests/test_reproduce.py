@@ -1075,3 +1075,39 @@ def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_
     assert rows["TransF"][at] == "1.00" and not rows["RAN-ALL greedy"][at].endswith("°")
     assert rows["RAN-ALL greedy"][at] != ""
     assert "marked **°**" in table
+
+
+def test_the_engine_prepares_with_the_data_package_in_its_own_process(tmp_path):
+    """A config's ``prepare`` that starts with ``ran-prepare`` runs ran_fairseq.data.prepare in
+    the engine's process (no shell script in between), its output in the log; a bad flag fails
+    naming the log."""
+    from ran_fairseq.lab.reproduce import process
+    from ran_fairseq.lab.reproduce.errors import ReproError
+
+    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=8, n_test=8)
+    config = {"prepare": ["ran-prepare", "custom", "--src", "{src}", "--tgt", "{tgt}",
+                          *(x for split in ("train", "valid", "test")
+                            for x in (f"--{split}-prefix", str(raw / split))),
+                          "--bpe-merges", "0", "--workers", "1",
+                          "--out", str(tmp_path / "bin.{src}-{tgt}")]}
+    log = tmp_path / "logs" / "prepare.de-en.log"
+    process.prepare(config, ("de", "en"), log, env={})
+    assert (tmp_path / "bin.de-en" / "test.de-en.de.bin").is_file()
+    assert "prepare:" in log.read_text()
+    with pytest.raises(ReproError, match=r"(?s)preparing de-en failed: ran-prepare custom "
+                                         r"--no-such-flag\n.*prepare\.de-en\.log.*error"):
+        process.prepare({"prepare": ["ran-prepare", "custom", "--no-such-flag"]}, ("de", "en"),
+                        log, env={})
+
+
+def test_an_old_paper_name_runs_the_paper_with_a_one_line_notice(capsys):
+    """``ran-reproduce rosendahl`` (the name before the paper took its folder's name) runs
+    recurrent_cross and says so in one line on stderr."""
+    from ran_fairseq.lab.reproduce.cli import main
+
+    main(["rosendahl", "--pairs", "de-en", "--systems", "baseline", "--dry-run"])
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "ran-reproduce: 'rosendahl' is now called 'recurrent_cross' (the name of its configs/ and "
+        "results/ folders)"]
+    assert "--arch recurrent_cross_transformer" in captured.out
