@@ -7,7 +7,7 @@ the checkout's root, with ``--resume`` (every run's result is found, nothing is 
 engine re-tabulates and recomputes the paired bootstrap). This module runs those commands one at
 a time with this Python and compares each folder's files with git's
 (``git status --porcelain``): a folder whose tracked files changed, or that gained a file git
-would track, is named, and the exit status is 1. Folders listed inside a folder (``results/ran``
+would track, is named, and the exit status is 1. Folders listed inside a folder (``results/ran/short``
 holds ``results/ran/long``) are left to their own entries.
 
 A command that starts a run (the engine's ``reproduce-NAME: PAIR SYSTEM seed N ...`` line) is
