@@ -232,3 +232,21 @@ def test_the_smallest_table_is_remade_byte_for_byte(tmp_path, monkeypatch, capsy
     assert check(tmp_path, "--only", SMALLEST) == 0, capsys.readouterr().out
     assert f"{SMALLEST}: unchanged" in capsys.readouterr().out
     assert table.stat().st_mtime_ns != before  # written again, by the copy's engine
+
+
+def test_results_folders_are_named_for_what_they_hold_and_indexed():
+    """Every folder named gpu* under results/ holds only runs made on a GPU (each result's
+    machine in its results.json), and results/README.md links every table folder that
+    REMAKE.json lists."""
+    tables = [e.folder for e in remake.load_manifest(REPO / remake.MANIFEST)]
+    for results in sorted((REPO / "results").rglob("results.json")):
+        folder = results.parent.relative_to(REPO)
+        if not any(part.startswith("gpu") for part in folder.parts[1:]):
+            continue
+        devices = {(r.get("machine") or {}).get("device")
+                   for r in json.loads(results.read_text())["results"] if r.get("machine")}
+        assert devices == {"cuda"}, f"{folder} holds runs on {sorted(map(str, devices))}"
+    index = (REPO / "results" / "README.md").read_text(encoding="utf-8")
+    for folder in tables:
+        link = folder[len("results/"):]
+        assert f"]({link}/TABLE.md)" in index, f"results/README.md does not index {folder}"
