@@ -3,7 +3,7 @@
 # finished: for a machine held for a limited time (a lease, a job slot).
 #   scripts/gpu-batch.sh SECONDS PLAN OUT      (or @EPOCH: stop at that time, e.g. set before a
 #                                               build that comes first: @$(( $(date +%s) + 570 )))
-# PLAN: a file with one command per line (e.g. `python3 scripts/reproduce-dynmem.py --config
+# PLAN: a file with one command per line (e.g. `scripts/reproduce-dynmem.sh --config
 # configs/dynmem/gpu.json --jobs 3 --resume`), all started at once after the Multi30k data-bins are
 # prepared (BPE and word level, both directions: concurrent engines must not prepare one data-bin at
 # the same time). Each command is stopped when SECONDS (counted from this script's start) are up;

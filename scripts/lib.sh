@@ -1,4 +1,5 @@
-# Shared by the prepare-* scripts (sourced after they set $root): the interpreter, downloads, unpacking.
+# Shared by the prepare-* and reproduce-* scripts (sourced after they set $root, and $orig for
+# downloads): the interpreter, the checkout on PYTHONPATH, downloads, unpacking.
 python=${PYTHON:-}
 if [ -z "$python" ]; then
     if [ -x "$root/.venv/bin/python" ]; then python=$root/.venv/bin/python; else python=python3; fi
@@ -31,6 +32,16 @@ unpack() {  # unpack ARCHIVE DIR: extract a .tgz/.zip into DIR, once
         *) tar -xzf "$archive" -C "$dir" ;;
     esac
     touch "$dir/.unpacked"
+}
+
+fetch_unpack() {  # fetch_unpack "PATH URL"...: each archive downloaded to $orig/PATH (once) and
+                  # unpacked beside itself, minus its extension ($orig/PATH without .tgz/.zip)
+    local entry name url
+    for entry in "$@"; do
+        read -r name url <<< "$entry"
+        fetch "$url" "$orig/$name"
+        unpack "$orig/$name" "$orig/${name%.*}"
+    done
 }
 
 find_one() {  # find_one DIR NAME: the path of the single file called NAME under DIR

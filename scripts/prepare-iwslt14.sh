@@ -20,8 +20,7 @@ pair "IWSLT'14 German-English" de en "$@"
 set -- "${pair_args[@]}"
 
 # wit3.fbk.eu, the original host, is gone; fairseq's script now fetches this copy.
-fetch https://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz "$orig/iwslt14/de-en.tgz"
-unpack "$orig/iwslt14/de-en.tgz" "$orig/iwslt14/de-en"
+fetch_unpack "iwslt14/de-en.tgz https://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz"
 tags=$(find_one "$orig/iwslt14/de-en" train.tags.de-en.de)
 
 exec "$python" -m ran_fairseq.data.prepare iwslt14 --orig-dir "$(dirname "$tags")" \

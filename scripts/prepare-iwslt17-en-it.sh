@@ -19,9 +19,7 @@ pair "IWSLT'17 English-Italian" en it "$@"
 set -- "${pair_args[@]}"
 
 # wit3.fbk.eu, the original host, is gone; the Hugging Face dataset IWSLT/iwslt2017 keeps the archive.
-fetch https://huggingface.co/datasets/IWSLT/iwslt2017/resolve/main/data/2017-01-trnmted/texts/DeEnItNlRo/DeEnItNlRo/DeEnItNlRo-DeEnItNlRo.zip \
-    "$orig/iwslt17/DeEnItNlRo-DeEnItNlRo.zip"
-unpack "$orig/iwslt17/DeEnItNlRo-DeEnItNlRo.zip" "$orig/iwslt17/DeEnItNlRo-DeEnItNlRo"
+fetch_unpack "iwslt17/DeEnItNlRo-DeEnItNlRo.zip https://huggingface.co/datasets/IWSLT/iwslt2017/resolve/main/data/2017-01-trnmted/texts/DeEnItNlRo/DeEnItNlRo/DeEnItNlRo-DeEnItNlRo.zip"
 dir=$orig/iwslt17/DeEnItNlRo-DeEnItNlRo
 
 # The en-it files serve both directions. Beside the metadata the pipeline's IWSLT reader drops

@@ -34,11 +34,7 @@ archives=(
     "wmt$prev_yy/test.tgz https://data.statmt.org/wmt$prev_yy/translation-task/test.tgz"
     "wmt$yy/test.tgz https://data.statmt.org/wmt$yy/translation-task/test.tgz"
 )
-for entry in "${archives[@]}"; do
-    read -r name url <<< "$entry"
-    fetch "$url" "$orig/$name"
-    unpack "$orig/$name" "$orig/${name%.*}"
-done
+fetch_unpack "${archives[@]}"
 
 setimes=$(find_one "$orig/opus/SETIMES2.en-tr" SETIMES.en-tr.en)
 valid=newstest20$prev_yy-$src$tgt

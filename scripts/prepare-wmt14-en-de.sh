@@ -30,11 +30,7 @@ archives=(
     "wmt14/test-full.tgz https://statmt.org/wmt14/test-full.tgz"
     "wmt15/test.tgz https://statmt.org/wmt15/test.tgz"
 )
-for entry in "${archives[@]}"; do
-    read -r name url <<< "$entry"
-    fetch "$url" "$orig/$name"
-    unpack "$orig/$name" "$orig/${name%.*}"
-done
+fetch_unpack "${archives[@]}"
 
 # The training corpora are named after the pair de-en whatever the direction.
 europarl=$(find_one "$orig/wmt13/training-parallel-europarl-v7" europarl-v7.de-en.en)

@@ -23,11 +23,7 @@ archives=(
     "wmt16/dev.tgz https://data.statmt.org/wmt16/translation-task/dev.tgz"
     "wmt16/test.tgz https://data.statmt.org/wmt16/translation-task/test.tgz"
 )
-for entry in "${archives[@]}"; do
-    read -r name url <<< "$entry"
-    fetch "$url" "$orig/$name"
-    unpack "$orig/$name" "$orig/${name%.*}"
-done
+fetch_unpack "${archives[@]}"
 
 europarl=$(find_one "$orig/wmt16/training-parallel-ep-v8" europarl-v8.ro-en.en)
 setimes=$(find_one "$orig/opus/SETIMES2.en-ro" SETIMES.en-ro.en)

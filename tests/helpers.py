@@ -210,10 +210,11 @@ def scored_corpus(root):
 
 
 def run_reproduction(script, *args, timeout=300):
-    """Run a ``scripts/reproduce-*.py`` script with one thread per fairseq process; the
-    CompletedProcess (output captured)."""
-    cmd = [sys.executable, str(script), "--threads", "1", *map(str, args)]
-    return subprocess.run(cmd, env=fairseq_env(), capture_output=True, text=True, timeout=timeout)
+    """Run a ``scripts/reproduce-*.sh`` script with this Python and one thread per fairseq
+    process; the CompletedProcess (output captured)."""
+    cmd = ["bash", str(script), "--threads", "1", *map(str, args)]
+    return subprocess.run(cmd, env=dict(fairseq_env(), PYTHON=sys.executable),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def short_reproduction(script, cpu_config, root, systems, **overrides):

@@ -540,10 +540,10 @@ def test_fill_rewrites_a_stale_quote():
 
 
 def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path):
-    """scripts/reproduce-rosendahl.py in a short setting (2 updates on a tiny corpus) writes
+    """scripts/reproduce-recurrent_cross.sh in a short setting (2 updates on a tiny corpus) writes
     CLAIMS.md and CLAIMS.json beside TABLE.md, from the paper's claims file."""
     helpers.scored_corpus(tmp_path)
-    out = helpers.short_reproduction(helpers.REPO / "scripts" / "reproduce-rosendahl.py",
+    out = helpers.short_reproduction(helpers.REPO / "scripts" / "reproduce-recurrent_cross.sh",
                                      REPO / "configs" / "recurrent_cross" / "cpu.json", tmp_path,
                                      ["baseline", "coverage"])
     assert (out / "TABLE.md").is_file()

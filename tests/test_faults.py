@@ -23,13 +23,13 @@ import helpers
 from helpers import REPO, SRC, TGT, USER_DIR, run_cli, train
 from systems import TINY_RAN
 
-SCRIPT = REPO / "scripts" / "reproduce-ran.py"
+SCRIPT = REPO / "scripts" / "reproduce-ran.sh"
 CONFIG = REPO / "configs" / "ran" / "cpu.json"
 BREAKS = ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
 
 
 def engine_run(tmp_path, *extra, out=None):
-    """scripts/reproduce-ran.py on one system into ``out`` (default tmp_path/out), with a data-bin
+    """scripts/reproduce-ran.sh on one system into ``out`` (default tmp_path/out), with a data-bin
     that need not exist: for what the engine decides before it trains."""
     return helpers.run_reproduction(
         SCRIPT, "--config", CONFIG, "--data", str(tmp_path / "bin.{src}-{tgt}"), "--pairs",
@@ -109,13 +109,9 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
 
 
 def reproduce_paper():
-    sys.path.insert(0, str(REPO / "scripts"))
-    import importlib.util
+    from ran_fairseq.lab.reproduce.papers import paper_of
 
-    spec = importlib.util.spec_from_file_location("reproduce_ran", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PAPER
+    return paper_of(SCRIPT)
 
 
 def test_documented_small_runs_write_to_a_scratch_folder():
@@ -123,11 +119,11 @@ def test_documented_small_runs_write_to_a_scratch_folder():
     config's committed results: each passes --out (under runs/, git-ignored)."""
     texts = {p: p.read_text(encoding="utf-8") for p in [*(REPO / "docs").glob("*.md"),
                                                         REPO / "README.md",
-                                                        *(REPO / "scripts").glob("reproduce-*.py")]}
+                                                        *(REPO / "scripts").glob("reproduce-*.sh")]}
     small = []
     for path, text in texts.items():
         for line in re.sub(r"\\+\n\s*", " ", text).split("\n"):  # continued lines joined
-            if re.search(r"reproduce-\w+\.py", line) and re.search(r"--max-update|--data ", line) \
+            if re.search(r"reproduce-\w+\.sh|ran-reproduce \w+", line) and re.search(r"--max-update|--data ", line) \
                     and "--dry-run" not in line:
                 small.append((path.name, line))
                 assert re.search(r"--out runs/", line), (path.name, line)

@@ -1,13 +1,13 @@
 """The plans of configs/gpu-plans (commands for scripts/gpu-batch.sh on a GPU machine) name configs,
 systems, seeds and flags that the engines accept: each command runs here with --dry-run, which
 resolves all of them and prints the fairseq commands without running any."""
-import runpy
 import shlex
 
 import pytest
 
 import helpers
 from ran_fairseq.lab.reproduce.cli import run_paper
+from ran_fairseq.lab.reproduce.papers import paper_of
 
 PLANS = sorted((helpers.REPO / "configs" / "gpu-plans").glob("*.plan"))
 
@@ -42,11 +42,10 @@ def test_each_plan_command_dry_runs(plan, tmp_path, capsys, monkeypatch):
     for line in plan_commands(plan):
         line, *after = line.split(" && ")
         argv = shlex.split(line)
-        assert argv[0] == "python3" and argv[1].startswith("scripts/reproduce-"), line
+        assert (helpers.REPO / argv[0]).is_file(), f"{plan.name}: no script {argv[0]}"
         assert "--stop-after" in argv, f"{plan.name}: give every engine --stop-after: {line}"
-        # the script's Paper, and the engine in this process (a bad name or flag exits 2)
-        paper = runpy.run_path(str(helpers.REPO / argv[1]), run_name="plan_test")["PAPER"]
-        run_paper(paper, [*argv[2:], "--dry-run", "--out", str(tmp_path / "out"),
+        # the script's paper, and the engine in this process (a bad name or flag exits 2)
+        run_paper(paper_of(argv[0]), [*argv[1:], "--dry-run", "--out", str(tmp_path / "out"),
                      "--checkpoints", str(tmp_path / "ckpt")])
         out = capsys.readouterr().out
         trains = [ln for ln in out.splitlines() if ln.startswith("fairseq-train ")]

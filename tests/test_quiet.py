@@ -32,7 +32,7 @@ def assert_quiet(text):
 @pytest.mark.parametrize("argv", [
     ["-m", "ran_fairseq.data.prepare", "--help"],
     ["scripts/bench.py", "--help"],
-    ["scripts/reproduce-ran.py", "--help"],
+    ["-m", "ran_fairseq.lab.reproduce", "ran", "--help"],
     ["-m", "ran_fairseq.scoring.evaluate", "--help"],
 ], ids=["prepare", "bench", "reproduce-ran", "evaluate"])
 def test_commands_print_no_import_noise(argv):

@@ -4,7 +4,6 @@ remake check names a folder whose tracked files a command changed (a temporary g
 with a stand-in script; no fairseq). The last test remakes the smallest table byte for byte in a
 copy of the checkout (data-bin/multi30k.de-en and its raw Multi30k files needed)."""
 import json
-import runpy
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from ran_fairseq.lab import remake
 from ran_fairseq.lab.reproduce.cli import run_paper
+from ran_fairseq.lab.reproduce.papers import paper_of
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "results" / "REMAKE.json"
@@ -49,8 +49,7 @@ def test_manifest_command_is_the_tables(entry, capsys):
     threads and jobs the folder's results.json records."""
     argv = entry.argv
     assert "--resume" in argv and not {"--stop-after", "--force", "--dry-run"} & set(argv)
-    script = runpy.run_path(str(REPO / argv[0]), run_name="remake_test")
-    run_paper(script["PAPER"], argv[1:] + ["--dry-run"])
+    run_paper(paper_of(argv[0]), argv[1:] + ["--dry-run"])
     assert "fairseq-generate" in capsys.readouterr().out
     settings = json.loads((REPO / entry.folder / "results.json").read_text())["settings"]
     assert flag(argv, "--config") == settings["config"]
@@ -233,3 +232,21 @@ def test_the_smallest_table_is_remade_byte_for_byte(tmp_path, monkeypatch, capsy
     assert check(tmp_path, "--only", SMALLEST) == 0, capsys.readouterr().out
     assert f"{SMALLEST}: unchanged" in capsys.readouterr().out
     assert table.stat().st_mtime_ns != before  # written again, by the copy's engine
+
+
+def test_results_folders_are_named_for_what_they_hold_and_indexed():
+    """Every folder named gpu* under results/ holds only runs made on a GPU (each result's
+    machine in its results.json), and results/README.md links every table folder that
+    REMAKE.json lists."""
+    tables = [e.folder for e in remake.load_manifest(REPO / remake.MANIFEST)]
+    for results in sorted((REPO / "results").rglob("results.json")):
+        folder = results.parent.relative_to(REPO)
+        if not any(part.startswith("gpu") for part in folder.parts[1:]):
+            continue
+        devices = {(r.get("machine") or {}).get("device")
+                   for r in json.loads(results.read_text())["results"] if r.get("machine")}
+        assert devices == {"cuda"}, f"{folder} holds runs on {sorted(map(str, devices))}"
+    index = (REPO / "results" / "README.md").read_text(encoding="utf-8")
+    for folder in tables:
+        link = folder[len("results/"):]
+        assert f"]({link}/TABLE.md)" in index, f"results/README.md does not index {folder}"

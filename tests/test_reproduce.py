@@ -1,4 +1,4 @@
-"""The reproduction engine (ran_fairseq/lab/reproduce) through scripts/reproduce-ran.py, end to end in a
+"""The reproduction engine (ran_fairseq/lab/reproduce) through scripts/reproduce-ran.sh, end to end in a
 short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
 3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors,
 and the RAN configs' agreement with each other (configs/ran/*.json)."""
@@ -14,7 +14,7 @@ import pytest
 
 import helpers
 
-SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
+SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.sh"
 CONFIGS = helpers.REPO / "configs"
 SYSTEMS = ["TransF", "RAN-ALL", "RAN-ALL greedy"]  # the last decodes RAN-ALL's checkpoint
 PAPER_TRANSF = 12.34  # a paper number planted in a copy of the config
@@ -211,7 +211,7 @@ def test_systems_file_errors_name_the_problem(tmp_path, change, message):
 ], ids=["none", "both", "same-name"])
 def test_paper_takes_one_full_config_or_distinct_named_ones(full):
     """A Paper's full-size settings: full_config (a bare --full) or full_settings (--full NAME,
-    tested through scripts/reproduce-rosendahl.py), never both, neither or a name twice."""
+    tested through scripts/reproduce-recurrent_cross.sh), never both, neither or a name twice."""
     from ran_fairseq.lab.reproduce.config import FullSetting, Paper
 
     if "full_settings" in full:
@@ -1075,3 +1075,39 @@ def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_
     assert rows["TransF"][at] == "1.00" and not rows["RAN-ALL greedy"][at].endswith("°")
     assert rows["RAN-ALL greedy"][at] != ""
     assert "marked **°**" in table
+
+
+def test_the_engine_prepares_with_the_data_package_in_its_own_process(tmp_path):
+    """A config's ``prepare`` that starts with ``ran-prepare`` runs ran_fairseq.data.prepare in
+    the engine's process (no shell script in between), its output in the log; a bad flag fails
+    naming the log."""
+    from ran_fairseq.lab.reproduce import process
+    from ran_fairseq.lab.reproduce.errors import ReproError
+
+    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=8, n_test=8)
+    config = {"prepare": ["ran-prepare", "custom", "--src", "{src}", "--tgt", "{tgt}",
+                          *(x for split in ("train", "valid", "test")
+                            for x in (f"--{split}-prefix", str(raw / split))),
+                          "--bpe-merges", "0", "--workers", "1",
+                          "--out", str(tmp_path / "bin.{src}-{tgt}")]}
+    log = tmp_path / "logs" / "prepare.de-en.log"
+    process.prepare(config, ("de", "en"), log, env={})
+    assert (tmp_path / "bin.de-en" / "test.de-en.de.bin").is_file()
+    assert "prepare:" in log.read_text()
+    with pytest.raises(ReproError, match=r"(?s)preparing de-en failed: ran-prepare custom "
+                                         r"--no-such-flag\n.*prepare\.de-en\.log.*error"):
+        process.prepare({"prepare": ["ran-prepare", "custom", "--no-such-flag"]}, ("de", "en"),
+                        log, env={})
+
+
+def test_an_old_paper_name_runs_the_paper_with_a_one_line_notice(capsys):
+    """``ran-reproduce rosendahl`` (the name before the paper took its folder's name) runs
+    recurrent_cross and says so in one line on stderr."""
+    from ran_fairseq.lab.reproduce.cli import main
+
+    main(["rosendahl", "--pairs", "de-en", "--systems", "baseline", "--dry-run"])
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "ran-reproduce: 'rosendahl' is now called 'recurrent_cross' (the name of its configs/ and "
+        "results/ folders)"]
+    assert "--arch recurrent_cross_transformer" in captured.out

@@ -1,4 +1,4 @@
-"""scripts/reproduce-dynmem.py (Yang et al. 2017) end to end in a short setting: word-level data
+"""scripts/reproduce-dynmem.sh (Yang et al. 2017) end to end in a short setting: word-level data
 prepared by the project's pipeline on a tiny corpus, window 11 trained for 3 updates and decoded,
 and '+ UNK replace' decoding its checkpoint through ran_fairseq.scoring.replace_unk; then the
 --full commands and the agreement of configs/dynmem/* with each other and with paper-train.args."""
@@ -12,7 +12,7 @@ import pytest
 
 import helpers
 
-SCRIPT = helpers.REPO / "scripts" / "reproduce-dynmem.py"
+SCRIPT = helpers.REPO / "scripts" / "reproduce-dynmem.sh"
 CONFIGS = helpers.REPO / "configs" / "dynmem"
 SYSTEMS = ["RNNSearch + window 11", "RNNSearch + window 11 + UNK replace"]
 

@@ -1,4 +1,4 @@
-"""scripts/reproduce-pervasive.py (Elbayad et al. 2018) end to end in a short setting (a Table 1
+"""scripts/reproduce-pervasive.sh (Elbayad et al. 2018) end to end in a short setting (a Table 1
 model, a Table 2 model and ConvS2S from Table 3, one pair, 2 updates) on a tiny corpus: its
 parameter and FLOP columns, the Fig. 6 PNG, and ran_fairseq.analysis.alignments; the --full
 commands; and the agreement of configs/pervasive/*.json with each other."""
@@ -12,7 +12,7 @@ import torch
 import helpers
 from ran_fairseq.analysis.alignments import decoded_alignments, main as alignments_main
 
-SCRIPT = helpers.REPO / "scripts" / "reproduce-pervasive.py"
+SCRIPT = helpers.REPO / "scripts" / "reproduce-pervasive.sh"
 DIR = helpers.REPO / "configs" / "pervasive"
 SYSTEMS = ["max", "max k=5 L=6", "ConvS2S"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

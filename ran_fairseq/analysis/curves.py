@@ -1,4 +1,4 @@
-"""Validation curves of a reproduction (``scripts/reproduce-*.py``): the validation loss at each
+"""Validation curves of a reproduction (``scripts/reproduce-*.sh``): the validation loss at each
 validation of every training, read from the results folder's results.json, as a CSV and a PNG
 (validation loss against updates, a line per system and seed, a panel per pair). It shows what
 the tables' "valid loss Δ % per epoch" column sums up: whether a budget ends on a flat curve.

@@ -1,4 +1,4 @@
-"""A reproduction's outputs (``scripts/reproduce-*.py``) as inputs of the analyses.
+"""A reproduction's outputs (``scripts/reproduce-*.sh``) as inputs of the analyses.
 
 ``reproduction_outputs(results_dir, pair, seed, systems)`` reads ``RESULTS/results.json`` and
 returns each system's detokenized hypotheses (``RESULTS/PAIR/SYSTEM/seedN/hyp.detok.txt``, the file

@@ -1,4 +1,4 @@
-"""Elbayad et al. (2018), Figs. 4 and 5 from a reproduction's results (``scripts/reproduce-*.py``).
+"""Elbayad et al. (2018), Figs. 4 and 5 from a reproduction's results (``scripts/reproduce-*.sh``).
 
 Fig. 4: BLEU against one hyper-parameter of Pervasive Attention at a time: the token embedding size
 d = d_s = d_t, the growth rate g and the depth L. ``sweep_rows(results)`` reads the systems whose

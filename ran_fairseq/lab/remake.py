@@ -7,7 +7,7 @@ the checkout's root, with ``--resume`` (every run's result is found, nothing is 
 engine re-tabulates and recomputes the paired bootstrap). This module runs those commands one at
 a time with this Python and compares each folder's files with git's
 (``git status --porcelain``): a folder whose tracked files changed, or that gained a file git
-would track, is named, and the exit status is 1. Folders listed inside a folder (``results/ran``
+would track, is named, and the exit status is 1. Folders listed inside a folder (``results/ran/short``
 holds ``results/ran/long``) are left to their own entries.
 
 A command that starts a run (the engine's ``reproduce-NAME: PAIR SYSTEM seed N ...`` line) is
@@ -121,10 +121,14 @@ def stop(proc):
 
 
 def run_command(repo: Path, argv: Sequence[str], python: str, outcome: Outcome):
-    """Run ``python ARGV`` in ``repo``, its stdout discarded and its stderr kept (the last
-    lines in ``outcome.tail``); stop it, and what it started, at a run's start."""
+    """Run ``python ARGV`` (``bash ARGV`` with ``PYTHON=python`` for a shell script) in ``repo``,
+    its stdout discarded and its stderr kept (the last lines in ``outcome.tail``); stop it, and
+    what it started, at a run's start."""
     tail = collections.deque(maxlen=TAIL_LINES)
-    proc = subprocess.Popen([python, *argv], cwd=repo, stdin=subprocess.DEVNULL,
+    cmd, env = [python, *argv], None
+    if argv[0].endswith(".sh"):
+        cmd, env = ["bash", *argv], dict(os.environ, PYTHON=python)
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
     try:

@@ -1,5 +1,5 @@
 """Figures 4 and 5 of Elbayad et al. (2018) from a reproduction's results folder
-(scripts/reproduce-pervasive.py --out); each writes OUT/NAME.csv and OUT/NAME.png (NAME: --name,
+(scripts/reproduce-pervasive.sh --out); each writes OUT/NAME.csv and OUT/NAME.png (NAME: --name,
 default the command's name).
 
   fig4  tok BLEU (mean ± std over seeds) against the embedding size d, the growth rate g and the

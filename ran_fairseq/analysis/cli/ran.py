@@ -14,7 +14,7 @@ OUT/NAME.png (NAME: --name, default the analysis name).
         --checkpoint TransF=checkpoints/ran/de-en/TransF/seed1/checkpoint_best.pt \\
         --checkpoint Syn-R=checkpoints/ran/de-en/Syn-R/seed1/checkpoint_best.pt \\
         --checkpoint RAN-ALL=checkpoints/ran/de-en/RAN-ALL/seed1/checkpoint_best.pt
-    python scripts/analyze-ran.py length-bleu --results results/ran --pair de-en \\
+    python scripts/analyze-ran.py length-bleu --results results/ran/short --pair de-en \\
         --systems TransF,RAN-E,RAN-D,RAN-ALL --out results/ran/analysis
     python scripts/analyze-ran.py length-bleu --system ran=gen-ran.txt --system transf=gen-tf.txt \\
         --ref data-bin/multi30k.de-en/test.raw.en --src data-bin/multi30k.de-en/test.raw.de \\

@@ -10,8 +10,9 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def is_checkout(root: Path = REPO) -> bool:
-    """Whether the package runs from a checkout of the project rather than an installed copy."""
-    return (root / "setup.py").is_file() and (root / "scripts" / "prepare-multi30k.sh").is_file()
+    """Whether the package runs from a checkout of the project rather than an installed copy: its
+    parent holds the project's setup.py and configs."""
+    return (root / "setup.py").is_file() and (root / "configs").is_dir()
 
 
 def data_bin_root() -> Path:

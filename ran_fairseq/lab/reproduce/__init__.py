@@ -1,10 +1,10 @@
-"""The reproduction engine behind ``ran-reproduce PAPER`` and ``scripts/reproduce-*.py``: train,
+"""The reproduction engine behind ``ran-reproduce PAPER`` and ``scripts/reproduce-*.sh``: train,
 decode and score every system of a paper's config with fairseq's own CLIs, and write the measured
 table beside the paper's numbers.
 
-A paper is described by a ``Paper`` (:mod:`.papers`: title, configs, extra columns or
-measurements) and run by :func:`.cli.main` (``ran-reproduce PAPER [options]``, or ``python -m
-ran_fairseq.lab.reproduce PAPER``) or :func:`.cli.main_for` (``scripts/reproduce-PAPER.py``). A
+A paper is described by a ``Paper`` (:mod:`.papers`, read from ``configs/PAPER/reproduce.json``:
+title, configs, extra columns or measurements) and run by :func:`.cli.main` (``ran-reproduce PAPER
+[options]``, ``python -m ran_fairseq.lab.reproduce PAPER`` or ``scripts/reproduce-PAPER.sh``). A
 scale config (JSON, e.g. ``configs/ran/cpu.json``) names the systems file (name, arch, flags and the
 paper tables of each system), the paper's numbers, the data and the fairseq flags; no
 hyper-parameter lives in a script. For each language pair, system and seed, with the plugin loaded:

@@ -1,5 +1,5 @@
-"""The command line: ``ran-reproduce PAPER [options]`` (or ``python -m ran_fairseq.lab.reproduce``),
-and ``scripts/reproduce-PAPER.py``'s, one paper's."""
+"""The command line: ``ran-reproduce PAPER [options]`` (also ``python -m ran_fairseq.lab.reproduce
+PAPER`` and ``scripts/reproduce-PAPER.sh``)."""
 import argparse
 import os
 import shlex
@@ -215,7 +215,7 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
 
 
 def main_for(key: str, argv: Optional[List[str]] = None):
-    """``scripts/reproduce-KEY.py``: the paper ``key``'s reproduction (:data:`.papers.PAPERS`)."""
+    """The paper ``key``'s reproduction (:data:`.papers.PAPERS`) with ``argv``."""
     from .papers import PAPERS
 
     run_paper(PAPERS[key], argv)
@@ -224,16 +224,20 @@ def main_for(key: str, argv: Optional[List[str]] = None):
 def main(argv: Optional[List[str]] = None):
     """``ran-reproduce PAPER [options]``: PAPER's reproduction (``ran-reproduce PAPER --help``
     lists its options)."""
-    from .papers import PAPERS
+    from .papers import OLD_NAMES, PAPERS
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in OLD_NAMES:
+        print(f"ran-reproduce: '{argv[0]}' is now called '{OLD_NAMES[argv[0]]}' (the name of its "
+              f"configs/ and results/ folders)", file=sys.stderr)
+        argv[0] = OLD_NAMES[argv[0]]
     if not argv or argv[0] not in PAPERS:
         p = argparse.ArgumentParser(
             prog="ran-reproduce", formatter_class=argparse.RawDescriptionHelpFormatter,
             description="Reproduce the shape of a paper's tables: train, decode and score every "
                         "system of its config with fairseq, and write the measured table beside "
                         "the paper's numbers.",
-            epilog="papers:\n" + "\n".join(f"  {key:<10} {paper.title}"
+            epilog="papers:\n" + "\n".join(f"  {key:<16} {paper.title}"
                                             for key, paper in PAPERS.items()))
         p.add_argument("paper", choices=list(PAPERS),
                        help="the paper (ran-reproduce PAPER --help lists its options)")

@@ -1,4 +1,4 @@
-"""A paper's reproduction as data: what a paper script adds (:class:`Paper`), and the scale config
+"""A paper's reproduction as data: what a paper's ``reproduce.json`` adds (:class:`Paper`), and the scale config
 it runs (``configs/PAPER/*.json``) read and checked with its systems file, paper numbers, speed
 bench and the config it continues."""
 import re
@@ -83,13 +83,13 @@ class FullSetting:
 
 @dataclass
 class Paper:
-    """What a paper's reproduction script adds to the engine.
+    """What a paper adds to the engine (read from its ``configs/KEY/reproduce.json``).
 
     The full-size settings are either one config (``full_config`` and ``full_help``: a bare
     ``--full`` flag) or several named ones (``full_settings``: ``--full [NAME]``, the first one
     without a NAME). ``measure(run, result)`` runs after a system is scored and returns extra
     result fields (e.g. FLOPs or a plot path); ``columns`` show fields of the result in the table."""
-    key: str  # script name suffix: reproduce-KEY
+    key: str  # the paper's name: ran-reproduce KEY, configs/KEY, results/KEY
     title: str  # heading of TABLE.md
     cpu_config: Path
     full_config: Optional[Path] = None

@@ -1,95 +1,135 @@
-"""The four papers the engine reproduces, by key (``ran-reproduce KEY``,
-``scripts/reproduce-KEY.py``): each one's title, configs, full-size settings, notes and extra
-columns. The settings themselves are data: ``configs/PAPER/*.json``."""
+"""The papers the engine reproduces, read from the checkout's ``configs/``: a folder
+``configs/KEY/`` holding a ``reproduce.json`` is the paper ``KEY`` (``ran-reproduce KEY``,
+``scripts/reproduce-KEY.sh``, results under ``results/KEY/``). Its ``reproduce.json`` says what the
+engine adds to the folder's scale configs (docs/adding-a-paper.md):
+
+- ``title``: the heading of TABLE.md;
+- ``cpu_config``: the scale config run without ``--config`` or ``--full`` (a file of the folder);
+- ``full``: the full-size settings, either one ``{"config", "help"}`` (a bare ``--full``) or a list
+  of named ones ``[{"name", "config", "help"}, ...]`` (``--full NAME``, the first without a NAME);
+- ``notes`` (optional): a Markdown file of the folder whose bullets (``- ...``, a line indented
+  under a bullet going on with it) are written under the table's legend;
+- ``columns`` (optional): extra table columns ``{"title", "field", "format"}``, each the result's
+  ``field`` (formatted with the Python format spec ``format`` if given);
+- ``measure`` (optional): ``"module:function"``, called as ``function(run, result)`` after each
+  system is scored, returning extra result fields (e.g. FLOPs or a plot's path);
+- ``old_names`` (optional): names the paper went by, which ``ran-reproduce`` still takes with a
+  notice.
+"""
+import importlib
+import json
+from pathlib import Path
+from typing import Dict, List
+
 from ..common.paths import REPO
 from .config import Column, FullSetting, Paper
 from .markdown import fmt
-from .measures import FIGURE_SENTENCES, pervasive_measure
 
-CONFIGS = REPO / "configs"
-BASE = "base model"
+PAPER_FILE = "reproduce.json"
+KEYS = {"title", "cpu_config", "full", "notes", "columns", "measure", "old_names"}
 
-RAN = Paper(
-    key="ran",
-    title="Zeng et al. (2021), Tables 1–3",
-    cpu_config=CONFIGS / "ran" / "cpu.json",
-    full_settings=[
-        FullSetting("wmt14", CONFIGS / "ran" / "wmt14-base.json",
-                    "WMT'14 En-De and De-En (4.5M pairs), ran_transformer base, 250k updates, "
-                    "beam 4, length penalty 0.6 (§3.1)"),
-        FullSetting("wmt17-en-tr", CONFIGS / "ran" / "wmt17-en-tr-base.json",
-                    "WMT'17 En-Tr and Tr-En (SETimes2, 207k pairs), ran_transformer base, 20k "
-                    "updates, beam 4, length penalty 0.6 (§3.1)"),
-    ],
-)
 
-ROSENDAHL = Paper(
-    key="rosendahl",
-    title="Rosendahl et al. (2021), Tables 1–2",
-    cpu_config=CONFIGS / "recurrent_cross" / "cpu.json",
-    # The paper's settings (§4): 20k joint BPE merges (8k for En-It), dropout 0.2 (Ro-En) or 0.3,
-    # batches of 9,600 tokens, the best checkpoint by dev BLEU; the number of updates is ours.
-    full_settings=[
-        FullSetting("wmt16-ro-en", CONFIGS / "recurrent_cross" / "full-wmt16-ro-en.json",
-                    f"WMT'16 Ro-En (Europarl v8 + SETimes2), {BASE}, 20k BPE, dropout 0.2, "
-                    f"9,600-token batches, best dev BLEU; newstest2016 (Table 2) and newsdev2016 "
-                    f"(Table 1); 100k updates (ours)"),
-        FullSetting("wmt18-tr-en", CONFIGS / "recurrent_cross" / "full-wmt18-tr-en.json",
-                    f"WMT'18 Tr-En (SETimes2), {BASE}, 20k BPE, dropout 0.3, 9,600-token "
-                    f"batches, best dev BLEU; newstest2018; 40k updates (ours)"),
-        FullSetting("iwslt17-en-it", CONFIGS / "recurrent_cross" / "full-iwslt17-en-it.json",
-                    f"IWSLT'17 En-It (TED), {BASE}, 8k BPE, dropout 0.3, 9,600-token batches, "
-                    f"best dev BLEU; TED tst2010; 40k updates (ours)"),
-    ],
-    notes=["**paper table** 1: the baseline and the expand-kv variants (Eqs. 5–8), scored in the "
-           "paper on the Ro→En development set (newsdev2016: the valid subset); 2: the baseline "
-           "and the six recurrent approaches (Eqs. 2–5, 9, 10) on the test sets, its expand-kv "
-           "row being variant 1 (§5.1). Variants 1 and 2 build the extra key/value pair from "
-           "the layer's full previous context: all heads' contexts, concatenated, through the "
-           "attention's output projection (§3.1)."],
-)
+class PaperFileError(ValueError):
+    """A ``configs/KEY/reproduce.json`` that is not as docs/adding-a-paper.md describes."""
 
-DYNMEM = Paper(
-    key="dynmem",
-    title="Yang et al. (2017), Tables 2–3",
-    cpu_config=CONFIGS / "dynmem" / "cpu.json",
-    full_settings=[
-        FullSetting("wmt14-en-de", CONFIGS / "dynmem" / "full.json",
-                    "Table 2: WMT'14 En-De at word level (50k words), test newstest2014 "
-                    "(test1: newstest2015), rnnsearch_dynmem, the paper's recipe"),
-        FullSetting("nist-zh-en", CONFIGS / "dynmem" / "full-zh-en.json",
-                    "Table 3: NIST Zh-En (LDC data you supply in $NIST_DIR), 30k words, 18 "
-                    "epochs halving every two after 10"),
-    ],
-    notes=["**+ UNK replace**: the window-11 checkpoint decoded with `--print-alignment`, each "
-           "`<unk>` replaced by the most-attended source word (`ran_fairseq.scoring.replace_unk`, "
-           "copied); its training figures are the window-11 system's. **RNNSearch + UNK "
-           "replace** does the same to the RNNSearch checkpoint."],
-)
 
-PERVASIVE = Paper(
-    key="pervasive",
-    title="Elbayad et al. (2018), Tables 1–3",
-    cpu_config=CONFIGS / "pervasive" / "cpu.json",
-    full_config=CONFIGS / "pervasive" / "full.json",
-    full_help="IWSLT'14 De<->En, the paper's model sizes, the authors' published recipe",
-    columns=[
-        Column("params with k×k kernels", lambda r: fmt(r.get("params_dense_kernels"), ",d")),
-        Column("GFLOPs/sentence", lambda r: fmt(r.get("gflops_per_sentence"), ".3f")),
-        Column("Fig. 6", lambda r: r.get("alignment_png", "")),
-    ],
-    measure=pervasive_measure,
-    notes=["**params with k×k kernels**: Pervasive Attention's parameters counting the always-zero "
-           "future half of each masked k×k kernel, as a dense masked implementation stores them "
-           "(the paper's count, see the README); **params** holds only the cropped kernels that "
-           "are trained. **GFLOPs/sentence**: 2 × the multiply-adds of one teacher-forced "
-           "forward pass (convolutions at every grid cell, the attention aggregator, the output "
-           "projection), averaged over the test sentence pairs' BPE lengths (EOS included).",
-           f"**Fig. 6**: the best beam hypothesis of the first {FIGURE_SENTENCES} test sentences "
-           "and its alignment to the source, under OUT: for max pooling (max, and the max half "
-           "of max-attn) α of Eq. 7 as written, each source token's contribution to the logit "
-           "of the generated token (ran_fairseq.analysis.alignments, --alignment eq7); for attn "
-           "the weights ρ of Eq. 8."],
-)
+def read_notes(path: Path) -> List[str]:
+    """The bullets of a Markdown file, each one line: a ``- `` line starts one, an indented line
+    goes on with it (joined with a space); anything before the first bullet is a heading or
+    preamble, and a line that is neither ends the bullet."""
+    notes, current = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("- "):
+            current = [line[2:].strip()]
+            notes.append(current)
+        elif current is not None and line[:1] in (" ", "\t") and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+    return [" ".join(parts) for parts in notes]
 
-PAPERS = {paper.key: paper for paper in (RAN, ROSENDAHL, DYNMEM, PERVASIVE)}
+
+def _column(spec, where):
+    if not isinstance(spec, dict) or not {"title", "field"} <= set(spec) <= {"title", "field",
+                                                                            "format"}:
+        raise PaperFileError(f"{where}: each of 'columns' is {{\"title\", \"field\"[, "
+                             f"\"format\"]}}, got {spec!r}")
+    field, spec_format = spec["field"], spec.get("format")
+    if spec_format is None:
+        return Column(spec["title"], lambda r: r.get(field, ""))
+    return Column(spec["title"], lambda r: fmt(r.get(field), spec_format))
+
+
+def _measure(name, where):
+    module, _, function = str(name).partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise PaperFileError(f"{where}: 'measure' {name!r} is not an importable "
+                             f"module:function ({e})") from None
+
+
+def load_paper(folder: Path) -> Paper:
+    """The paper of ``folder`` (``configs/KEY``), from its ``reproduce.json``."""
+    folder = Path(folder)
+    where = folder / PAPER_FILE
+    try:
+        data = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise PaperFileError(f"{where}: {e}") from None
+    if not isinstance(data, dict) or not {"title", "cpu_config", "full"} <= set(data) \
+            or set(data) - KEYS:
+        raise PaperFileError(f"{where}: an object with title, cpu_config and full (and optionally "
+                             f"{', '.join(sorted(KEYS - {'title', 'cpu_config', 'full'}))}) "
+                             f"expected, got keys {sorted(data) if isinstance(data, dict) else data}")
+    full = data["full"]
+    kwargs = {}
+    if isinstance(full, dict) and set(full) == {"config", "help"}:
+        kwargs.update(full_config=folder / full["config"], full_help=full["help"])
+    elif isinstance(full, list) and full and all(
+            isinstance(s, dict) and set(s) == {"name", "config", "help"} for s in full):
+        kwargs["full_settings"] = [FullSetting(s["name"], folder / s["config"], s["help"])
+                                   for s in full]
+    else:
+        raise PaperFileError(f"{where}: 'full' is {{\"config\", \"help\"}} or a list of "
+                             f"{{\"name\", \"config\", \"help\"}}, got {full!r}")
+    if "notes" in data:
+        notes_file = folder / data["notes"]
+        if not notes_file.is_file():
+            raise PaperFileError(f"{where}: its 'notes' file {notes_file} does not exist")
+        kwargs["notes"] = read_notes(notes_file)
+    if "measure" in data:
+        kwargs["measure"] = _measure(data["measure"], where)
+    try:
+        return Paper(key=folder.name, title=data["title"], cpu_config=folder / data["cpu_config"],
+                     columns=[_column(c, where) for c in data.get("columns", [])], **kwargs)
+    except ValueError as e:
+        raise PaperFileError(f"{where}: {e}") from None
+
+
+def load_papers(configs: Path = REPO / "configs") -> Dict[str, Paper]:
+    """Every paper of ``configs``, by key (its folder's name), in the order of the keys."""
+    return {folder.name: load_paper(folder)
+            for folder in sorted(p.parent for p in Path(configs).glob(f"*/{PAPER_FILE}"))}
+
+
+def load_old_names(configs: Path = REPO / "configs") -> Dict[str, str]:
+    """Names papers went by before -> their keys."""
+    old = {}
+    for path in sorted(Path(configs).glob(f"*/{PAPER_FILE}")):
+        for name in json.loads(path.read_text(encoding="utf-8")).get("old_names", []):
+            old[name] = path.parent.name
+    return old
+
+
+PAPERS = load_papers()
+OLD_NAMES = load_old_names()
+
+
+def paper_of(script):
+    """The paper that ``scripts/reproduce-KEY.sh`` (a path) reproduces."""
+    name = Path(script).name
+    key = name[len("reproduce-"):-len(".sh")] if name.startswith("reproduce-") else name
+    if not name.endswith(".sh") or key not in PAPERS:
+        raise KeyError(f"{script}: not one of scripts/reproduce-{{{','.join(PAPERS)}}}.sh")
+    return PAPERS[key]

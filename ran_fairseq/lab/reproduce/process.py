@@ -1,5 +1,6 @@
-"""The processes the engine starts: fairseq's CLIs with their output in a log, and a config's
-prepare command."""
+"""The processes the engine starts: fairseq's CLIs with their output in a log; and a config's
+prepare command, run here when it is the data package's own (``ran-prepare ...``)."""
+import contextlib
 import shlex
 import subprocess
 import sys
@@ -42,11 +43,39 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     return text
 
 
+# A config's prepare command that names this runs ran_fairseq.data.prepare in the engine's process
+# (Multi30k, a corpus of files on disk); any other is a script of the checkout (a full corpus's
+# download, then the same pipeline).
+PREPARE_HERE = "ran-prepare"
+
+
+def prepare_here(argv, log_path, what):
+    """``ran-prepare ARGV`` (``ran_fairseq.data.prepare``) in this process, in the checkout (its
+    relative paths, as a prepare script's, are the checkout's), its output into ``log_path``."""
+    from ran_fairseq.data.prepare.cli import main as prepare_main
+
+    with open(log_path, "w") as log, contextlib.redirect_stdout(log), \
+            contextlib.redirect_stderr(log), contextlib.chdir(paths.REPO):
+        try:
+            returncode = prepare_main(argv)
+        except SystemExit as e:  # argparse: a flag it does not take
+            returncode = e.code if isinstance(e.code, int) else 2
+    portable.rewrite_log(log_path, paths.REPO)
+    if returncode != 0:
+        raise ReproError(f"preparing {what} failed: {shlex.join([PREPARE_HERE, *argv])}\n--- "
+                         f"{log_path} (tail) ---\n{log_path.read_text()[-3000:]}")
+
+
 def prepare(config, pair, log_path, env):
+    """The config's ``prepare`` command for ``pair`` ({src} and {tgt} replaced), its output
+    into ``log_path``."""
     src, tgt = pair
     cmd = [part.format(src=src, tgt=tgt) for part in config["prepare"]]
-    cmd[0] = str(repo_path(cmd[0]))
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if cmd[0] == PREPARE_HERE:
+        prepare_here(cmd[1:], log_path, f"{src}-{tgt}")
+        return
+    cmd[0] = str(repo_path(cmd[0]))
     with open(log_path, "w") as log:
         returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                   cwd=paths.REPO)
