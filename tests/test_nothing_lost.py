@@ -9,11 +9,11 @@ import pytest
 import helpers
 from test_reproduce import config, corpus  # noqa: F401  (module fixtures: a tiny data-bin, a config)
 
-SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
+SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.sh"
 
 
 def engine_in_process(argv):
-    """scripts/reproduce-ran.py's engine in this process: (exit status, stderr)."""
+    """scripts/reproduce-ran.sh's engine in this process: (exit status, stderr)."""
     from ran_fairseq.lab.reproduce.cli import run_paper
     from ran_fairseq.lab.reproduce.papers import PAPERS
 

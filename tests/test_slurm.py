@@ -19,7 +19,6 @@ import pytest
 
 import helpers
 
-SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.py"
 SYSTEMS = ["TransF", "RAN-ALL"]
 
 
@@ -75,7 +74,8 @@ def config(root, name, **overrides):
 
 
 def reproduce(env, corpus, name, *args, timeout=900, background=False):
-    cmd = [sys.executable, str(SCRIPT), "--config", str(config(corpus, name)),
+    cmd = [sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", "--config",
+           str(config(corpus, name)),
            "--data", str(corpus / "bin.{src}-{tgt}"), "--pairs", "de-en",
            "--out", str(corpus / f"out-{name}"), *map(str, args)]
     if background:

@@ -64,14 +64,15 @@ def _system(recipe, name):
 
 
 def _prepare_argv(recipe, pair):
-    """The data package's command line for the recipe's `prepare` (a prepare script's arguments
-    after the language pair), or [] when the recipe prepares nothing."""
+    """The data package's command line for the recipe's `prepare` (``ran-prepare ARGS``, as the
+    engine runs it), or [] when the recipe prepares nothing."""
     prepare = recipe.get("prepare")
     if not prepare:
         return []
+    if prepare[0] != "ran-prepare":
+        raise LabError(f"a recipe's prepare must begin with ran-prepare; got {prepare[0]!r}")
     src, tgt = pair.split("-")
-    rest = [a.format(src=src, tgt=tgt) for a in prepare[3:]]
-    return ["-m", "ran_fairseq.data.prepare", "multi30k", "--src", src, "--tgt", tgt, *rest]
+    return ["-m", "ran_fairseq.data.prepare", *(a.format(src=src, tgt=tgt) for a in prepare[1:])]
 
 
 def jobs(config, device, pair="de-en", data_bin=None):
