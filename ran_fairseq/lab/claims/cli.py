@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ... import checkout
 from . import (REPO, ClaimsError, ResultsError, claims_file_of, compute, holds_of, render,
                verdicts_by_key)
 from . import report, write_claims
@@ -56,6 +57,7 @@ def parser():
 
 
 def main(argv=None):
+    checkout.require("ran-claims")
     args = parser().parse_args(argv)
     folders = [f.resolve() for f in args.results]
     if args.all:

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import List, Optional
 
+from ... import checkout
 from ...runguard import FolderLock, Stopped
 from ..common.machine import available_cores
 from ..common.paths import repo_path, shown
@@ -191,6 +192,7 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
 
 def main_for(key: str, argv: Optional[List[str]] = None):
     """``scripts/reproduce-KEY.py``: the paper ``key``'s reproduction (:data:`.papers.PAPERS`)."""
+    checkout.require(f"reproduce-{key}")
     from .papers import PAPERS
 
     run_paper(PAPERS[key], argv)
@@ -199,6 +201,7 @@ def main_for(key: str, argv: Optional[List[str]] = None):
 def main(argv: Optional[List[str]] = None):
     """``ran-reproduce PAPER [options]``: PAPER's reproduction (``ran-reproduce PAPER --help``
     lists its options)."""
+    checkout.require("ran-reproduce")
     from .papers import PAPERS
 
     argv = sys.argv[1:] if argv is None else list(argv)
