@@ -191,7 +191,8 @@ def cell_of(test):
         return "not run"
     counts = test.get("counts") or {}
     text = ", ".join(f"{n} {kind}" for kind, n in counts.items()) or f"exit {test['returncode']}"
-    return text if test["returncode"] == 0 else f"**{text}**"
+    text = text if test["returncode"] == 0 else f"**{text}**"
+    return f"{text} ({test['seconds'] / 60:.1f} min)"
 
 
 def markdown(report):
@@ -200,7 +201,8 @@ def markdown(report):
              "environment is a fresh virtual environment built from the package index with an "
              "empty pip configuration; fairseq-fixed is built from source against its torch and "
              "NumPy; the fast group (`pytest -m fast`) and `tests/test_conformance.py` run in it. "
-             "Versions are those pip installed; build times include the downloads.", "",
+             "Versions are those pip installed; build times include the downloads; test times (in "
+             "brackets) are pytest's in one process (`-p no:xdist`).", "",
              f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, "
              f"{report['machine']['system']}.", "",
              "| environment | Python | torch | NumPy | fairseq-fixed | build (min) | fast | "
