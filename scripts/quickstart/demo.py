@@ -5,7 +5,8 @@
     ``THREADS<TAB>a sentence saying what was measured``: one thread per core that is free.
 ``progress PLANNED``
     filter fairseq-train's output: its progress lines without their timestamp, each followed by
-    the update reached of PLANNED and the expected finish time at the rate of the last interval.
+    the update reached of PLANNED and the expected finish time at the rate of the last interval
+    (fairseq's ``ups``).
 ``record``
     write demo.json (the environment variables DEMO_* name what the script measured).
 ``verdict``
@@ -93,7 +94,10 @@ def cmd_progress(planned):
         note = ""
         if line.startswith("train_inner") and updates and wall:
             n, w = int(updates.group(1)), float(wall.group(1))
-            if last and n > last[0] and w > last[1]:
+            ups = re.search(r"\bups=(\d+(?:\.\d+)?)", line)  # fairseq's, over the interval
+            if ups and float(ups.group(1)) > 0:
+                rate = float(ups.group(1))
+            elif last and n > last[0] and w > last[1]:
                 rate = (n - last[0]) / (w - last[1])
             else:
                 rate = n / w if w > 0 else 0
