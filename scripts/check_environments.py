@@ -216,11 +216,15 @@ def markdown(report):
             build = f"**failed at {r['failed'].split(' ')[0]}**"
         check = "ok" if not r.get("pip_check") or r["pip_check"] == ["No broken requirements found."] \
             else "; ".join(r["pip_check"])
-        lines.append(f"| {r['name']} | {got.get('python', r['wanted']['python'])} | "
-                     f"{got.get('torch', r['wanted']['torch'])} | "
-                     f"{got.get('numpy', r['wanted']['numpy'])} | {got.get('fairseq-fixed', '—')} | "
-                     f"{build} | {cell_of(r['tests'].get('fast'))} | "
-                     f"{cell_of(r['tests'].get('conformance'))} | {check} | {r.get('made', '')} |")
+        wanted = r.get("wanted", {})
+
+        def version(name):
+            return got.get(name) or wanted.get(name) or "—"
+
+        lines.append(f"| {r['name']} | {version('python')} | {version('torch')} | "
+                     f"{version('numpy')} | {version('fairseq-fixed')} | "
+                     f"{build} | {cell_of(r.get('tests', {}).get('fast'))} | "
+                     f"{cell_of(r.get('tests', {}).get('conformance'))} | {check} | {r.get('made', '')} |")
     return "\n".join(lines) + "\n"
 
 
