@@ -1,8 +1,9 @@
 """ran_fairseq: a fairseq --user-dir plugin with four attention architectures for NMT.
 
-Install from a checkout with ``make setup`` (``scripts/setup-env.sh``): fairseq builds C
-extensions that need torch, numpy and cython at build time, so they are installed first and the
-package is installed with ``pip install --no-build-isolation``.
+Install from a checkout with ``make setup`` (``scripts/setup-env.sh``, the exact versions of
+``requirements-lock.txt``), or into an environment that already has torch and numpy with
+``pip install --no-build-isolation .``: fairseq builds C extensions against the installed torch,
+numpy and cython.
 """
 from pathlib import Path
 
@@ -14,21 +15,24 @@ setup(
     description="Recurrent and pervasive attention architectures for fairseq (--user-dir plugin)",
     long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.8",
+    # The ranges below are those scripts/check-environments.sh builds and tests (its last table:
+    # results/environments/). The demo and CI install the exact versions of requirements-lock.txt.
+    python_requires=">=3.10",
     packages=find_packages(include=["ran_fairseq", "ran_fairseq.*"]),
     install_requires=[
-        # An exact pin: a bare or open-ended torch requirement makes pip fetch a multi-GB CUDA build.
-        "torch==2.13.0",
-        # fairseq's compiled extensions and some of its code predate NumPy 2.
-        "numpy<2",
-        # PyPI's fairseq 0.12.2 does not install on Python >= 3.11; fairseq-fixed is 0.12.2 patched.
-        "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
-        "fairseq==0.12.2; python_version < '3.11'",
+        # The oldest torch tested; `pip install .` into an environment that has a torch in range
+        # keeps it (no second multi-GB CUDA build).
+        "torch>=2.5.1,<3",
+        "numpy>=1.26,<3",
+        # fairseq 0.12.2 with packaging fixes; PyPI's fairseq 0.12.2 installs on none of the
+        # supported Pythons (no wheel, and its sdist lacks C++ sources). Built from source against
+        # the installed torch and numpy (pip install --no-build-isolation).
+        "fairseq-fixed>=0.12.3.1,<0.13",
         "sacrebleu>=2.0",
         "subword-nmt>=0.3.8",
         "sacremoses>=0.0.53",
-        # Language identification for `prepare --lang-filter` (Yang et al. 2017's WMT data). Its
-        # 0.3+ releases require NumPy 2, so under the pin above pip installs 0.2.2.
+        # Language identification for `prepare --lang-filter` (Yang et al. 2017's WMT data); its
+        # 0.3+ releases require NumPy 2, so with NumPy 1.26 pip installs 0.2.2.
         "py3langid>=0.2.2",
     ],
     # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests; ruff: `make lint`;

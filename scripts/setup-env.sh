@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Create (or reuse) the virtual environment and install ran_fairseq with its pinned dependencies.
+# Create (or reuse) the virtual environment and install ran_fairseq with the exact versions of
+# requirements-lock.txt (setup.py states ranges; the lock makes the demo and CI reproducible).
 #   VENV=path       where the environment lives (default: .venv in the checkout)
 #   PYTHON=exe      the interpreter that creates it (default: python3)
 #   EXTRAS=list     setup.py extras to install, comma-separated (default: test; make demo uses none)
 #   SETUP_LOG=file  where pip's output goes (default: VENV/setup-env.log); its tail is shown on
 #                   failure
 #   BUILD_JOBS=N    compile fairseq's C++/Cython extensions N at a time (default: the CPU count)
-# Re-running is cheap: the install is skipped while setup.py and requirements-build.txt are unchanged
+#   LOCK=file       the constraints pip installs with (default: requirements-lock.txt; LOCK= : none,
+#                   the newest versions within setup.py's ranges)
+# Re-running is cheap: the install is skipped while setup.py, requirements-build.txt and the lock
+# are unchanged
 # and the extras asked for are installed.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,9 +18,12 @@ venv=${VENV:-$root/.venv}
 python=${PYTHON:-python3}
 extras=${EXTRAS-test}
 log=${SETUP_LOG:-$venv/setup-env.log}
+lock=${LOCK-$root/requirements-lock.txt}
+constraints=()
+[ -n "$lock" ] && constraints=(-c "$lock")
 
 stamp="$venv/.ran_fairseq-install-stamp"
-want=$(cat "$root/setup.py" "$root/requirements-build.txt" | sha256sum | cut -d' ' -f1)
+want=$(cat "$root/setup.py" "$root/requirements-build.txt" ${lock:+"$lock"} | sha256sum | cut -d' ' -f1)
 # The stamp holds the hash, then the extras installed with it in brackets ("[test]"); a stamp with
 # the hash alone was written when every install included the test extras.
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ]; then
@@ -51,9 +58,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 # fairseq compiles extensions against torch/numpy/cython, so they come first and the package is
-# installed without build isolation (an isolated build would fetch an unpinned torch).
+# installed without build isolation (an isolated build would fetch another torch).
 echo "setup-env: installing build requirements (torch, numpy, cython); pip's output: $log"
-"${pip[@]}" install -r "$root/requirements-build.txt" >> "$log" 2>&1 \
+"${pip[@]}" install "${constraints[@]}" -r "$root/requirements-build.txt" >> "$log" 2>&1 \
     || fail "pip install -r requirements-build.txt"
 # fairseq's six extensions compile one after another by default; build_ext's `parallel` option,
 # read from the extra distutils config that DIST_EXTRA_CONFIG names, builds BUILD_JOBS at a time.
@@ -71,7 +78,7 @@ chmod +x "$build_dir/ninja"
 echo "setup-env: installing ran_fairseq${extras:+[$extras]} and fairseq (the first time, fairseq" \
      "compiles its extensions, $jobs at a time: 1-3 minutes)"
 PATH="$build_dir:$PATH" DIST_EXTRA_CONFIG=$build_dir/build.cfg TORCH_NO_COMPILER_WRAPPER=1 \
-    "${pip[@]}" install --no-build-isolation -e "$root${extras:+[$extras]}" >> "$log" 2>&1 \
+    "${pip[@]}" install "${constraints[@]}" --no-build-isolation -e "$root${extras:+[$extras]}" >> "$log" 2>&1 \
     || fail "pip install -e $root${extras:+[$extras]}"
 echo "$want [$extras]" > "$stamp"
 echo "setup-env: ready ($venv)"

@@ -38,10 +38,14 @@ NOISE = [re.compile(p) for p in (r"\| DEBUG \|", r"Warning:", r"'_name':", r"^\s
                                  r"^INFO:", r"tensorboardX")]
 
 
-def quickstart(workdir, raw, config, *flags, average=2):
+def quickstart(workdir, raw, config, *flags, average=2, cap=None):
     venv = Path(sys.executable).parent.parent
     env = dict(helpers.fairseq_env(), WORKDIR=str(workdir), MULTI30K_DIR=str(raw),
                CONFIG=str(config), VENV=str(venv), SETUP="0", AVERAGE_LAST=str(average))
+    env.pop("TIME_CAP_MINUTES", None)
+    env.pop("OMP_NUM_THREADS", None)  # the demo measures what the machine can give
+    if cap is not None:
+        env["TIME_CAP_MINUTES"] = cap
     return subprocess.run(["bash", str(SCRIPT), *flags], env=env, capture_output=True, text=True,
                           timeout=600)
 
@@ -70,6 +74,12 @@ def test_demo_shows_steps_progress_scores_and_examples(demo):
         assert f"== {step}/5 " in out
     progress = [line for line in out.splitlines() if line.startswith("train_inner | epoch 001:")]
     assert len(progress) == 3, out  # --log-interval 2 over 6 updates
+    # each progress line before the last says where training is and when it should end
+    assert all(re.search(r"-> update [24] of 6, [\d.]+ updates/s, done at about \d\d:\d\d "
+                         r"\(in [\d.]+ min\)$", line) for line in progress[:2]), progress
+    assert re.search(r"3/5 train \(.*: 6 updates; \d+ thread\(s\): \d+ cores, [\d.]+ of them "
+                     r"busy over the last second", out), out
+    assert "Training ran all 6 planned updates." in out and "stopped at update" not in out
     assert re.search(r"^BLEU\s+\d+\.\d\d\s+nrefs:1", out, re.M)
     assert "Examples (source / reference / translation):" in out
     assert "averaged 2 checkpoints (checkpoint_1_4.pt, checkpoint_last.pt)" in out
@@ -92,7 +102,8 @@ def test_demo_json_records_steps_scores_and_machine(demo):
     assert all(isinstance(s, int) and s >= 0 for s in record["seconds"].values())
     assert record["total_seconds"] >= sum(record["seconds"].values()) - 1
     assert record["pair"] == "de-en" and record["config"] == str(config)
-    assert record["updates"] == 6 and record["average_last"] == 2
+    assert record["updates"] == {"planned": 6, "reached": 6} and record["average_last"] == 2
+    assert record["time_cap_minutes"] is None and record["stopped_early"] is False
     bleu = re.search(r"^BLEU\s+(\d+\.\d\d)", proc.stdout, re.M).group(1)
     assert f"{record['scores']['bleu']['score']:.2f}" == bleu
     assert {"chrf", "ter"} <= set(record["scores"])
@@ -114,3 +125,28 @@ def test_bad_average_count_is_named(demo):
     work, raw, config, _ = demo
     proc = quickstart(work, raw, config, average="0")
     assert proc.returncode == 2 and "AVERAGE_LAST" in proc.stderr
+
+
+def test_demo_stopped_by_its_time_cap_says_so(demo):
+    """A time cap that ends training early: the closing lines say at which update of how many it
+    stopped, why (the cap, the rate, the load measured) and how to run it to the end; demo.json
+    records both counts."""
+    work, raw, config, first = demo
+    assert first.returncode == 0
+    proc = quickstart(work, raw, config, "--max-update", "100000", average=1, cap="0.02")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((work / "demo-out" / "quickstart.de-en" / "demo.json").read_text())
+    reached = record["updates"]["reached"]
+    assert record["updates"]["planned"] == 100000 and 0 < reached < 100000
+    assert record["time_cap_minutes"] == 0.02 and record["stopped_early"] is True
+    note = re.search(r"^NOTE: training stopped at update (\d+) of 100000: the time cap "
+                     r"TIME_CAP_MINUTES=0.02 ran out, at [\d.]+ updates/s on \d+ thread\(s\) "
+                     r"\(at the start: \d+ cores, [\d.]+ of them busy", proc.stdout, re.M)
+    assert note and int(note.group(1)) == reached, proc.stdout
+    assert "unset TIME_CAP_MINUTES and run `make demo` again" in proc.stdout
+
+
+def test_bad_time_cap_is_named(demo):
+    work, raw, config, _ = demo
+    proc = quickstart(work, raw, config, cap="five")
+    assert proc.returncode == 2 and "TIME_CAP_MINUTES" in proc.stderr

@@ -39,7 +39,9 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-REPO = Path(__file__).resolve().parents[2]
+from .. import checkout
+
+REPO = checkout.ROOT
 REPO_MARK = "{repo}"
 SITE_MARK = "{site-packages}"
 HOME_MARK = "~"
@@ -142,7 +144,8 @@ def site_dirs() -> Tuple[str, ...]:
         except (ImportError, ValueError):
             spec = None
         if spec is not None and spec.origin:
-            found.add(str(Path(spec.origin).resolve().parents[1]))
+            # site-packages/torch/__init__.py: the folder that holds the package folder
+            found.add(str(Path(spec.origin).resolve().parent.parent))
     dirs = []
     for path in found:
         if not path or not os.path.isdir(path):

@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 from ran_fairseq.textio import one_line_errors
 
-REPO = Path(__file__).resolve().parents[2]
+from .. import checkout
+
+REPO = checkout.ROOT
 MANIFEST = Path("results") / "REMAKE.json"
 # the engine's line for a run it starts (one it finds stored says "done before, skipped")
 RUN_STARTS = re.compile(r"^reproduce-[\w-]+: (\S+ .+ seed \d+) \.\.\.$")
@@ -213,6 +215,8 @@ def select(entries: List[Entry], only: Optional[List[str]]) -> List[Entry]:
 
 @one_line_errors("remake")
 def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.executable):
+    if repo == REPO:  # tests pass a checkout of their own
+        checkout.require("ran-remake")
     args = parse_args(sys.argv[1:] if argv is None else argv)
     repo = Path(repo)
     try:

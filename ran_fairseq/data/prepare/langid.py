@@ -2,14 +2,17 @@
 import logging
 from typing import Dict, Optional
 
+import numpy
+
 from .options import PrepareError
 
 LANGID_PACKAGE = "py3langid"
 LANGID_MISSING = (f"--lang-filter needs the Python package {LANGID_PACKAGE} (offline language "
                   f"identification, a maintained fork of langid.py), which is not installed. "
                   f"Install it into this environment with: pip install {LANGID_PACKAGE} "
-                  f"'numpy<2' (the pin keeps fairseq's NumPy; scripts/setup-env.sh installs it "
-                  f"with the project), or drop --lang-filter")
+                  f"numpy=={numpy.__version__} (keeping the NumPy that fairseq's extensions "
+                  f"were built against; scripts/setup-env.sh installs it with the project), or "
+                  f"drop --lang-filter")
 _LANGID: Dict[tuple, "LanguageFilter"] = {}
 
 

@@ -6,13 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parents[3]
-
-
-def is_checkout(root: Path = REPO) -> bool:
-    """Whether the package runs from a checkout of the project rather than an installed copy: its
-    parent holds the project's setup.py and configs."""
-    return (root / "setup.py").is_file() and (root / "configs").is_dir()
+from ...checkout import ROOT as REPO
+from ...checkout import is_checkout
 
 
 def data_bin_root() -> Path:

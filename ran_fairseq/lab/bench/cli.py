@@ -7,6 +7,7 @@ then :func:`ran_fairseq.lab.bench.harness.run_parent`.
 import argparse
 import sys
 
+from ran_fairseq import checkout
 from ran_fairseq.lab.common.machine import available_cores
 
 from .harness import run_parent
@@ -170,6 +171,7 @@ def parse_cli(argv, prog=None):
 def main(argv=None, prog=None):
     """Run the benchmark; ``prog``: the program name usage and help show (default: the script's)."""
     argv = sys.argv[1:] if argv is None else argv
+    checkout.require(prog or "ran-bench")
     try:
         if argv[:1] == ["--worker"]:  # the worker protocol of earlier versions of bench.py
             if len(argv) != 2:

@@ -11,13 +11,14 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ... import checkout
 from ...textio import read_json
 from . import provenance, report
 from .engine import Verdict, evaluate
 from .results import Folder, ResultsError
 from .spec import Claims, ClaimsError, load
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = checkout.ROOT
 
 __all__ = ["Claims", "ClaimsError", "Folder", "ResultsError", "Verdict", "claims_file_of",
            "compute", "holds_of", "load", "write_claims", "verdicts_by_key"]

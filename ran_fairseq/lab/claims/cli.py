@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ... import checkout
 from . import (REPO, ClaimsError, ResultsError, claims_file_of, compute, holds_of, render,
                verdicts_by_key)
 from . import report, write_claims
@@ -58,6 +59,7 @@ def parser():
 
 @one_line_errors("claims")
 def main(argv=None):
+    checkout.require("ran-claims")
     args = parser().parse_args(argv)
     folders = [f.resolve() for f in args.results]
     if args.all:

@@ -2,8 +2,9 @@
 import re
 from pathlib import Path
 
-# the checkout: ran_fairseq/lab/common/paths.py is three folders below it
-REPO = Path(__file__).resolve().parents[3]
+from ... import checkout
+
+REPO = checkout.ROOT
 
 
 def repo_path(path):

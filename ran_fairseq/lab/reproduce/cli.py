@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import List, Optional
 
+from ... import checkout
 from ...textio import FileFault, FolderLock, os_error_line
 from .runguard import Stopped
 from ..common.machine import available_cores
@@ -216,6 +217,7 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
 
 def main_for(key: str, argv: Optional[List[str]] = None):
     """The paper ``key``'s reproduction (:data:`.papers.PAPERS`) with ``argv``."""
+    checkout.require(f"reproduce-{key}")
     from .papers import PAPERS
 
     run_paper(PAPERS[key], argv)
@@ -224,6 +226,7 @@ def main_for(key: str, argv: Optional[List[str]] = None):
 def main(argv: Optional[List[str]] = None):
     """``ran-reproduce PAPER [options]``: PAPER's reproduction (``ran-reproduce PAPER --help``
     lists its options)."""
+    checkout.require("ran-reproduce")
     from .papers import OLD_NAMES, PAPERS
 
     argv = sys.argv[1:] if argv is None else list(argv)

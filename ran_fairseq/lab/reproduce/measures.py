@@ -31,5 +31,5 @@ def pervasive_measure(run, result):
         beam = int(flag_value(argv, "--beam") or 5)
         plot_alignments(decoded_alignments(task, model, subset, FIGURE_SENTENCES, beam), png,
                         f"{run.pair} {run.system['name']}: implicit alignments (Fig. 6)")
-        measured["alignment_png"] = str(png.relative_to(run.dir.parents[2]))
+        measured["alignment_png"] = str(png.relative_to(run.table_dir))
     return measured

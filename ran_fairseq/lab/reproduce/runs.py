@@ -15,7 +15,8 @@ class Run:
         src, tgt = pair
         self.pair, self.src, self.tgt, self.system, self.seed = f"{src}-{tgt}", src, tgt, system, seed
         self.data = data
-        self.dir = Path(args.out) / self.pair / slug(system["name"]) / f"seed{seed}"
+        self.table_dir = Path(args.out)  # the folder of the run's table
+        self.dir = self.table_dir / self.pair / slug(system["name"]) / f"seed{seed}"
         trained = system["checkpoint_of"] or system["name"]
         self.save_dir = Path(args.checkpoints) / self.pair / slug(trained) / f"seed{seed}"
         self.trains = system["checkpoint_of"] is None
