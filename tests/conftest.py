@@ -40,7 +40,7 @@ GROUPS = {
             "test_reproduce_pervasive.py", "test_bench.py", "test_kernels.py", "test_faults.py",
             "test_claims.py", "test_gpu_plans.py", "test_gpu_scripts.py", "test_prepare.py",
             "test_multi30k_download.py", "test_portable.py", "test_analysis.py",
-            "test_analyze_pervasive.py", "test_remake.py"],
+            "test_analyze_pervasive.py", "test_remake.py", "test_significance.py"],
     "docs": ["test_docs_commands.py", "test_docs_links.py", "test_quickstart.py",
              "test_readme_summary.py"],
 }
