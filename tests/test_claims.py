@@ -635,3 +635,25 @@ def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path):
     coverage = dict(by["R-5.2-level@de-en"].comparisons)["coverage"]
     assert coverage.n == 1 and coverage.verdict != rule.NOT_RUN
     assert by["R-T1-order@de-en"].verdict == rule.NOT_RUN  # the expand-kv variants did not run
+
+
+def test_holds_names_every_run_of_the_grid_that_was_not_made():
+    from ran_fairseq.lab.claims import provenance
+    run = {"machine": {"device": "cpu", "device_name": "x", "threads": 1}, "train_argv": []}
+    report_ = {"settings": {"pairs": ["en-de", "de-en"], "systems": ["A", "B"], "seeds": [1, 2],
+                            "not_run": []},
+               "results": [{"pair": p, "system": s, "seed": k, **run}
+                           for p in ("en-de", "de-en") for s in ("A", "B") for k in (1, 2)
+                           if (p, s, k) != ("en-de", "B", 2)]}
+    assert provenance.not_run(report_) == ["en-de: B (seed 2)"]
+    assert provenance.holds(report_)[-1].endswith("en-de: B (seed 2).")
+    report_["results"] = [r for r in report_["results"] if r["pair"] != "de-en"]
+    assert provenance.not_run(report_) == ["en-de: B (seed 2)", "de-en: A (seeds 1, 2), "
+                                           "B (seeds 1, 2)"]
+
+
+def test_a_level_prints_without_a_sign_a_difference_with_one():
+    assert report.threshold_text("Syn-R above RAN-ALL", 2.68, ">", 2.12, "nats", signed=False) \
+        == "Syn-R above RAN-ALL 2.68 nats (limit > 2.12 nats)"
+    assert report.threshold_text("last below first", -0.54, "<", 0.0, "nats", signed=True) \
+        == "last below first −0.54 nats (limit < +0.00 nats)"
