@@ -72,21 +72,44 @@ class Scorer:
             if np.any(length <= 0):
                 return np.array([self.score(s) for s in sums])
             return 100 * edits / length
-        order = self.metric.max_ngram_order
-        sys_len, ref_len = sums[:, 0], sums[:, 1]
-        correct, total = sums[:, 2:2 + order], sums[:, 2 + order:]
-        plain = (self.metric.smooth_method in ("exp", "none") and not self.metric.effective_order
-                 and np.all(correct > 0) and np.all(total > 0) and np.all(sys_len > 0))
-        if not plain:  # a zero count: sacreBLEU's smoothing, one resample at a time
+        if self.metric.smooth_method not in ("exp", "none") or self.metric.effective_order:
             return np.array([self.score(s) for s in sums])
-        logs = np.log(100.0 * correct / total).sum(1) / order
-        bp = np.where(sys_len < ref_len, np.exp(1 - ref_len / sys_len), 1.0)
-        return bp * np.exp(logs)
+        return _bleu(sums, self.metric.max_ngram_order, self.metric.smooth_method == "exp")
 
     def resampled(self, stats: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Scores of the resamples ``counts`` (how often each sentence is drawn, one row per
         resample)."""
         return self.many(counts @ stats.astype("float64"))
+
+
+def _bleu(sums: np.ndarray, order: int, exp_smoothing: bool) -> np.ndarray:
+    """sacreBLEU's ``BLEU.compute_bleu`` on each row of summed statistics (sys_len, ref_len,
+    correct n-grams, total n-grams), its "exp" smoothing included: a zero count of order n
+    halves the smoothing term and takes 100 / (term · total); an order with no n-gram ends the
+    product with log(0) floored (sacrebleu.utils.my_log)."""
+    sys_len, ref_len = sums[:, 0], sums[:, 1]
+    correct, total = sums[:, 2:2 + order], sums[:, 2 + order:]
+    floor = -9999999999.0
+    smooth = np.ones(len(sums))
+    alive = np.ones(len(sums), dtype=bool)
+    logs = np.zeros(len(sums))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for n in range(order):
+            alive &= total[:, n] > 0
+            zero = correct[:, n] == 0
+            if exp_smoothing:
+                smooth = np.where(alive & zero, smooth * 2, smooth)
+                precision = np.where(zero, 100.0 / (smooth * total[:, n]),
+                                     100.0 * correct[:, n] / total[:, n])
+            else:
+                precision = 100.0 * correct[:, n] / total[:, n]
+            usable = alive & (precision > 0)
+            logs += np.where(usable, np.log(np.where(usable, precision, 1.0)), floor)
+        bp = np.where(sys_len < ref_len,
+                      np.where(sys_len > 0, np.exp(1 - ref_len / np.maximum(sys_len, 1)), 0.0),
+                      1.0)
+    scores = bp * np.exp(logs / order)
+    return np.where(np.any(correct > 0, axis=1), scores, 0.0)
 
 
 def draw(rng, n: int, size: int) -> np.ndarray:
