@@ -63,11 +63,11 @@ def test_near_the_level_the_verdict_is_the_same_under_another_seed():
                                         open(first.ref_file(pair, system, seed, subset),
                                              encoding="utf-8").read().splitlines()))
         assert first_p == stored, where
-        # where one block's interval of p holds the level, more are drawn
-        count = round(stored * 1001)
-        lo, hi = bootstrap.wilson(count, 1001)
+        # where the first block's interval of p (results.json's draw) holds the level, more are
+        # drawn
+        lo, hi = bootstrap.wilson(round(stored * 1001), 1001)
         if lo <= first.level <= hi:
-            assert a["samples"] > 1000 and b["samples"] > 1000, where
+            assert a["samples"] > 1000, where
         significant = [t["settled"] and t["p"] < first.level for t in (a, b)]
         unsettled = [not t["settled"] for t in (a, b)]
         assert significant[0] == significant[1] or any(unsettled), where
