@@ -26,27 +26,54 @@ def one(diff, p, base=40.0):
 
 
 @pytest.mark.parametrize("relation, diff, p, verdict", [
-    (">", 1.0, 0.001, rule.HELD), (">", 1.0, 0.02, rule.WITHIN_NOISE),
-    (">", -1.0, 0.02, rule.WITHIN_NOISE), (">", -1.0, 0.001, rule.OPPOSITE),
-    ("<", -1.0, 0.001, rule.HELD), ("<", -1.0, 0.05, rule.WITHIN_NOISE),
-    ("<", 1.0, 0.001, rule.OPPOSITE),
-    ("≈", 0.3, 0.2, rule.HELD), ("≈", 1.0, 0.001, rule.NOT_HELD_BETTER),
-    ("≈", -1.0, 0.001, rule.NOT_HELD_WORSE),
-    ("≥", 1.0, 0.001, rule.HELD), ("≥", -0.5, 0.2, rule.HELD),
-    ("≥", -1.0, 0.001, rule.NOT_HELD_WORSE),
-    ("≤", -1.0, 0.001, rule.HELD), ("≤", 0.5, 0.2, rule.HELD),
-    ("≤", 1.0, 0.001, rule.NOT_HELD_BETTER),
+    (">", 1.0, 0.001, rule.HELD), (">", 1.0, 0.02, rule.INCONCLUSIVE),
+    (">", -1.0, 0.02, rule.INCONCLUSIVE), (">", -1.0, 0.001, rule.NOT_HELD_WORSE),
+    ("<", -1.0, 0.001, rule.HELD), ("<", -1.0, 0.05, rule.INCONCLUSIVE),
+    ("<", 1.0, 0.001, rule.NOT_HELD_BETTER),
 ])
-def test_each_relation(relation, diff, p, verdict):
+def test_better_and_worse_need_significance(relation, diff, p, verdict):
     result = rule.compare(relation, one(diff, p))
     assert result.verdict == verdict
     assert result.difference == pytest.approx(diff)
     assert result.n == 1
 
 
+@pytest.mark.parametrize("relation, interval, verdict", [
+    # ≈: inside ±δ held, wholly outside not held, else inconclusive (δ = 1)
+    ("≈", (-0.5, 0.8), rule.HELD), ("≈", (1.2, 2.0), rule.NOT_HELD_BETTER),
+    ("≈", (-2.5, -1.1), rule.NOT_HELD_WORSE), ("≈", (-0.5, 1.5), rule.INCONCLUSIVE),
+    ("≈", (-1.5, 1.5), rule.INCONCLUSIVE),
+    # ≥: lower end above −δ held, upper end below −δ not held
+    ("≥", (-0.9, 3.0), rule.HELD), ("≥", (-3.0, -1.2), rule.NOT_HELD_WORSE),
+    ("≥", (-1.5, 0.5), rule.INCONCLUSIVE),
+    # ≤ mirrors it
+    ("≤", (-3.0, 0.9), rule.HELD), ("≤", (1.2, 3.0), rule.NOT_HELD_BETTER),
+    ("≤", (-0.5, 1.5), rule.INCONCLUSIVE),
+])
+def test_parity_is_judged_on_the_pooled_interval_and_the_margin(relation, interval, verdict):
+    # the p-value plays no part: "not significant" is not "on par"
+    result = rule.compare(relation, one(sum(interval) / 2, 0.5), margin=1.0, pooled=interval)
+    assert result.verdict == verdict
+    # for TER the interval is turned round: a lower TER is better
+    ter = rule.compare(relation, one(-sum(interval) / 2, 0.5), higher_is_better=False,
+                       margin=1.0, pooled=(-interval[1], -interval[0]))
+    assert ter.verdict == verdict
+
+
+def test_parity_without_a_margin_is_refused():
+    with pytest.raises(ValueError, match="margin"):
+        rule.compare("≈", one(0.1, 0.5))
+
+
 def test_level_is_strict():
-    assert rule.compare(">", one(1.0, 0.01)).verdict == rule.WITHIN_NOISE
+    assert rule.compare(">", one(1.0, 0.01)).verdict == rule.INCONCLUSIVE
     assert rule.compare(">", one(1.0, 0.0099)).verdict == rule.HELD
+
+
+def test_an_unsettled_p_is_not_significant():
+    seed = S(1, 41.0, 40.0, 0.0099, (0.1, 1.9), False, 100_000)
+    assert rule.compare(">", [seed]).verdict == rule.INCONCLUSIVE
+    assert rule.compare(">", [S(1, 41.0, 40.0, 0.0099, (0.1, 1.9), True)]).verdict == rule.HELD
 
 
 def test_ter_is_better_when_lower():
@@ -57,19 +84,49 @@ def test_ter_is_better_when_lower():
 
 def test_significant_only_in_every_seed_and_k_of_n_counts_the_seeds():
     seeds = [S(1, 40.93, 40.24, 0.041), S(2, 41.30, 40.18, 0.003)]
-    result = rule.compare("≥", seeds)
+    result = rule.compare("≥", seeds, margin=1.0, pooled=(0.2, 1.6))
     assert result.verdict == rule.HELD and not result.significant
     assert (result.k, result.n) == (1, 2)
     # the difference is that of the means over the seeds, not of a bootstrap
     assert result.difference == pytest.approx((40.93 + 41.30) / 2 - (40.24 + 40.18) / 2)
-    assert rule.compare(">", seeds).verdict == rule.WITHIN_NOISE
+    assert rule.compare(">", seeds).verdict == rule.INCONCLUSIVE
     both = [S(1, 41, 40, 0.001), S(2, 41.5, 40, 0.002)]
     assert rule.compare(">", both).verdict == rule.HELD
-    assert rule.compare("≈", both).verdict == rule.NOT_HELD_BETTER
     # a seed significant on the other side does not count
     mixed = [S(1, 42, 40, 0.001), S(2, 39.5, 40, 0.001)]
     assert rule.compare(">", mixed).k == 1
-    assert rule.compare(">", mixed).verdict == rule.WITHIN_NOISE
+    assert rule.compare(">", mixed).verdict == rule.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("size, interval, verdict", [
+    ({"value": 0.5}, (8.0, 10.0), "direction held; size not held (larger)"),
+    ({"value": 2.13}, (1.0, 3.0), "direction held; size held"),
+    ({"value": -14.0, "test": "at_least"}, (-8.5, -5.5), "direction held; size not held (smaller)"),
+    ({"value": -14.0, "test": "at_least"}, (-16.0, -15.0), "direction held; size held"),
+    ({"value": [0.5, 0.7]}, (2.0, 3.8), "direction held; size not held (larger)"),
+    ({"value": [0.5, 0.7]}, (0.6, 3.8), "direction held; size held"),
+])
+def test_a_stated_size_is_checked_after_the_direction(size, interval, verdict):
+    diff = sum(interval) / 2
+    result = rule.compare(">" if diff > 0 else "<", one(diff, 0.001), pooled=interval, size=size)
+    assert result.verdict == verdict
+    assert rule.outcome(result.verdict) == (rule.HELD if verdict.endswith("size held")
+                                            else rule.NOT_HELD)
+    # a direction that does not hold says so, whatever the size
+    assert rule.compare(">", one(diff, 0.2), pooled=interval, size=size).verdict == \
+        rule.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("verdict, outcome", [
+    ("held", rule.HELD), ("inconclusive", rule.INCONCLUSIVE), ("not held (worse)", rule.NOT_HELD),
+    (rule.ORDER_NOISE, rule.INCONCLUSIVE), (rule.REVERSED, rule.NOT_HELD),
+    ("not run", rule.NOT_RUN), ("not held (held for a; not held for b)", rule.NOT_HELD),
+    ("inconclusive (held for a; inconclusive for b)", rule.INCONCLUSIVE),
+    ("direction held; size held", rule.HELD),
+    ("direction held; size not held (larger)", rule.NOT_HELD),
+])
+def test_every_verdict_has_one_of_three_outcomes(verdict, outcome):
+    assert rule.outcome(verdict) == outcome
 
 
 def test_not_run_without_seeds():
@@ -116,8 +173,8 @@ def test_threshold_tests():
     unrun = rule.Test("z", None, ">=", 1.0)
     assert rule.threshold([held]) == rule.HELD
     assert rule.threshold([failed]) == rule.NOT_HELD
-    assert rule.threshold([held, failed]) == "held for x; not held for y"
-    assert rule.threshold([held, unrun]) == "held for x; not run for z"
+    assert rule.threshold([held, failed]) == "not held (held for x; not held for y)"
+    assert rule.threshold([held, unrun]) == "held (held for x; not run for z)"
     assert rule.threshold([unrun]) == rule.NOT_RUN
     with pytest.raises(ValueError):
         rule.Test("w", 1, "=>", 1)
@@ -141,7 +198,7 @@ def test_the_claims_files_load_and_match_the_papers_numbers(paper):
 def write_claims_file(tmp_path, claims, paper=None):
     data = {"paper": "P", "claims": claims,
             "defaults": {"against": "base", "metric": "sacrebleu", "subset": "test",
-                         "pairs": ["de-en"]}}
+                         "pairs": ["de-en"], "margin": {"value": 1.0, "why": "a test's"}}}
     if paper is not None:
         (tmp_path / "paper.json").write_text(json.dumps(paper))
         data["paper_file"] = "paper.json"
@@ -230,7 +287,7 @@ def results_folder(tmp_path, p_values=None):
     return folder
 
 
-def test_engine_reads_stored_p_values_and_computes_the_others(tmp_path):
+def test_engine_tests_every_pair_on_the_hypotheses_and_keeps_the_tests(tmp_path):
     folder = results_folder(tmp_path, {"a": 0.001, "b": 0.4})
     path = write_claims_file(tmp_path, [
         claim(),
@@ -244,40 +301,63 @@ def test_engine_reads_stored_p_values_and_computes_the_others(tmp_path):
     ])
     claims_, results, verdicts = lab.compute(folder, path, repo=tmp_path)
     by = {v.key: v for v in verdicts}
-    assert by["c1@de-en"].verdict == rule.HELD
     assert by["c1@de-en"].comparisons[0][1].difference == pytest.approx(3.0)
-    assert by["c2@de-en"].verdict == rule.HELD
     assert by["c4@de-en"].verdict == rule.NOT_RUN
-    # a against b is tested on the hypotheses with the engine's own bootstrap
+    # a against b is tested on the hypotheses: with the table's resamples, sacreBLEU's own p
     from ran_fairseq.lab.reproduce.scores import paired_bootstrap
     expected, _, _ = paired_bootstrap(HYPS["b"], HYPS["a"], REFS, 100)
-    assert by["c3@de-en"].comparisons[0][1].seeds[0].p == pytest.approx(expected)
-    assert by["c5@de-en"].verdict in (rule.HELD, rule.ORDER_NOISE)
-    # written, the computed p-values are kept, and a second run needs no references
+    seed = by["c3@de-en"].comparisons[0][1].seeds[0]
+    if seed.samples == 100:
+        assert seed.p == pytest.approx(expected)
+    lo, hi = seed.interval
+    assert lo <= hi
+    # ≈ is judged on the pooled interval with the margin of the defaults
+    parity = by["c2@de-en"].comparisons[0][1]
+    assert parity.margin == 1.0 and parity.pooled is not None
+    assert by["c5@de-en"].outcome in rule.OUTCOMES
+    # written, the tests are kept, and a second run needs no references
     lab.write_claims(path, folder, repo=tmp_path)
     data = json.loads((folder / "CLAIMS.json").read_text())
-    assert {tuple(sorted((e["system"], e["against"]))) for e in data["pvalues"]} == {("a", "b")}
+    assert {tuple(sorted((e["system"], e["against"]))) for e in data["pvalues"]} == {
+        ("a", "b"), ("a", "base"), ("b", "base")}
+    assert [(e["system"], e["against"]) for e in data["pooled"]] == [("b", "base")]
     (tmp_path / "test.raw.en").unlink()
     _, _, again = lab.compute(folder, path, repo=tmp_path, compute_missing=False)
-    assert report.quote({v.key: v for v in again}["c3@de-en"]) == report.quote(by["c3@de-en"])
+    for key in by:
+        assert report.quote({v.key: v for v in again}[key]) == report.quote(by[key])
     # a changed hypothesis file is tested again, which needs the references
     (folder / "de-en" / "b" / "seed1" / "hyp.detok.txt").write_text("x\ny\nz\n")
     with pytest.raises(ResultsError):
         lab.compute(folder, path, repo=tmp_path, compute_missing=False)
 
 
-def test_quotes_name_the_verdict_the_difference_and_each_seed():
+def test_quotes_name_the_verdict_the_difference_each_seed_and_the_intervals():
+    seeds = [S(1, 40.93, 40.24, 0.041, (-0.38, 1.76)),
+             S(2, 41.30, 40.18, 0.00999, (0.02, 2.24), True, 12_000)]
     v = lab.Verdict({"id": "x", "relation": "≥", "metric": "sacrebleu", "against": "T"}, "de-en",
-                    rule.HELD, comparisons=[("R", rule.compare("≥", [
-                        S(1, 40.93, 40.24, 0.041), S(2, 41.30, 40.18, 0.003)]))])
-    assert report.quote(v) == ("held, better in 1 of 2 seeds: +0.90 (seed 1: +0.69, p = 0.041; "
-                               "seed 2: +1.12, p = 0.003)")
+                    rule.HELD, comparisons=[("R", rule.compare("≥", seeds, margin=1.0,
+                                                               pooled=(0.24, 1.64)))])
+    assert report.quote(v) == (
+        "held, better in 1 of 2 seeds: +0.90 (seed 1: +0.69 [−0.38, +1.76], p = 0.041; "
+        "seed 2: +1.12 [+0.02, +2.24], p = 0.00999 (12,000 resamples); "
+        "pooled interval [+0.24, +1.64]; margin ±1)")
     single = lab.Verdict({"id": "y", "relation": "<", "metric": "ter", "against": "T"}, "de-en",
-                         rule.WITHIN_NOISE,
-                         comparisons=[("R", rule.compare("<", [S(1, 42.16, 41.6, 0.0809)],
+                         rule.INCONCLUSIVE,
+                         comparisons=[("R", rule.compare("<", [S(1, 42.16, 41.6, 0.0809,
+                                                                 (-0.4, 1.5))],
                                                          higher_is_better=False))])
-    assert report.quote(single) == "within noise: +0.56 TER (p = 0.081)"
-    assert report.pval(0.139) == "0.14" and report.pval(0.000999) == "0.001"
+    assert report.quote(single) == "inconclusive: +0.56 TER (p = 0.081, interval [−0.40, +1.50])"
+
+
+@pytest.mark.parametrize("p, text", [
+    (0.139, "p = 0.14"), (0.000999, "p < 0.001"), (0.041, "p = 0.041"),
+    (0.00999, "p = 0.00999"), (0.0099999, "p = 0.0099999"), (0.0100, "p = 0.010"),
+    (0.01049, "p = 0.010"), (0.0095, "p = 0.009"), (None, "p not tested"),
+])
+def test_a_significant_p_never_prints_as_the_level(p, text):
+    assert report.pval(p) == text
+    if p is not None and 0.001 <= p < 0.1:
+        assert (float(text.split("= ")[1]) < 0.01) == (p < 0.01)
 
 
 def test_threshold_test_text_prints_value_and_limit_apart():
@@ -315,7 +395,7 @@ def test_histogram_share_pools_the_layers(tmp_path):
          {"label": "R", "system": "R", "op": "<=", "times": 0.5, "of": "T"}]), tmp_path, tmp_path)
     assert [t.value for t in measured.tests] == [0.0, pytest.approx(0.3)]
     assert measured.tests[0].limit == pytest.approx(0.175)
-    assert measured.verdict == "held for S; not held for R"
+    assert measured.verdict == "not held (held for S; not held for R)"
 
 
 def test_length_bins_take_the_smallest_difference(tmp_path):
@@ -379,7 +459,8 @@ def test_entropy_means_layers_and_compares_last_with_first(tmp_path):
     assert values == [pytest.approx(3.1), pytest.approx(2.4), pytest.approx(-1.2),
                       pytest.approx(0.5), pytest.approx(0.5)]
     assert m.tests[1].limit == pytest.approx(1.5)
-    assert m.verdict == "held for S above R, R above T, R falls, dec; not held for T falls"
+    assert m.verdict == ("not held (held for S above R, R above T, R falls, dec; "
+                         "not held for T falls)")
     missing = analysis.measure(threshold_claim({"kind": "entropy", "file": "no.csv",
                                                 "side": "enc"}, tests), tmp_path, tmp_path)
     assert missing.verdict == rule.NOT_RUN and missing.details["why"] == "no committed `no.csv`"
@@ -406,7 +487,7 @@ def test_js_reads_adjacent_pairs_and_compares_sides(tmp_path):
                          tmp_path, tmp_path)
     assert [t.value for t in m.tests] == [pytest.approx(0.15)] * 3
     assert [t.limit for t in m.tests] == [0.2, pytest.approx(0.3), pytest.approx(0.1)]
-    assert m.verdict == "held for small, dec below enc; not held for below T"
+    assert m.verdict == "not held (held for small, dec below enc; not held for below T)"
     every = analysis.measure(threshold_claim({"kind": "js", "file": "js.csv", "side": "dec",
                                               "pairs": "all"}, tests[:1]), tmp_path, tmp_path)
     assert every.tests[0].value == pytest.approx(0.3) and every.verdict == rule.NOT_HELD
@@ -492,7 +573,7 @@ def test_pages_quote_the_computed_verdicts(page):
 
 
 def outside_quotes(text):
-    for pattern in (report.SPAN, report.TABLE, report.HOLDS):
+    for pattern in (report.SPAN, report.TABLE, report.HOLDS, report.COUNT):
         text = pattern.sub("", text)
     return re.sub(r"(?<![*\w])\*[^*\n]+\*(?![*\w])", "", text)  # *italic*: the rule's own words
 
@@ -504,7 +585,7 @@ def test_no_verdict_is_written_by_hand(page):
     text = page.read_text(encoding="utf-8")
     if page.name == "README.md":
         text = text[text.index("## Results"):text.index("## Documentation")]
-    found = [m.group(0) for m in re.finditer(r"\b(?:not held|held|within noise|opposite)\b",
+    found = [m.group(0) for m in re.finditer(r"\b(?:not held|held|inconclusive|within noise|opposite)\b",
                                               outside_quotes(text))]
     assert not found, f"verdicts written by hand in {page.name}: {found}"
 
@@ -554,3 +635,25 @@ def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path):
     coverage = dict(by["R-5.2-level@de-en"].comparisons)["coverage"]
     assert coverage.n == 1 and coverage.verdict != rule.NOT_RUN
     assert by["R-T1-order@de-en"].verdict == rule.NOT_RUN  # the expand-kv variants did not run
+
+
+def test_holds_names_every_run_of_the_grid_that_was_not_made():
+    from ran_fairseq.lab.claims import provenance
+    run = {"machine": {"device": "cpu", "device_name": "x", "threads": 1}, "train_argv": []}
+    report_ = {"settings": {"pairs": ["en-de", "de-en"], "systems": ["A", "B"], "seeds": [1, 2],
+                            "not_run": []},
+               "results": [{"pair": p, "system": s, "seed": k, **run}
+                           for p in ("en-de", "de-en") for s in ("A", "B") for k in (1, 2)
+                           if (p, s, k) != ("en-de", "B", 2)]}
+    assert provenance.not_run(report_) == ["en-de: B (seed 2)"]
+    assert provenance.holds(report_)[-1].endswith("en-de: B (seed 2).")
+    report_["results"] = [r for r in report_["results"] if r["pair"] != "de-en"]
+    assert provenance.not_run(report_) == ["en-de: B (seed 2)", "de-en: A (seeds 1, 2), "
+                                           "B (seeds 1, 2)"]
+
+
+def test_a_level_prints_without_a_sign_a_difference_with_one():
+    assert report.threshold_text("Syn-R above RAN-ALL", 2.68, ">", 2.12, "nats", signed=False) \
+        == "Syn-R above RAN-ALL 2.68 nats (limit > 2.12 nats)"
+    assert report.threshold_text("last below first", -0.54, "<", 0.0, "nats", signed=True) \
+        == "last below first −0.54 nats (limit < +0.00 nats)"

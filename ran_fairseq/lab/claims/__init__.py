@@ -32,11 +32,11 @@ def claims_file_of(folder: Path, repo: Path = REPO) -> Path:
     return (repo / settings["paper_file"]).parent / "claims.json"
 
 
-def _cache(folder: Path) -> List[dict]:
+def _cache(folder: Path, key: str = "pvalues") -> List[dict]:
     path = Path(folder) / "CLAIMS.json"
     if not path.is_file():
         return []
-    return read_json(path, shape=dict).get("pvalues", [])
+    return read_json(path, shape=dict).get(key, [])
 
 
 def shown(path: Path, repo: Path) -> str:
@@ -52,7 +52,8 @@ def compute(folder, claims_file: Optional[Path] = None, refs: Optional[dict] = N
     computed from the hypotheses unless ``compute_missing`` is False (ResultsError then)."""
     folder = Path(folder)
     claims = load(claims_file or claims_file_of(folder, repo), repo)
-    results = Folder(folder, repo, refs, _cache(folder), compute_missing)
+    results = Folder(folder, repo, refs, _cache(folder), compute_missing,
+                     _cache(folder, "pooled"))
     return claims, results, evaluate(claims, results, repo)
 
 
@@ -62,7 +63,7 @@ def render(claims: Claims, results: Folder, verdicts: List[Verdict], repo: Path 
     text = report.markdown(claims.paper, claims_path, folder_path, results.settings, verdicts,
                            results.pairs, provenance.holds(results.report))
     data = {"claims": claims_path, "results": folder_path, "verdicts": report.as_json(verdicts),
-            "pvalues": results.computed()}
+            "pvalues": results.computed(), "pooled": results.computed_pooled()}
     return text, data
 
 

@@ -297,8 +297,10 @@ def measure(claim: dict, folder: Path, repo: Path, results: Optional[dict] = Non
             limit = None if base is None else t["times"] * base
         else:
             limit = t["limit"]
+        signed = m["kind"] == "length_bins" or \
+            t.get("stat", m.get("stat")) == "last_minus_first"
         done.append(Test(t["label"], value if limit is not None else None, t["op"],
-                         limit if limit is not None else float("nan")))
+                         limit if limit is not None else float("nan"), signed=signed))
     details = dict(reader.details)
     if reader.missing and all(t.value is None for t in done):
         details["why"] = "no committed " + ", ".join(f"`{f}`" for f in reader.missing)

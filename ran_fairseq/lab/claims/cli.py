@@ -4,6 +4,7 @@
     python scripts/claims.py --all                               # every folder with a results.json
     python scripts/claims.py --all --fill README.md docs/results.md
     python scripts/claims.py --all --fill README.md docs/results.md --check   # change nothing
+    python scripts/claims.py --all --recheck 54321 > results/SIGNIFICANCE.md  # near p, redrawn
 """
 import argparse
 import sys
@@ -54,7 +55,18 @@ def parser():
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 where a CLAIMS.md or a page differs from what the "
                         "engine computes (no p-value is computed: CLAIMS.json must hold them)")
+    p.add_argument("--recheck", type=int, metavar="SEED",
+                   help="write nothing; test again, under bootstrap seed SEED, every test with "
+                        "0.005 < p < 0.02, and print (Markdown) each test and each verdict "
+                        "that changes; exit 1 where a verdict changes")
     return p
+
+
+def _recheck(folders, seed, refs):
+    from .recheck import markdown, recheck
+    done = [recheck(folder, seed, refs, REPO) for folder in folders]
+    print(markdown(done), end="")
+    return any(r.changed for r in done)
 
 
 @one_line_errors("claims")
@@ -68,6 +80,8 @@ def main(argv=None):
         parser().error("name --results FOLDER, --all or --fill PAGE")
     refs, stale = parse_refs(args.refs), []
     try:
+        if args.recheck is not None:
+            sys.exit(1 if _recheck(folders, args.recheck, refs) else 0)
         for folder in folders:
             if args.check:
                 claims, results, verdicts = compute(folder, args.config, refs, REPO,

@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 
 from . import analysis
 from .results import Folder
-from .rule import NOT_RUN, Comparison, Order, compare, order
+from .rule import NOT_RUN, Comparison, Order, compare, order, outcome, overall
 from .spec import COMPARISONS, Claims, compared
 
 
@@ -27,6 +27,11 @@ class Verdict:
         return self.claim["id"] + (f"@{self.pair}" if self.pair else "")
 
     @property
+    def outcome(self) -> str:
+        """held / inconclusive / not held / not run."""
+        return outcome(self.verdict)
+
+    @property
     def higher_is_better(self) -> bool:
         return self.claim.get("metric", "sacrebleu") != "ter"
 
@@ -36,8 +41,28 @@ def combine(parts: List[Tuple[str, Comparison]]) -> str:
     verdicts = list(dict.fromkeys(c.verdict for _, c in parts))
     if len(verdicts) == 1:
         return verdicts[0]
-    return "; ".join(f"{v} for {', '.join(s for s, c in parts if c.verdict == v)}"
+    each = "; ".join(f"{v} for {', '.join(s for s, c in parts if c.verdict == v)}"
                      for v in verdicts)
+    return f"{overall([outcome(c.verdict) for _, c in parts])} ({each})"
+
+
+def margin_of(claim: dict) -> Optional[float]:
+    """The claim's margin δ (metric units), for ≈, ≥ and ≤."""
+    margin = claim.get("margin")
+    return None if margin is None else margin["value"]
+
+
+def size_of(claim: dict, system: str, pair: str) -> Optional[dict]:
+    """The paper's stated size for ``system`` on ``pair``: the claim's ``size`` with the value for
+    that direction (``value``, or ``values`` by pair, or by system)."""
+    size = claim.get("size")
+    if not size:
+        return None
+    value = size.get("value")
+    if value is None:
+        by = size.get("values", {})
+        value = by.get(pair, by.get(system))
+    return None if value is None else {**size, "value": value}
 
 
 def _comparison(claim, folder: Folder, pair) -> Verdict:
@@ -48,8 +73,11 @@ def _comparison(claim, folder: Folder, pair) -> Verdict:
             parts.append((system, Comparison(NOT_RUN)))
             continue
         seeds = folder.comparison_seeds(pair, system, against, subset, metric)
-        parts.append((system, compare(claim["relation"], seeds, folder.level,
-                                      metric != "ter")))
+        pooled = folder.pooled(pair, system, against, [s.seed for s in seeds], subset, metric) \
+            if seeds and (claim["relation"] in ("≈", "≥", "≤") or claim.get("size")) else None
+        size = size_of(claim, system, pair)
+        parts.append((system, compare(claim["relation"], seeds, folder.level, metric != "ter",
+                                      margin_of(claim), pooled, size)))
     return Verdict(claim, pair, combine(parts), comparisons=parts)
 
 

@@ -49,8 +49,30 @@ def _date(result: dict) -> str:
     return ((result.get("machine") or {}).get("date") or "")[:10]
 
 
+def not_run(report: dict) -> List[str]:
+    """Every run of the folder's grid (results.json's settings: its pairs × systems × seeds) that
+    results.json does not hold, by pair and system ("en-de: RNNSearch (seed 2)"), then the runs
+    its ``not_run`` names (those that failed)."""
+    settings = report.get("settings", {})
+    made = {(r["pair"], r["system"], r["seed"]) for r in report["results"]}
+    missing = []
+    for pair in settings.get("pairs", []):
+        by_system = []
+        for system in settings.get("systems", []):
+            seeds = [str(seed) for seed in settings.get("seeds", [])
+                     if (pair, system, seed) not in made]
+            if seeds:
+                by_system.append(f"{system} (seed{'s' if len(seeds) > 1 else ''} "
+                                 f"{', '.join(seeds)})")
+        if by_system:
+            missing.append(f"{pair}: {', '.join(by_system)}")
+    failed = [label for label in settings.get("not_run") or []]
+    return missing + ([f"failed: {', '.join(failed)}"] if failed else [])
+
+
 def holds(report: dict) -> List[str]:
-    """Markdown bullet lines, one per group of runs that share machine, budget and start."""
+    """Markdown bullet lines, one per group of runs that share machine, budget and start, and one
+    for the runs asked for and not made (:func:`not_run`)."""
     groups: Dict[Tuple[str, str, str], List[dict]] = {}
     for r in report["results"]:
         groups.setdefault((machine(r), budget(r), start(r)), []).append(r)
@@ -77,4 +99,8 @@ def holds(report: dict) -> List[str]:
                 f"; {dates[0]} to {dates[-1]}" if dates else "")
         what = f"{how} ({size})" if runs[0].get("checkpoint_of") else f"{size}, {how}"
         lines.append(f"- {'; '.join(by_seed)} — {what}; {where}{when}.")
+    missing = not_run(report)
+    if missing:
+        lines.append(f"- Not run (of the pairs, systems and seeds results.json's settings name): "
+                     f"{'; '.join(missing)}.")
     return lines

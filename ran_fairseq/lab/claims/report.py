@@ -3,37 +3,48 @@ from them.
 
 A page quotes a verdict inside a marked span, ``<!-- claim FOLDER#ID -->…<!-- /claim -->`` (with
 ``@PAIR`` after the id for a comparison or order: ``results/ran/long#Z-T1-ran-all@de-en``), or a
-whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``, or how many
-claims hold, "N of M", inside ``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
+whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``, or the tally
+of the paper's claims, "k held, m inconclusive, n not held of N", inside
+``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
 :func:`fill` writes what the engine computes into every span and table, and the documentation
 test fails where a page differs from it.
 """
 import re
 from typing import Callable, Dict, List, Optional
 
+from . import bootstrap
 from .engine import Verdict
-from .rule import HELD, NOT_RUN, WITHIN_NOISE, Comparison
+from .rule import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, Comparison, outcome
 
 MINUS = "−"
 COMPARED = (">", "<", "≈", "≥", "≤")
 OP_SIGN = {"<": "<", "<=": "≤", ">": ">", ">=": "≥"}
 
 RULE = (
-    "**The rule.** A comparison claim compares two systems on one metric and subset. Its "
+    "**The rule.** Every verdict is *held*, *inconclusive* or *not held* (or *not run*: a system "
+    "without results). A comparison claim compares two systems on one metric and subset. Its "
     "difference is that of the table's scores: the mean over the seeds both systems ran of one "
     "system's score minus the other's (sacreBLEU unless TER is named; for TER a positive "
     "difference is worse). Each seed is tested against the other system's run of the same seed "
-    "(sacreBLEU's paired bootstrap, {samples} samples; against the table's baseline, the p-value "
-    "results.json stores); a difference is *significant* when p < {level} in every seed, and "
-    "\"k of n\" counts the seeds where it is. By the paper's relation: **>** (better) is held if "
-    "significantly better, within noise if not significant, opposite if significantly worse; "
-    "**<** mirrors it; **≈** (on par) is held if not significant, not held (better / worse) if "
-    "significant; **≥** (on par or better) is held unless significantly worse, **≤** unless "
-    "significantly better; an **order** (groups of equals, best first) is held if the observed "
-    "order matches and no pair the paper ranks apart is significantly reversed, \"order not "
-    "reproduced (within noise)\" if only pairs that are not significant differ, \"reversed\" if a "
-    "pair is significantly reversed. A **threshold** claim (analysis and speed) reads a measure "
-    "from a committed file and states its limit. A system without results is **not run**.")
+    "by sacreBLEU's paired bootstrap ({samples} resamples, seeded; where the Monte-Carlo interval "
+    "of p holds {level}, more resamples are drawn until it lies on one side, up to {cap}; a p "
+    "still unsettled counts as not significant), which also gives each seed's difference its "
+    "{confidence} interval; the pooled interval is that of the mean difference, every seed "
+    "scored on the same resampled sentences (docs/scoring.md). A difference is *significant* "
+    "when p < {level} in every seed, and \"k of n\" counts the seeds where it is. By the paper's "
+    "relation, with the claim's margin δ: **>** (better) is held if significantly better, not "
+    "held if significantly worse, inconclusive otherwise; **<** mirrors it; **≈** (on par) is "
+    "held if the pooled interval lies inside ±δ, not held if it lies wholly outside, "
+    "inconclusive otherwise; **≥** (on par or better) is held if the pooled interval's lower end "
+    "is above −δ, not held if its upper end is below −δ, inconclusive otherwise; **≤** mirrors "
+    "it. Where the paper states a size, a held direction is followed by the size: held when the "
+    "paper's difference lies inside the pooled interval (or as the claim's size test says), else "
+    "ours is larger or smaller and the claim is not held. An **order** (groups of equals, best "
+    "first) is held if the observed order matches and no pair the paper ranks apart is "
+    "significantly reversed, \"order not reproduced (within noise)\" (inconclusive) if only pairs "
+    "that are not significant differ, \"reversed\" (not held) if a pair is significantly "
+    "reversed. A **threshold** claim (analysis and speed) reads a measure from a committed file "
+    "and states its limit.")
 
 
 def num(value: float, digits: int = 2, sign: bool = True) -> str:
@@ -41,17 +52,56 @@ def num(value: float, digits: int = 2, sign: bool = True) -> str:
     return text.replace("-", MINUS)
 
 
-def pval(p: Optional[float]) -> str:
+def pval(p: Optional[float], level: float = 0.01) -> str:
+    """"p = 0.041", "p < 0.001", or as many digits as it takes for the printed p to fall on the
+    same side of ``level`` as p itself (0.00999 prints as "p = 0.00999", never "p = 0.010")."""
     if p is None:
-        return "not tested"
-    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+        return "p not tested"
+    if p < 0.001:
+        return "p < 0.001"
+    if p >= 0.1:
+        return f"p = {p:.2f}"
+    digits = 3
+    while digits < 8 and (float(f"{p:.{digits}f}") < level) != (p < level):
+        digits += 1
+    return f"p = {p:.{digits}f}"
+
+
+def interval_text(interval, suffix: str = "") -> str:
+    lo, hi = interval
+    return f"[{num(lo)}, {num(hi)}]{suffix}"
+
+
+def _seed_p(s) -> str:
+    text = pval(s.p)
+    if s.samples and s.samples > 1000:
+        text += f" ({s.samples:,} resamples{'' if s.settled else ', unsettled'})"
+    return text
 
 
 def _seeds_text(c: Comparison, metric_suffix: str) -> str:
     if c.n == 1:
-        return f"p = {pval(c.seeds[0].p)}"
-    return "; ".join(f"seed {s.seed}: {num(s.system - s.against)}{metric_suffix}, p = {pval(s.p)}"
+        s = c.seeds[0]
+        return _seed_p(s) + (f", interval {interval_text(s.interval)}" if s.interval and
+                             c.pooled is None else "")
+    return "; ".join(f"seed {s.seed}: {num(s.system - s.against)}{metric_suffix}"
+                     + (f" {interval_text(s.interval)}" if s.interval else "") + f", {_seed_p(s)}"
                      for s in c.seeds)
+
+
+def _pooled_text(c: Comparison) -> str:
+    parts = []
+    if c.pooled is not None:
+        parts.append(f"pooled interval {interval_text(c.pooled)}")
+    if c.margin is not None:
+        parts.append(f"margin ±{c.margin:g}")
+    if c.size:
+        value = c.size["value"]
+        paper = (f"{num(value[0])} to {num(value[1])}" if isinstance(value, (list, tuple))
+                 else num(value))
+        parts.append(f"size: ours {num(c.difference)} against the paper's {paper} "
+                     f"(\"{c.size.get('text', '')}\")")
+    return "; ".join(parts)
 
 
 def comparison_phrase(relation: str, c: Comparison) -> str:
@@ -61,7 +111,7 @@ def comparison_phrase(relation: str, c: Comparison) -> str:
     phrase = c.verdict
     if c.k and c.n > 1:
         phrase += f", {c.side} in {c.k} of {c.n} seeds"
-    elif c.k and relation in ("≥", "≤") and c.verdict == HELD:
+    elif c.k and relation in ("≥", "≤", "≈") and outcome(c.verdict) != NOT_HELD:
         phrase += f", significantly {c.side}"
     return phrase
 
@@ -71,31 +121,37 @@ def comparison_text(v: Verdict, system: str, c: Comparison, with_system: bool) -
     name = f"{system} " if with_system else ""
     if c.verdict == NOT_RUN:
         return f"{name}not run".strip() if with_system else NOT_RUN
-    return f"{name}{num(c.difference)}{suffix} ({_seeds_text(c, suffix)})"
+    pooled = _pooled_text(c)
+    return (f"{name}{num(c.difference)}{suffix} ({_seeds_text(c, suffix)}"
+            f"{'; ' + pooled if pooled else ''})")
 
 
-def measured_value(value: Optional[float], unit: str, digits: int = 2) -> str:
+def measured_value(value: Optional[float], unit: str, digits: int = 2,
+                   signed: bool = True) -> str:
+    """A measured value in its unit; ``signed``: a difference, printed with its sign (a level, an
+    entropy say, is not)."""
     if value is None:
         return "not measured"
     if unit == "%":
         return f"{value * 100:.{digits - 1}f} %"
     if unit == "×":
         return f"{value:.{digits}f}×"
-    return f"{num(value, digits)} {unit}"
+    return f"{num(value, digits, sign=signed)} {unit}"
 
 
-def threshold_text(label: str, value: Optional[float], op: str, limit: float, unit: str) -> str:
+def threshold_text(label: str, value: Optional[float], op: str, limit: float, unit: str,
+                   signed: bool = True) -> str:
     """A threshold test as a page prints it: the value and its limit with as many decimals (2 to
     4) as it takes to print them apart where they differ, so that a test never reads as a value
     compared with itself (0.0133 < 0.0141 is not "0.01 < 0.01")."""
     if value is None:
         return f"{label} not run"
     digits = 2
-    while (digits < 4 and value != limit
-           and measured_value(value, unit, digits) == measured_value(limit, unit, digits)):
+    while (digits < 4 and value != limit and measured_value(value, unit, digits, signed)
+           == measured_value(limit, unit, digits, signed)):
         digits += 1
-    return (f"{label} {measured_value(value, unit, digits)} "
-            f"(limit {OP_SIGN[op]} {measured_value(limit, unit, digits)})")
+    return (f"{label} {measured_value(value, unit, digits, signed)} "
+            f"(limit {OP_SIGN[op]} {measured_value(limit, unit, digits, signed)})")
 
 
 def quote(v: Verdict, short: bool = True) -> str:
@@ -121,22 +177,23 @@ def quote(v: Verdict, short: bool = True) -> str:
         scores = ", ".join(f"{name} {s:.2f}" for name, s in o.observed)
         suffix = " TER" if not v.higher_is_better else ""
         shown_pairs = [(hi, lo, c) for hi, lo, c in o.reversed_pairs
-                       if not short or c.verdict != WITHIN_NOISE]
+                       if not short or c.verdict != INCONCLUSIVE]
         flips = "; ".join(f"{hi} {num(c.difference)}{suffix} against {lo} "
                           f"({_seeds_text(c, suffix)})" for hi, lo, c in shown_pairs)
         text = f"{o.verdict}: {scores}"
         if flips:
             text += f"; out of the paper's order: {flips}"
         if short and len(shown_pairs) < len(o.reversed_pairs):
-            quiet = [c for _, _, c in o.reversed_pairs if c.verdict == WITHIN_NOISE]
+            quiet = [c for _, _, c in o.reversed_pairs if c.verdict == INCONCLUSIVE]
             lowest = min(s.p for c in quiet for s in c.seeds if s.p is not None)
             text += (f"; {len(quiet)} pair{'s' if len(quiet) > 1 else ''} out of the paper's "
-                     f"order within noise (lowest p = {pval(lowest)})")
+                     f"order within noise (lowest {pval(lowest)})")
         return text
     m = v.measured
     if not m.tests or ("why" in m.details and all(t.value is None for t in m.tests)):
         return f"{m.verdict}: {m.details.get('why', 'nothing measured')}"
-    tests = "; ".join(threshold_text(t.label, t.value, t.op, t.limit, m.unit) for t in m.tests)
+    tests = "; ".join(threshold_text(t.label, t.value, t.op, t.limit, m.unit, t.signed)
+                      for t in m.tests)
     device = f"; {', '.join(m.devices)}" if m.devices else ""
     return f"{m.verdict}: {tests}{device}"
 
@@ -228,7 +285,8 @@ def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
         "",
         *holds,
         "",
-        RULE.format(level=level, samples=f"{samples:,}"),
+        RULE.format(level=level, samples=f"{samples:,}", cap=f"{bootstrap.CAP:,}",
+                    confidence=f"{100 * (1 - level):g} %"),
         "",
     ]
     pairs = list(dict.fromkeys(v.pair for v in verdicts if v.pair))
@@ -278,12 +336,17 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
     """The verdicts as CLAIMS.json records them."""
     out = []
     for v in verdicts:
-        entry = {"id": v.claim["id"], "pair": v.pair, "verdict": v.verdict, "quote": quote(v)}
+        entry = {"id": v.claim["id"], "pair": v.pair, "verdict": v.verdict,
+                 "outcome": v.outcome, "quote": quote(v)}
         if v.comparisons:
             entry["systems"] = [
                 {"system": s, "against": v.claim["against"], "verdict": c.verdict,
                  "difference": c.difference, "k": c.k, "n": c.n,
-                 "seeds": [{"seed": x.seed, "system": x.system, "against": x.against, "p": x.p}
+                 "pooled_interval": list(c.pooled) if c.pooled else None, "margin": c.margin,
+                 "size": c.size,
+                 "seeds": [{"seed": x.seed, "system": x.system, "against": x.against, "p": x.p,
+                            "settled": x.settled, "samples": x.samples,
+                            "interval": list(x.interval) if x.interval else None}
                            for x in c.seeds]}
                 for s, c in v.comparisons]
         if v.order is not None:
@@ -307,12 +370,23 @@ COUNT = re.compile(r"(<!-- claims-count (\S+?) pairs=(\S+) -->)" + _BODY + r"(<!
                    re.S)
 
 
-def held_count(verdicts: List[Verdict], pairs: List[str]) -> str:
-    """"N of M": the paper's claims with a result in those directions (or in none: analysis and
-    speed claims), M of them, and how many held; the project's ``own`` claims are not counted."""
-    ran = [v for v in verdicts if (v.pair is None or v.pair in pairs)
-           and not v.verdict.startswith("not run") and not v.claim.get("own")]
-    return f"{sum(v.verdict == 'held' for v in ran)} of {len(ran)}"
+def counted(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None
+            ) -> List[Verdict]:
+    """The paper's claims a tally counts: those with a result in ``pairs`` (or in none: analysis
+    and speed claims), each once: not the project's ``own``, not a claim measured again on
+    another device (``same_as``: counted under that id), not a measure of another folder's
+    checkpoints (``checkpoints``: counted only there)."""
+    return [v for v in verdicts if (v.pair is None or v.pair in pairs)
+            and v.outcome != NOT_RUN and not v.claim.get("own")
+            and not v.claim.get("same_as")
+            and (folder is None or v.claim.get("checkpoints") in (None, folder))]
+
+
+def held_count(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None) -> str:
+    """"k held, m inconclusive, n not held of N": the tally of :func:`counted`."""
+    ran = counted(verdicts, pairs, folder)
+    k, m, n = (sum(v.outcome == o for v in ran) for o in (HELD, INCONCLUSIVE, NOT_HELD))
+    return f"{k} held, {m} inconclusive, {n} not held of {len(ran)}"
 
 
 def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
@@ -332,7 +406,8 @@ def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
         return f"{m[1]}{claims_table(verdicts, pairs)}\n{m[5]}"
 
     def count(m):
-        return f"{m[1]}{held_count(list(verdicts_of(m[2]).values()), m[3].split(','))}{m[5]}"
+        tally = held_count(list(verdicts_of(m[2]).values()), m[3].split(","), m[2])
+        return f"{m[1]}{tally}{m[5]}"
 
     def block(m):
         if holds_of is None:

@@ -1,22 +1,31 @@
 """The verdict rule, on plain numbers: one comparison, an order of several systems, a threshold.
 
-A comparison holds the runs of two systems seed by seed (:class:`Seed`: each system's score on the
-same seed and the paired-bootstrap p-value between them). Its difference is that of the table's
-scores: the mean over the seeds of one system's score minus the mean of the other's. A difference
-is *significant* when p < ``level`` in every seed with the difference of that seed on the same
-side; ``k of n`` counts the seeds where it is. The paper's relation then gives the verdict:
+Every verdict is one of three outcomes, *held*, *inconclusive* or *not held* (or *not run*: a
+system without results); :func:`outcome` reads it from a verdict's text.
 
-- ``>`` (better): held if significantly better; within noise if not significant; opposite if
-  significantly worse. ``<`` mirrors it.
-- ``≈`` (on par): held if not significant; not held (better / worse) if significant.
-- ``≥`` (on par or better): held if not significantly worse; not held (worse) if it is. ``≤``
-  mirrors it.
+A comparison holds the runs of two systems seed by seed (:class:`Seed`: each system's score on the
+same seed, the paired-bootstrap p-value between them, whether that p is settled on one side of the
+level, and the difference's interval). Its difference is that of the table's scores: the mean over
+the seeds of one system's score minus the mean of the other's; its *pooled* interval is that of the
+mean difference (:mod:`.bootstrap`). A difference is *significant* when p < ``level``, settled, in
+every seed with the difference of that seed on the same side; ``k of n`` counts the seeds where it
+is. With the claim's margin δ (in the metric's units; quality is read so that better is positive,
+TER's sign turned round), the paper's relation gives the verdict:
+
+- ``>`` (better): held if significantly better; not held (worse) if significantly worse;
+  inconclusive otherwise. ``<`` mirrors it.
+- ``≈`` (on par): held if the pooled interval lies inside ±δ; not held (better / worse) if it lies
+  wholly outside; inconclusive otherwise.
+- ``≥`` (on par or better): held if the pooled interval's lower end (in quality) is above −δ; not
+  held (worse) if its upper end is below −δ; inconclusive otherwise. ``≤`` mirrors it.
+- a size (the paper's own difference, where it states one): checked when the direction holds; by
+  default the size holds when the paper's difference lies inside the pooled interval, else ours is
+  *larger* or *smaller* and the claim is not held ("direction held; size larger").
 - an order of several systems (groups of equals, best first): held if the observed order matches
-  and no pair the paper ranks apart is significantly reversed; order not reproduced (within noise)
-  if it differs only by pairs that are not significant; reversed if a pair is significantly
-  reversed.
+  and no pair the paper ranks apart is significantly reversed; order not reproduced (within noise),
+  an inconclusive outcome, if it differs only by pairs that are not significant; reversed (not
+  held) if a pair is significantly reversed.
 - a threshold (analysis and speed claims): held where the measured value passes the stated limit.
-- not run: a system without results.
 """
 from dataclasses import dataclass, field
 from statistics import mean
@@ -27,13 +36,37 @@ LEVEL = 0.01
 
 HELD = "held"
 NOT_RUN = "not run"
-WITHIN_NOISE = "within noise"
-OPPOSITE = "opposite"
+INCONCLUSIVE = "inconclusive"
 NOT_HELD = "not held"
+OUTCOMES = (HELD, INCONCLUSIVE, NOT_HELD)
 NOT_HELD_BETTER = "not held (better)"
 NOT_HELD_WORSE = "not held (worse)"
 ORDER_NOISE = "order not reproduced (within noise)"
 REVERSED = "reversed"
+SIZE_TESTS = ("inside", "at_least", "at_most")
+
+
+def outcome(verdict: str) -> str:
+    """held / inconclusive / not held / not run of a verdict's text: its head, before any
+    parenthesis (a verdict over several systems or tests opens with the outcome over all of them,
+    then lists each part's in parentheses)."""
+    if verdict.startswith("direction held; size"):
+        return HELD if verdict.endswith("size held") else NOT_HELD
+    head = verdict.split(" (")[0]
+    if head in (NOT_RUN, HELD, INCONCLUSIVE):
+        return head
+    if head == ORDER_NOISE.split(" (")[0]:
+        return INCONCLUSIVE
+    return NOT_HELD
+
+
+def overall(outcomes: Sequence[str]) -> str:
+    """The outcome over several parts: not held if any part is, else inconclusive if any is, else
+    held; not run where no part ran."""
+    ran = [o for o in outcomes if o != NOT_RUN]
+    if not ran:
+        return NOT_RUN
+    return NOT_HELD if NOT_HELD in ran else INCONCLUSIVE if INCONCLUSIVE in ran else HELD
 
 
 @dataclass(frozen=True)
@@ -44,6 +77,9 @@ class Seed:
     system: float
     against: float
     p: Optional[float]
+    interval: Optional[Tuple[float, float]] = None
+    settled: bool = True
+    samples: Optional[int] = None
 
 
 @dataclass
@@ -58,6 +94,10 @@ class Comparison:
     seeds: Tuple[Seed, ...] = ()
     side: Optional[str] = None  # "better" / "worse" / None (no difference)
     significant: bool = False
+    pooled: Optional[Tuple[float, float]] = None
+    margin: Optional[float] = None
+    size: Optional[dict] = None  # the claim's size, and "result": held / larger / smaller
+    direction: Optional[str] = None  # the verdict on the direction, where a size was checked
 
 
 def _quality(diff: float, higher_is_better: bool) -> float:
@@ -66,15 +106,53 @@ def _quality(diff: float, higher_is_better: bool) -> float:
 
 def _significant(seed: Seed, level: float, higher_is_better: bool) -> Optional[str]:
     """'better' / 'worse' where this seed's difference is significant, else None."""
-    if seed.p is None or seed.p >= level:
+    if seed.p is None or seed.p >= level or not seed.settled:
         return None
     gain = _quality(seed.system - seed.against, higher_is_better)
     return "better" if gain > 0 else "worse" if gain < 0 else None
 
 
+def _quality_interval(interval, higher_is_better):
+    lo, hi = interval
+    return (lo, hi) if higher_is_better else (-hi, -lo)
+
+
+def _by_margin(relation: str, interval, margin: float) -> str:
+    """≈, ≥, ≤ on the pooled interval (in quality units) and the margin δ."""
+    lo, hi = interval
+    if relation == "≈":
+        if -margin < lo and hi < margin:
+            return HELD
+        return NOT_HELD_BETTER if lo > margin else NOT_HELD_WORSE if hi < -margin else INCONCLUSIVE
+    if relation == "≥":
+        return HELD if lo > -margin else NOT_HELD_WORSE if hi < -margin else INCONCLUSIVE
+    return HELD if hi < margin else NOT_HELD_BETTER if lo > margin else INCONCLUSIVE
+
+
+def size_result(size: dict, interval) -> str:
+    """held / larger / smaller: the paper's difference ``size["value"]`` (metric units) against
+    our pooled interval, by ``size["test"]`` (inside, the default; at_least; at_most)."""
+    value, (lo, hi) = size["value"], interval
+    low, high = value if isinstance(value, (list, tuple)) else (value, value)
+    if low <= hi and lo <= high:
+        found = HELD
+    else:
+        # ours is smaller where the whole interval lies nearer zero than the paper's difference
+        nearer = (low > hi) if low > 0 else (high < lo)
+        found = "smaller" if nearer else "larger"
+    test = size.get("test", "inside")
+    if test == "at_least" and found == "larger" or test == "at_most" and found == "smaller":
+        return HELD
+    return found
+
+
 def compare(relation: str, seeds: Sequence[Seed], level: float = LEVEL,
-            higher_is_better: bool = True) -> Comparison:
-    """The verdict of one comparison of two systems by the paper's ``relation`` (>, <, ≈, ≥, ≤)."""
+            higher_is_better: bool = True, margin: Optional[float] = None,
+            pooled: Optional[Tuple[float, float]] = None,
+            size: Optional[dict] = None) -> Comparison:
+    """The verdict of one comparison of two systems by the paper's ``relation`` (>, <, ≈, ≥, ≤);
+    ``margin`` and ``pooled`` (the pooled interval, metric units) are needed for ≈, ≥ and ≤;
+    ``size`` ({"value", "test"}) checks the paper's difference where the direction holds."""
     if relation not in (">", "<", "≈", "≥", "≤"):
         raise ValueError(f"not a comparison's relation: {relation!r}")
     seeds = tuple(sorted(seeds, key=lambda s: s.seed))
@@ -87,14 +165,26 @@ def compare(relation: str, seeds: Sequence[Seed], level: float = LEVEL,
     k = sum(1 for m in marks if side is not None and m == side)
     significant = side is not None and k == len(seeds)
     better, worse = significant and side == "better", significant and side == "worse"
-    verdict = {
-        ">": HELD if better else OPPOSITE if worse else WITHIN_NOISE,
-        "<": HELD if worse else OPPOSITE if better else WITHIN_NOISE,
-        "≈": NOT_HELD_BETTER if better else NOT_HELD_WORSE if worse else HELD,
-        "≥": NOT_HELD_WORSE if worse else HELD,
-        "≤": NOT_HELD_BETTER if better else HELD,
-    }[relation]
-    return Comparison(verdict, difference, k, len(seeds), seeds, side, significant)
+    if relation in (">", "<"):
+        verdict = {
+            ">": HELD if better else NOT_HELD_WORSE if worse else INCONCLUSIVE,
+            "<": HELD if worse else NOT_HELD_BETTER if better else INCONCLUSIVE,
+        }[relation]
+    else:
+        if margin is None or pooled is None:
+            raise ValueError(f"a {relation} comparison needs a margin and a pooled interval")
+        verdict = _by_margin(relation, _quality_interval(pooled, higher_is_better), margin)
+    by_margin = relation in ("≈", "≥", "≤")
+    result = Comparison(verdict, difference, k, len(seeds), seeds, side, significant, pooled,
+                        margin if by_margin else None)
+    if size is not None and pooled is not None:
+        result.size = {**size, "result": size_result(size, pooled)}
+        if verdict == HELD:
+            result.direction = HELD
+            found = result.size["result"]
+            result.verdict = ("direction held; size held" if found == HELD else
+                              f"direction held; size not held ({found})")
+    return result
 
 
 @dataclass
@@ -134,7 +224,7 @@ def order(groups: Sequence[Sequence[str]], pair_seeds: Dict[Tuple[str, str], Seq
                 result = compare(">", pair_seeds[(a, lower)], level, higher_is_better)
                 if result.side != "better":
                     reversed_pairs.append((a, lower, result))
-                    significant |= result.verdict == OPPOSITE
+                    significant |= result.verdict == NOT_HELD_WORSE
     observed = sorted(means.items(), key=lambda kv: _quality(kv[1], higher_is_better),
                       reverse=True)
     verdict = REVERSED if significant else ORDER_NOISE if reversed_pairs else HELD
@@ -155,6 +245,7 @@ class Test:
     op: str
     limit: float
     passed: Optional[bool] = None
+    signed: bool = False  # the value is a difference (printed with its sign), not a level
 
     def __post_init__(self):
         if self.op not in OPS:
@@ -164,8 +255,8 @@ class Test:
 
 
 def threshold(tests: Sequence[Test]) -> str:
-    """held / not held over every test; 'held for A; not held for B' where they differ; not run
-    when no test has a value."""
+    """held / not held over every test; 'not held (held for A; not held for B)' where they
+    differ (not held where any test fails); not run when no test has a value."""
     run = [t for t in tests if t.value is not None]
     if not run:
         return NOT_RUN
@@ -179,4 +270,4 @@ def threshold(tests: Sequence[Test]) -> str:
     parts = ([f"held for {', '.join(passed)}"] if passed else []) + \
         ([f"not held for {', '.join(failed)}"] if failed else []) + \
         ([f"not run for {', '.join(unrun)}"] if unrun else [])
-    return "; ".join(parts)
+    return f"{NOT_HELD if failed else HELD} ({'; '.join(parts)})"

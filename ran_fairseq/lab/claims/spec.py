@@ -17,19 +17,33 @@ The file holds ``paper`` (the paper, as the tables name it), ``paper_file`` (its
 - optionally ``note``: a sentence that the report prints beside the verdict;
 - optionally ``own``: true for a claim of this project's own rather than the paper's (a question
   about its readings of the paper or the authors' code): judged and reported like the others, but
-  not counted among the paper's claims that hold.
+  not counted among the paper's claims that hold;
+- ``margin`` (``≈``, ``≥``, ``≤``; usually from ``defaults``): ``{"value": δ, "why": ...}``, δ in
+  the metric's units (BLEU, TER points), and where it comes from (the paper's own reported
+  difference, or the field default the file states once);
+- optionally ``size`` (comparisons): the size the paper states, ``{"text": "about 2", "value": d}``
+  (``d`` the paper's difference, system minus ``against``, in the metric's units, or ``[lo, hi]``
+  for a range; ``values`` instead: by pair or by system), and ``test``: ``inside`` (the default:
+  the paper's difference lies inside our pooled interval), ``at_least`` ("over 14": ours may be
+  larger) or ``at_most`` (ours may be smaller);
+- optionally ``same_as`` (threshold claims): the id of the claim this one measures again (another
+  device): the tally counts the paper's claim once, under that id;
+- optionally ``checkpoints``: the results folder whose trained checkpoints a threshold claim's
+  measure read: the tally counts it only for that folder (its budget).
 """
 import json
 from pathlib import Path
 from typing import List, Optional
 
-from .rule import OPS, RELATIONS
+from .rule import OPS, RELATIONS, SIZE_TESTS
 
 METRICS = ("sacrebleu", "ter")
 SUBSETS = ("test", "valid")
 COMPARISONS = (">", "<", "≈", "≥", "≤")
 KEYS = {"id", "where", "claim", "relation", "system", "systems", "against", "groups", "metric",
-        "subset", "pairs", "paper", "note", "measure", "tests", "own"}
+        "subset", "pairs", "paper", "note", "measure", "tests", "own", "margin", "size",
+        "same_as", "checkpoints"}
+SIZE_KEYS = {"text", "value", "values", "test"}
 MEASURES = {
     "histogram_share": {"kind", "file", "side", "below"},
     "length_bins": {"kind", "file", "by", "min_sentences", "skip_last"},
@@ -136,6 +150,37 @@ def _check_paper(numbers, where, paper_numbers):
                    f"paper column {key!r} has {printed.get(name)!r} for {name!r}, not {value!r}")
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _size_value(x) -> bool:
+    return _number(x) or (isinstance(x, list) and len(x) == 2 and all(map(_number, x))
+                          and x[0] <= x[1])
+
+
+def _check_margin_size(claim, here):
+    relation = claim["relation"]
+    if relation in ("≈", "≥", "≤"):
+        margin = claim.get("margin")
+        _check(isinstance(margin, dict) and _number(margin.get("value")) and margin["value"] >= 0
+               and isinstance(margin.get("why"), str) and margin["why"], here,
+               f"a {relation} comparison needs 'margin': {{\"value\": δ >= 0, \"why\": ...}}")
+    size = claim.get("size")
+    if size is None:
+        return
+    _check(relation in COMPARISONS and isinstance(size, dict), here,
+           "'size' belongs to a comparison and is an object")
+    extra = set(size) - SIZE_KEYS
+    _check(not extra, here, f"unknown key(s) {sorted(extra)} in 'size'")
+    _check(("value" in size) != ("values" in size), here, "'size' has 'value' or 'values'")
+    values = [size["value"]] if "value" in size else list((size.get("values") or {}).values())
+    _check(values and all(map(_size_value, values)), here,
+           "a size's value is a number or [low, high]")
+    _check(size.get("test", "inside") in SIZE_TESTS, here,
+           f"a size's test is one of {', '.join(SIZE_TESTS)}")
+
+
 def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> List[dict]:
     """The claims of ``data`` with the defaults applied; ClaimsError on the first fault."""
     _check(isinstance(data, dict) and isinstance(data.get("claims"), list) and "paper" in data,
@@ -158,6 +203,9 @@ def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> Li
             _check(("system" in claim) != ("systems" in claim), here,
                    "a comparison names 'system' or 'systems'")
             _check(isinstance(claim.get("against"), str), here, "a comparison names 'against'")
+        _check_margin_size(claim, here)
+        _check("same_as" not in claim or relation == "threshold", here,
+               "'same_as' belongs to a threshold claim")
         if relation == "order":
             groups = claim.get("groups")
             _check(isinstance(groups, list) and len(groups) >= 2
@@ -179,6 +227,11 @@ def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> Li
                 _check_tests(claim.get("tests"), claim["measure"], here)
         _check_paper(claim.get("paper", []), here, paper_numbers)
         claims.append(claim)
+    ids = {c["id"] for c in claims}
+    for claim in claims:
+        _check(claim.get("same_as") in (None, *ids) and claim.get("same_as") != claim["id"],
+               f"{where}: claim {claim['id']!r}", f"'same_as' names no other claim of the file: "
+               f"{claim.get('same_as')!r}")
     return claims
 
 

@@ -36,7 +36,8 @@ def significance_mark(scores_per_seed, level, metric=""):
     marks = set()
     for scores in scores_per_seed:
         p, better = scores.get(f"{prefix}p_value"), scores.get(f"{prefix}better")
-        if p is None or p >= level or better is None:
+        # a p whose Monte-Carlo interval still holds the level marks nothing
+        if p is None or p >= level or better is None or scores.get(f"{prefix}p_unsettled"):
             return ""
         marks.add("†" if better else "↓")
     return marks.pop() if len(marks) == 1 else ""
@@ -163,7 +164,8 @@ def legend(paper, report, seeds):
         f"`{settings['signatures'].get('bleu', '')}`, `{settings['signatures'].get('ter', '')}`. "
         f"**†** / **↓** on sacreBLEU and TER: significantly better / worse than {baseline}'s "
         f"(sacreBLEU above / below, TER below / above; paired bootstrap "
-        f"resampling, sacrebleu's, {settings['significance']['samples']} samples, p < {level}"
+        f"resampling, sacrebleu's, {settings['significance']['samples']} samples, more where "
+        f"the Monte-Carlo interval of p holds the level (docs/scoring.md), p < {level}"
         f"{', in every seed' if len(seeds) > 1 else ''}).",
         f"- **decode**: fairseq-generate's own timing line (`{shlex.join(settings['generate_flags'])}`"
         f"); ×{baseline}: sentences/s over {baseline}'s on the same pair. **params**: "

@@ -53,6 +53,18 @@ def paired_bootstrap(baseline_hyps, system_hyps, refs, samples, metric="BLEU"):
     return system.p_value, (system.mean, system.ci), (base.mean, base.ci)
 
 
+def settled_p(baseline_hyps, system_hyps, refs, samples, metric="BLEU", level=0.01):
+    """The paired bootstrap's p drawn until it is settled on one side of ``level``
+    (:func:`ran_fairseq.lab.claims.bootstrap.paired`: sacreBLEU's draw of ``samples`` first, so a p
+    settled there is :func:`paired_bootstrap`'s): ``(p, settled)``."""
+    from ..claims import bootstrap
+    base = bootstrap.sentence_stats(baseline_hyps, refs, metric)
+    system = bootstrap.sentence_stats(system_hyps, refs, metric)
+    result = bootstrap.paired(base, system, bootstrap.Scorer(metric, refs), level, samples,
+                              interval_samples=0)
+    return result.p, result.settled
+
+
 def add_significance(results, baseline, significance, out, refs=None):
     """Paired bootstrap of every result against the baseline's on the same pair, subset and seed,
     per subset, in place: ``p_value`` and ``better`` (sacreBLEU above the baseline's), and
@@ -64,6 +76,8 @@ def add_significance(results, baseline, significance, out, refs=None):
         for subset, scores in r["subsets"].items():
             for key in ("p_value", "better", "ter_p_value", "ter_better"):
                 scores[key] = None
+            scores.pop("p_unsettled", None)
+            scores.pop("ter_p_unsettled", None)
             if base is None or r is base:
                 continue
             run_dir = Path(out) / r["pair"]
@@ -75,9 +89,15 @@ def add_significance(results, baseline, significance, out, refs=None):
             if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
                 continue
             texts = [read_text_lines(f, ReproError) for f in (base_hyps, hyps, ref_file)]
-            scores["p_value"], _, _ = paired_bootstrap(*texts, significance["samples"])
+            level = significance.get("level", 0.01)
+            scores["p_value"], settled = settled_p(*texts, significance["samples"], "BLEU", level)
+            if not settled:
+                scores["p_unsettled"] = True
             delta = scores["sacrebleu"] - base["subsets"][subset]["sacrebleu"]
             scores["better"] = None if delta == 0 else delta > 0
-            scores["ter_p_value"], _, _ = paired_bootstrap(*texts, significance["samples"], "TER")
+            scores["ter_p_value"], settled = settled_p(*texts, significance["samples"], "TER",
+                                                       level)
+            if not settled:
+                scores["ter_p_unsettled"] = True
             delta = scores["ter"] - base["subsets"][subset]["ter"]
             scores["ter_better"] = None if delta == 0 else delta < 0  # TER: lower is better
