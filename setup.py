@@ -45,5 +45,6 @@ setup(
         "ran-evaluate = ran_fairseq.scoring.evaluate:main",
     ]},
     extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5", "ruff>=0.4"],
-                    "plot": ["matplotlib>=3.5"]},
+                    "plot": ["matplotlib>=3.5"],
+                    "align": ["eflomal>=2.0,<3"]},
 )

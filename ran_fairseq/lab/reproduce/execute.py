@@ -2,6 +2,8 @@
 ``--jobs`` at a time."""
 import concurrent.futures
 import functools
+import gzip
+import os
 import shutil
 import sys
 import threading
@@ -10,7 +12,7 @@ import time
 from ... import textio
 from .. import portable
 from ..common import paths
-from ..common.jsonio import read_text_lines
+from ..common.jsonio import load_json, read_text_lines
 from ..common.machine import machine_info
 from .checkpoints import selected_checkpoint
 from .errors import ReproError
@@ -84,12 +86,14 @@ def score_subset(run, subset, env, label):
                          f"sentences of {subset} ({run.output[subset]}); a sentence longer than "
                          f"the model's max positions is skipped or refused: see its log")
     output = run.output[subset]
+    post_record = None
     if run.postprocess[subset]:
         run_logged(["-m", *run.postprocess[subset]], run.dir / f"postprocess.{subset}.log", env,
                    f"postprocessing {label} on {subset}")
         output = run.post_output[subset]
         if not output.is_file():
             raise ReproError(f"the postprocess command of {label} wrote no {output}")
+        post_record = postprocess_record(output)
     try:
         hyps_tok = read_generate_output(output, prefix="H")
         # fairseq writes a reference word outside the vocabulary as <<unk>> in its T- lines
@@ -108,6 +112,9 @@ def score_subset(run, subset, env, label):
     if tok is None:
         raise ReproError(f"{label}: {run.tok_ref[subset]} has {len(tok_refs)} lines for "
                          f"{len(hyps_tok)} hypotheses")
+    if run.postprocess[subset]:
+        keep_generate_output(run.output[subset], run.kept_output[subset])
+    extra = {} if post_record is None else {"postprocess_record": post_record}
     return {
         "tok_bleu": tok, "sacrebleu": sacre["bleu"][0], "chrf": sacre["chrf"][0],
         "ter": sacre["ter"][0], "signatures": {k: v[1] for k, v in sacre.items()},
@@ -118,8 +125,29 @@ def score_subset(run, subset, env, label):
                    "seconds": number(speed.group(3)),
                    "sentences_per_s": number(speed.group(4)),
                    "tokens_per_s": number(speed.group(5))},
-        "generate_seconds": seconds,
+        "generate_seconds": seconds, **extra,
     }
+
+
+def postprocess_record(output):
+    """What a postprocess command recorded beside its output (``OUTPUT.json``: for
+    ``ran_fairseq.scoring.replace_unk``, the method, the dictionary and the counts), or None."""
+    path = output.with_name(output.name + ".json")
+    if not path.is_file():
+        return None
+    return load_json(path, "the postprocess command's record",
+                     "delete it and decode the run again", ReproError)
+
+
+def keep_generate_output(plain, kept):
+    """``plain`` (fairseq-generate's output) gzip'd into ``kept`` (byte-stable: no name, no time
+    in the header), written atomically; ``plain`` is then removed."""
+    tmp = kept.with_name(kept.name + ".tmp")
+    with open(plain, "rb") as src, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            shutil.copyfileobj(src, gz)
+    os.replace(tmp, kept)
+    plain.unlink()
 
 
 def made_otherwise(run):
