@@ -84,6 +84,61 @@ def test_short_run_table_and_unk_replacement(first_run):
     assert result["postprocess"][result["postprocess"].index("--method") + 1] == "dictionary"
 
 
+def test_redo_postprocess_from_the_kept_decoding(first_run):
+    """--redo-postprocess makes the UNK row again with the copy method (configs/dynmem/
+    systems-copy.json) from the generate.txt.gz it keeps, with no checkpoint left; the trained
+    row is untouched."""
+    root, out = first_run
+    unk_dir = out / "de-en" / "RNNSearch_-_window_11_-_UNK_replace" / "seed1"
+    before = json.loads((unk_dir / "result.json").read_text())
+    trained = (out / "de-en" / "RNNSearch_-_window_11" / "seed1" / "result.json").read_text()
+    checkpoint = root / "ckpt" / "de-en" / "RNNSearch_-_window_11" / "seed1" / "checkpoint_best.pt"
+    assert checkpoint.is_file()
+    moved = checkpoint.rename(root / "away.pt")
+    config = root / "copy.json"
+    config.write_text(json.dumps({"base": "configs/dynmem/cpu.json",
+                                  "systems": "configs/dynmem/systems-copy.json"}))
+    args = ("--config", config, "--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en",
+            "--systems", ",".join(SYSTEMS), "--max-update", "3", "--out", out,
+            "--checkpoints", root / "ckpt", "--resume")
+    try:
+        refused = reproduce(*args, "--redo-postprocess")
+        assert refused.returncode != 0 and "--resume --force" in refused.stderr
+        proc = reproduce(*args, "--force", "--redo-postprocess")
+    finally:
+        moved.rename(checkpoint)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "postprocessed again from its kept decoding" in proc.stderr
+    after = json.loads((unk_dir / "result.json").read_text())
+    record = after["subsets"]["test"]["postprocess_record"]
+    assert record["method"] == "copy" and record["copied"] == record["unk"] > 0
+    assert record["unk"] == before["subsets"]["test"]["postprocess_record"]["unk"]
+    assert "--method" not in after["postprocess"]
+    assert after["subsets"]["test"]["decode"] == before["subsets"]["test"]["decode"]
+    assert after["train_seconds"] == before["train_seconds"]
+    assert (out / "de-en" / "RNNSearch_-_window_11" / "seed1" / "result.json").read_text() == \
+        trained
+
+
+def test_unk_method_column_marks_the_gpu_rows_as_copied():
+    """The table's 'UNK replace method' column: the committed GPU UNK rows were made with the
+    copy method (their command has no --method), the other rows have none; a record's method
+    wins over the command."""
+    from ran_fairseq.lab.reproduce.papers import DYNMEM, unk_method
+
+    assert [c.title for c in DYNMEM.columns] == ["UNK replace method"]
+    results = json.loads((helpers.REPO / "results/dynmem/gpu/results.json").read_text())
+    methods = {(r["pair"], r["system"]): unk_method(r) for r in results["results"]}
+    assert methods[("en-de", "RNNSearch + UNK replace")] == "copy"
+    assert methods[("en-de", "RNNSearch + window 11 + UNK replace")] == "copy"
+    assert {m for (_, name), m in methods.items() if "UNK" not in name} == {""}
+    post = ["ran_fairseq.scoring.replace_unk", "--method", "dictionary", "--output", "x"]
+    assert unk_method({"postprocess": post}) == "dictionary"
+    assert unk_method({"postprocess": post[:1] + ["--dictionary", "lex"]}) == "dictionary"
+    assert unk_method({"postprocess": post, "subsets": {
+        "test": {"postprocess_record": {"method": "copy"}}}}) == "copy"
+
+
 def test_full_settings_print_paper_size_commands_on_word_level_wmt14():
     proc = reproduce("--full", "--pairs", "en-de", "--systems",
                      "RNNSearch + window 11 + UNK replace", "--dry-run")

@@ -59,15 +59,17 @@ def execute(run, env, trained):
     }
 
 
-def score_subset(run, subset, env, label):
-    """Decode ``subset`` with the selected checkpoint, postprocess, and score it."""
-    from ...scoring.evaluate import read_generate_output, score
-
+def check_text(run, subset):
     for path in (run.raw_src[subset], run.raw_ref[subset], run.tok_ref[subset]):
         if not path.is_file():
             raise ReproError(f"{path} is missing: the data-bin needs the raw and tokenized text "
                              f"that scripts/prepare-*.sh write (data-bins made before tokenized "
                              f"references were kept need a rebuild: add --force)")
+
+
+def score_subset(run, subset, env, label):
+    """Decode ``subset`` with the selected checkpoint, postprocess, and score it."""
+    check_text(run, subset)
     refs = read_text_lines(run.raw_ref[subset], ReproError)
     start = time.perf_counter()
     gen = run_logged(["-m", "ran_fairseq.quiet_cli", "generate", *run.generate_argv[subset]],
@@ -85,6 +87,24 @@ def score_subset(run, subset, env, label):
         raise ReproError(f"{label}: fairseq-generate translated {translated} of the {len(refs)} "
                          f"sentences of {subset} ({run.output[subset]}); a sentence longer than "
                          f"the model's max positions is skipped or refused: see its log")
+    scores, post_record = score_output(run, subset, env, label)
+    scores.update(decode={"sentences": translated, "tokens": int(number(speed.group(2))),
+                          "seconds": number(speed.group(3)),
+                          "sentences_per_s": number(speed.group(4)),
+                          "tokens_per_s": number(speed.group(5))},
+                  generate_seconds=seconds)
+    if post_record is not None:
+        scores["postprocess_record"] = post_record
+    return scores
+
+
+def score_output(run, subset, env, label):
+    """Postprocess (where the system has a postprocess) and score the decoding in
+    ``run.output[subset]``: (scores, the postprocess's record or None). A postprocessed run's
+    decoding is then kept gzip'd (:func:`keep_generate_output`)."""
+    from ...scoring.evaluate import read_generate_output, score
+
+    refs = read_text_lines(run.raw_ref[subset], ReproError)
     output = run.output[subset]
     post_record = None
     if run.postprocess[subset]:
@@ -114,19 +134,13 @@ def score_subset(run, subset, env, label):
                          f"{len(hyps_tok)} hypotheses")
     if run.postprocess[subset]:
         keep_generate_output(run.output[subset], run.kept_output[subset])
-    extra = {} if post_record is None else {"postprocess_record": post_record}
     return {
         "tok_bleu": tok, "sacrebleu": sacre["bleu"][0], "chrf": sacre["chrf"][0],
         "ter": sacre["ter"][0], "signatures": {k: v[1] for k, v in sacre.items()},
         "ref_unk_words": ref_unks, "ref_words": sum(len(line.split()) for line in tok_refs),
         "hyp_unk_words": sum(line.split().count("<unk>") for line in hyps_tok),
         "hyp_file": run.hyp_file[subset].name, "raw_ref": str(run.raw_ref[subset]),
-        "decode": {"sentences": translated, "tokens": int(number(speed.group(2))),
-                   "seconds": number(speed.group(3)),
-                   "sentences_per_s": number(speed.group(4)),
-                   "tokens_per_s": number(speed.group(5))},
-        "generate_seconds": seconds, **extra,
-    }
+    }, post_record
 
 
 def postprocess_record(output):
@@ -206,6 +220,7 @@ def execute_all(runs, args, config, env, paper, name):
             print(f"{name}: {text}", file=sys.stderr, flush=True)
 
     here = functools.lru_cache(maxsize=None)(functools.partial(machine_here, config, args))
+    from .redo import redo_postprocess, redoable  # (redo builds on this module)
 
     def one(run, trainer):
         trained = trainer.result() if trainer is not None else None
@@ -222,16 +237,22 @@ def execute_all(runs, args, config, env, paper, name):
                     and time.monotonic() - start > 60 * args.stop_after):
                 return None
             machine = here()
-            if not args.resume or (args.force and made_otherwise(run)):
-                # made again from the start (check_stored refused other commands' files
-                # unless --force)
-                if run.trains:
-                    shutil.rmtree(run.save_dir, ignore_errors=True)
-                shutil.rmtree(run.dir, ignore_errors=True)
-            say(f"{run_label(run)} ...")
-            old = dict(execute(run, env, trained), machine=machine)
-            if paper.measure is not None:
-                old.update(paper.measure(run, old))
+            stored = read_result(run) if getattr(args, "redo_postprocess", False) else None
+            if stored is not None and redoable(run, stored):
+                say(f"{run_label(run)}: postprocessed again from its kept decoding "
+                    f"(--redo-postprocess) ...")
+                old = redo_postprocess(run, env, stored)
+            else:
+                if not args.resume or (args.force and made_otherwise(run)):
+                    # made again from the start (check_stored refused other commands' files
+                    # unless --force)
+                    if run.trains:
+                        shutil.rmtree(run.save_dir, ignore_errors=True)
+                    shutil.rmtree(run.dir, ignore_errors=True)
+                say(f"{run_label(run)} ...")
+                old = dict(execute(run, env, trained), machine=machine)
+                if paper.measure is not None:
+                    old.update(paper.measure(run, old))
             # recorded with the checkout's files as {repo}/PATH
             old = portable.record(old, paths.REPO)
         except Exception as e:  # noqa: BLE001  (kept, raised after the runs under way)

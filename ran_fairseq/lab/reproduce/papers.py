@@ -61,11 +61,31 @@ DYNMEM = Paper(
                     "Table 3: NIST Zh-En (LDC data you supply in $NIST_DIR), 30k words, 18 "
                     "epochs halving every two after 10"),
     ],
+    columns=[Column("UNK replace method", lambda r: unk_method(r))],
     notes=["**+ UNK replace**: the window-11 checkpoint decoded with `--print-alignment`, each "
-           "`<unk>` replaced by the most-attended source word (`ran_fairseq.scoring.replace_unk`, "
-           "copied); its training figures are the window-11 system's. **RNNSearch + UNK "
-           "replace** does the same to the RNNSearch checkpoint."],
+           "`<unk>` replaced through the most-attended source word (`ran_fairseq.scoring."
+           "replace_unk`); its training figures are the window-11 system's. **RNNSearch + UNK "
+           "replace** does the same to the RNNSearch checkpoint. **UNK replace method**: "
+           "*dictionary* (the paper's, §3.3): the word's most probable translation in a "
+           "dictionary learned from eflomal word alignments of the training corpus, the word "
+           "copied where it has no entry; *copy*: the word copied (docs/rnnsearch_dynmem.md)."],
 )
+
+
+def unk_method(result):
+    """The unknown-word replacement method of a result ('' for a run without one): its record's,
+    else read from its command (``--method``; ``--dictionary`` alone meant the dictionary, neither
+    the copy)."""
+    post = result.get("postprocess") or []
+    if not post or post[0] != "ran_fairseq.scoring.replace_unk":
+        return ""
+    for scores in (result.get("subsets") or {}).values():
+        record = scores.get("postprocess_record") or {}
+        if record.get("method"):
+            return record["method"]
+    if "--method" in post[:-1]:
+        return post[post.index("--method") + 1]
+    return "dictionary" if "--dictionary" in post else "copy"
 
 PERVASIVE = Paper(
     key="pervasive",
