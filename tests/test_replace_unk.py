@@ -273,6 +273,35 @@ def test_dictionary_method_names_missing_training_text(tmp_path, capsys):
     assert "needs --data, --src, --tgt" in capsys.readouterr().err
 
 
+def test_compare_unk_scores_both_methods_on_a_kept_decoding(tmp_path, capsys):
+    """ran_fairseq.lab.reproduce.compare_unk reads a run folder's generate.txt.gz and scores no
+    replacement, copy and dictionary against the data-bin's references, writing nothing there."""
+    from ran_fairseq.lab.reproduce import compare_unk
+
+    data, run = tmp_path / "bin", tmp_path / "run"
+    data.mkdir()
+    run.mkdir()
+    (data / "test.tok.de").write_text("\n".join(" ".join(s) for s in SOURCES) + "\n")
+    refs = ["the house at Zwergensee .", "a quokka laughs"]
+    for kind in ("tok", "raw"):
+        (data / f"test.{kind}.en").write_text("\n".join(refs) + "\n")
+    (run / "generate.txt.gz").write_bytes(gzip.compress(GENERATED.encode()))
+    lex = tmp_path / "lex"
+    lex.write_text("Quokka quokka\n")
+    out = tmp_path / "numbers.json"
+    assert compare_unk.main([str(run), "--data", str(data), "--src", "de", "--tgt", "en",
+                             "--dictionary", str(lex), "--json", str(out)]) == 0
+    assert sorted(p.name for p in run.iterdir()) == ["generate.txt.gz"]
+    row = json.loads(out.read_text())["runs"][0]
+    # Zwergensee copied; Quokka translated in both hypotheses of sample 1, 'ein' copied
+    assert (row["dictionary"]["unk"], row["dictionary"]["from_dictionary"],
+            row["dictionary"]["copied"], row["copy"]["copied"]) == (4, 2, 2, 4)
+    assert row["dictionary"]["tok_bleu"] == pytest.approx(100)
+    assert row["none"]["tok_bleu"] < row["copy"]["tok_bleu"] < row["dictionary"]["tok_bleu"]
+    assert "4 <unk> in 2 of 3 hypotheses; dictionary method: 2 from the dictionary, 2 copied" \
+        in capsys.readouterr().out
+
+
 # ---- end to end through fairseq-generate -------------------------------------------------------
 
 TINY = ("--encoder-embed-dim", "16", "--encoder-hidden-size", "16", "--decoder-embed-dim", "16",
