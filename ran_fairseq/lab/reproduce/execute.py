@@ -236,13 +236,14 @@ def execute_all(runs, args, config, env, paper, name):
                     args.stop_after is not None
                     and time.monotonic() - start > 60 * args.stop_after):
                 return None
-            machine = here()
             stored = read_result(run) if getattr(args, "redo_postprocess", False) else None
             if stored is not None and redoable(run, stored):
+                # no device needed: its machine stays the one that decoded it
                 say(f"{run_label(run)}: postprocessed again from its kept decoding "
                     f"(--redo-postprocess) ...")
                 old = redo_postprocess(run, env, stored)
             else:
+                machine = here()
                 if not args.resume or (args.force and made_otherwise(run)):
                     # made again from the start (check_stored refused other commands' files
                     # unless --force)
