@@ -40,7 +40,7 @@ def first_run(tmp_path_factory):
     out = root / "out"
     proc = reproduce("--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en", "--systems",
                      ",".join(SYSTEMS), "--max-update", "3", "--out", out,
-                     "--checkpoints", root / "ckpt")
+                     "--checkpoints", root / "ckpt", timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return root, out
 
@@ -102,9 +102,7 @@ def test_redo_postprocess_from_the_kept_decoding(first_run):
             "--systems", ",".join(SYSTEMS), "--max-update", "3", "--out", out,
             "--checkpoints", root / "ckpt", "--resume")
     try:
-        refused = reproduce(*args, "--redo-postprocess")
-        assert refused.returncode != 0 and "--resume --force" in refused.stderr
-        proc = reproduce(*args, "--force", "--redo-postprocess")
+        proc = reproduce(*args, "--force", "--redo-postprocess", timeout=600)
     finally:
         moved.rename(checkpoint)
     assert proc.returncode == 0, proc.stderr[-5000:]
@@ -118,6 +116,17 @@ def test_redo_postprocess_from_the_kept_decoding(first_run):
     assert after["train_seconds"] == before["train_seconds"]
     assert (out / "de-en" / "RNNSearch_-_window_11" / "seed1" / "result.json").read_text() == \
         trained
+
+
+def test_redo_postprocess_needs_resume_and_force(capsys):
+    from ran_fairseq.lab.reproduce.cli import parse_cli
+    from ran_fairseq.lab.reproduce.papers import DYNMEM
+
+    for extra in ([], ["--resume"], ["--force"]):
+        with pytest.raises(SystemExit):
+            parse_cli(DYNMEM, ["--redo-postprocess", *extra])
+        assert "give it with --resume --force" in capsys.readouterr().err
+    assert parse_cli(DYNMEM, ["--redo-postprocess", "--resume", "--force"]).redo_postprocess
 
 
 def test_unk_method_column_marks_the_gpu_rows_as_copied():
