@@ -52,5 +52,7 @@ setup(
                              "submitit>=1.4"],
                     "plot": ["matplotlib>=3.5"],
                     # ran-reproduce --launcher slurm
-                    "slurm": ["submitit>=1.4"]},
+                    "slurm": ["submitit>=1.4"],
+                    # replace_unk --method dictionary (Yang et al.'s UNK replacement)
+                    "align": ["eflomal>=2.0,<3"]},
 )

@@ -1,14 +1,20 @@
 """Unknown-word replacement (ran_fairseq.scoring.replace_unk) on crafted fairseq-generate output,
-and end to end: rnnsearch_dynmem trained briefly on a synthetic corpus binarized with tiny
-vocabularies, so that it writes <unk>, decoded by fairseq-generate --print-alignment."""
+its two methods (copy; the paper's dictionary learned from word alignments by eflomal,
+ran_fairseq.scoring.unk_dictionary), and end to end: rnnsearch_dynmem trained briefly on a
+synthetic corpus binarized with tiny vocabularies, so that it writes <unk>, decoded by
+fairseq-generate --print-alignment."""
+import gzip
+import json
 import re
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import torch
 
 import helpers
+from ran_fairseq.scoring import unk_dictionary
 from ran_fairseq.scoring.evaluate import read_generate_output
 from ran_fairseq.scoring.replace_unk import (
     ReplaceUnkError,
@@ -112,6 +118,188 @@ def test_errors_name_the_problem(edit, match):
 def test_sample_id_past_source_file():
     with pytest.raises(ReplaceUnkError, match="--source has 1 lines"):
         list(replace_unk_lines(GENERATED.splitlines(), SOURCES[:1]))
+
+
+def copied():
+    """GENERATED with each <unk> replaced by its attended source word, as --method copy does."""
+    return EXPECTED.replace("a quokka laughs", "a Quokka laughs").replace(
+        "quokka laughs ein", "Quokka laughs ein")
+
+
+def write_inputs(tmp_path):
+    gen, src = tmp_path / "gen.txt", tmp_path / "src.txt"
+    gen.write_text(GENERATED)
+    src.write_text("\n".join(" ".join(s) for s in SOURCES) + "\n")
+    return gen, src
+
+
+def test_copy_method_copies_the_attended_source_word(tmp_path, capsys):
+    """--method copy (and no --method without --dictionary: the default) copies every <unk>'s
+    most-attended source word, whatever the dictionary would say; it records its counts."""
+    gen, src = write_inputs(tmp_path)
+    for extra in (["--method", "copy"], []):
+        out = tmp_path / "out.txt"
+        assert main(["--generate-output", str(gen), "--source", str(src), "--output", str(out),
+                     *extra]) == 0
+        assert out.read_text() == copied()
+        record = json.loads((tmp_path / "out.txt.json").read_text())
+        assert record == {"method": "copy", "unk": 4, "from_dictionary": 0, "copied": 4,
+                          "hypotheses": 3, "hypotheses_with_unk": 2, "dictionary": None,
+                          "dictionary_sha256": None}
+    assert main(["--generate-output", str(gen), "--source", str(src), "--method", "copy",
+                 "--dictionary", "x"]) == 1
+    assert "--method copy uses no dictionary" in capsys.readouterr().err
+
+
+def test_gzip_generate_output_is_read(tmp_path):
+    gen, src = write_inputs(tmp_path)
+    gz = tmp_path / "gen.txt.gz"
+    gz.write_bytes(gzip.compress(GENERATED.encode()))
+    out = tmp_path / "out.txt"
+    assert main(["--generate-output", str(gz), "--source", str(src), "--output", str(out)]) == 0
+    assert out.read_text() == copied()
+
+
+# the tiny parallel corpus of the dictionary tests: German and English words in the same order
+DE_EN = {"das": "the", "ein": "a", "Haus": "house", "Buch": "book", "Hund": "dog",
+         "ist": "is", "klein": "small", "groß": "big", "rot": "red"}
+
+
+def tiny_corpus(folder):
+    """``folder/prep/train.tok.{de,en}``: every 'ART NOUN ist ADJ' sentence and its word-for-word
+    English, as ran_fairseq.data.prepare keeps a data-bin's tokenized training text."""
+    prep = folder / "prep"
+    prep.mkdir(parents=True)
+    de, en = [], []
+    for art in ("das", "ein"):
+        for noun in ("Haus", "Buch", "Hund"):
+            for adj in ("klein", "groß", "rot"):
+                for _ in range(3):
+                    de.append(f"{art} {noun} ist {adj}")
+                    en.append(" ".join(DE_EN[w] for w in de[-1].split()))
+    (prep / "train.tok.de").write_text("\n".join(de) + "\n")
+    (prep / "train.tok.en").write_text("\n".join(en) + "\n")
+    return folder
+
+
+def test_counting_links_picks_the_most_frequent_target():
+    """Counting without the aligner: the intersection keeps the links both directions agree on,
+    a source word's entry is its most linked target word (ties: sort order), and a word with no
+    link gets no entry."""
+    sources = ["A B C", "A B", "A C"]
+    targets = ["x y z", "x y", "w z"]
+    forward = ["0-0 1-1 2-2", "0-0 1-1", "0-0 1-1"]
+    reverse = ["0-0 1-1", "0-0 1-1", "0-0 1-1"]
+    inter = unk_dictionary.count_links(sources, targets, forward, reverse)
+    assert inter == {"A": Counter({"x": 2, "w": 1}), "B": Counter({"y": 2}),
+                     "C": Counter({"z": 1})}
+    table = unk_dictionary.most_probable(inter)
+    assert table == {"A": ("x", 2, 3), "B": ("y", 2, 2), "C": ("z", 1, 1)}
+    fwd = unk_dictionary.count_links(sources, targets, forward, reverse, links="forward")
+    assert fwd["C"] == Counter({"z": 2})
+    tie = unk_dictionary.most_probable({"A": Counter({"y": 1, "x": 1})})
+    assert tie == {"A": ("x", 1, 2)}
+    with pytest.raises(unk_dictionary.DictionaryError, match="outside a pair of 2 and 2"):
+        unk_dictionary.count_links(["A B"], ["x y"], ["0-2"], ["0-2"], links="forward")
+
+
+def test_dictionary_learned_by_eflomal_and_cached(tmp_path, monkeypatch):
+    """eflomal's alignments of a tiny corpus give each German word its English word; the
+    dictionary is cached in the data-bin and built again only when the training text changes."""
+    pytest.importorskip("eflomal", reason="the 'align' extra (eflomal) is not installed")
+    data = tiny_corpus(tmp_path / "bin")
+    path = unk_dictionary.cached(data, "de", "en")
+    assert path == data / "unk-dict.de-en.intersection.txt"
+    assert load_dictionary(path) == DE_EN
+    stamp = json.loads((data / "unk-dict.de-en.intersection.txt.json").read_text())
+    assert stamp["links"] == "intersection" and stamp["aligner"].startswith("eflomal ")
+    built = []
+    monkeypatch.setattr(unk_dictionary, "build", lambda *a: built.append(a))
+    assert unk_dictionary.cached(data, "de", "en") == path and built == []
+    with open(data / "prep" / "train.tok.de", "a") as f:
+        f.write("das Haus\n")
+    with open(data / "prep" / "train.tok.en", "a") as f:
+        f.write("the house\n")
+    unk_dictionary.cached(data, "de", "en")
+    assert len(built) == 1
+
+
+def test_dictionary_method_translates_the_attended_word_or_copies_it(tmp_path, capsys):
+    """--method dictionary: each <unk> becomes the dictionary entry of its most-attended source
+    word (the A- line's link), and the word itself where the dictionary has none."""
+    pytest.importorskip("eflomal", reason="the 'align' extra (eflomal) is not installed")
+    data = tiny_corpus(tmp_path / "bin")
+    sources = ["das Haus ist Zwergensee", "ein Buch ist rot"]
+    (data / "test.tok.de").write_text("\n".join(sources) + "\n")
+    gen = tmp_path / "gen.txt"
+    gen.write_text("H-0\t-0.1\tthe <unk> is <unk>\nD-0\t-0.1\tthe <unk> is <unk>\n"
+                   "P-0\t-0.1 -0.1 -0.1 -0.1 -0.1\nA-0\t0-0 1-1 2-2 3-3\n"
+                   "H-1\t-0.1\ta <unk> is <unk>\nD-1\t-0.1\ta <unk> is <unk>\n"
+                   "P-1\t-0.1 -0.1 -0.1 -0.1 -0.1\nA-1\t0-0 3-1 2-2 1-3\n")
+    out = tmp_path / "out.txt"
+    assert main(["--generate-output", str(gen), "--source", str(data / "test.tok.de"),
+                 "--method", "dictionary", "--data", str(data), "--src", "de", "--tgt", "en",
+                 "--output", str(out)]) == 0
+    # sample 1: <unk> 1 attends 'rot' (3-1), <unk> 3 attends 'Buch' (1-3)
+    assert read_generate_output(str(out)) == ["the house is Zwergensee", "a red is book"]
+    record = json.loads((tmp_path / "out.txt.json").read_text())
+    assert (record["method"], record["unk"], record["from_dictionary"], record["copied"]) == \
+        ("dictionary", 4, 3, 1)
+    assert record["dictionary"] == str(data / "unk-dict.de-en.intersection.txt")
+    assert "4 <unk> replaced (3 through the dictionary)" in capsys.readouterr().err
+
+
+def test_dictionary_method_without_the_extra_fails_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "eflomal", None)  # import eflomal raises ImportError
+    data = tiny_corpus(tmp_path / "bin")
+    gen, src = write_inputs(tmp_path)
+    assert main(["--generate-output", str(gen), "--source", str(src), "--method", "dictionary",
+                 "--data", str(data), "--src", "de", "--tgt", "en"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'ran_fairseq[align]'" in err
+    assert not (data / "unk-dict.de-en.intersection.txt").exists()
+    assert unk_dictionary.main(["--data", str(data), "--src", "de", "--tgt", "en"]) == 1
+    assert "needs the word aligner eflomal" in capsys.readouterr().err
+
+
+def test_dictionary_method_names_missing_training_text(tmp_path, capsys):
+    gen, src = write_inputs(tmp_path)
+    assert main(["--generate-output", str(gen), "--source", str(src), "--method", "dictionary",
+                 "--data", str(tmp_path), "--src", "de", "--tgt", "en"]) == 1
+    err = capsys.readouterr().err
+    assert "prep/train.tok.de is missing" in err and "--train-prefix" in err
+    assert main(["--generate-output", str(gen), "--source", str(src),
+                 "--method", "dictionary"]) == 1
+    assert "needs --data, --src, --tgt" in capsys.readouterr().err
+
+
+def test_compare_unk_scores_both_methods_on_a_kept_decoding(tmp_path, capsys):
+    """ran_fairseq.lab.reproduce.compare_unk reads a run folder's generate.txt.gz and scores no
+    replacement, copy and dictionary against the data-bin's references, writing nothing there."""
+    from ran_fairseq.lab.reproduce import compare_unk
+
+    data, run = tmp_path / "bin", tmp_path / "run"
+    data.mkdir()
+    run.mkdir()
+    (data / "test.tok.de").write_text("\n".join(" ".join(s) for s in SOURCES) + "\n")
+    refs = ["the house at Zwergensee .", "a quokka laughs"]
+    for kind in ("tok", "raw"):
+        (data / f"test.{kind}.en").write_text("\n".join(refs) + "\n")
+    (run / "generate.txt.gz").write_bytes(gzip.compress(GENERATED.encode()))
+    lex = tmp_path / "lex"
+    lex.write_text("Quokka quokka\n")
+    out = tmp_path / "numbers.json"
+    assert compare_unk.main([str(run), "--data", str(data), "--src", "de", "--tgt", "en",
+                             "--dictionary", str(lex), "--json", str(out)]) == 0
+    assert sorted(p.name for p in run.iterdir()) == ["generate.txt.gz"]
+    row = json.loads(out.read_text())["runs"][0]
+    # Zwergensee copied; Quokka translated in both hypotheses of sample 1, 'ein' copied
+    assert (row["dictionary"]["unk"], row["dictionary"]["from_dictionary"],
+            row["dictionary"]["copied"], row["copy"]["copied"]) == (4, 2, 2, 4)
+    assert row["dictionary"]["tok_bleu"] == pytest.approx(100)
+    assert row["none"]["tok_bleu"] < row["copy"]["tok_bleu"] < row["dictionary"]["tok_bleu"]
+    assert "4 <unk> in 2 of 3 hypotheses; dictionary method: 2 from the dictionary, 2 copied" \
+        in capsys.readouterr().out
 
 
 # ---- end to end through fairseq-generate -------------------------------------------------------

@@ -3,6 +3,7 @@ prepared by the project's pipeline on a tiny corpus, window 11 trained for 3 upd
 and '+ UNK replace' decoding its checkpoint through ran_fairseq.scoring.replace_unk; then the
 --full commands and the agreement of configs/dynmem/* with each other and with paper-train.args."""
 import functools
+import gzip
 import json
 import math
 import subprocess
@@ -24,6 +25,8 @@ reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
 def first_run(tmp_path_factory):
     """A word-level de-en data-bin (small vocabularies, so that the test set has <unk>) and one
     short run of two systems on it."""
+    # the UNK-replace system learns its dictionary with eflomal (the 'align' extra)
+    pytest.importorskip("eflomal", reason="the 'align' extra (eflomal) is not installed")
     root = tmp_path_factory.mktemp("reproduce-dynmem")
     raw = helpers.make_synthetic_corpus(root / "raw")
     proc = subprocess.run(
@@ -31,13 +34,13 @@ def first_run(tmp_path_factory):
          "--out", str(root / "bin.de-en"), "--train-prefix", str(raw / "train"),
          "--valid-prefix", str(raw / "valid"), "--test-prefix", str(raw / "test"),
          "--bpe-merges", "0", "--nwords-src", "16", "--nwords-tgt", "16",
-         "--no-joined-dictionary", "--workers", "1", "--work-dir", str(root / "work")],
+         "--no-joined-dictionary", "--workers", "1"],  # training text kept in bin.de-en/prep
         env=helpers.fairseq_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = root / "out"
     proc = reproduce("--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en", "--systems",
                      ",".join(SYSTEMS), "--max-update", "3", "--out", out,
-                     "--checkpoints", root / "ckpt")
+                     "--checkpoints", root / "ckpt", timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return root, out
 
@@ -57,12 +60,92 @@ def test_short_run_table_and_unk_replacement(first_run):
     assert rows["RNNSearch + window 11 + UNK replace"]["params"] == \
         rows["RNNSearch + window 11"]["params"]
     unk_dir = out / "de-en" / "RNNSearch_-_window_11_-_UNK_replace" / "seed1"
-    before = (unk_dir / "generate.txt").read_text()
+    # what decoding printed is kept gzip'd (not git-ignored), so the postprocess can be redone
+    assert not (unk_dir / "generate.txt").exists()
+    before = gzip.decompress((unk_dir / "generate.txt.gz").read_bytes()).decode()
     after = (unk_dir / "generate.post.txt").read_text()
     assert "\nA-" in before  # --print-alignment reached fairseq-generate
     hyps = [line for line in after.splitlines() if line.startswith("H-")]
     assert hyps and all("<unk>" not in line for line in hyps)
     assert before.count("<unk>") > after.count("<unk>")  # 3 updates: <unk>s were generated
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index",
+                              "results/dynmem/x/de-en/S/seed1/generate.txt.gz"],
+                             cwd=helpers.REPO)
+    assert ignored.returncode == 1
+    # the result names the method and the dictionary learned in the data-bin
+    result = json.loads((unk_dir / "result.json").read_text())
+    record = result["subsets"]["test"]["postprocess_record"]
+    assert record["method"] == "dictionary"
+    assert record["unk"] == sum(line.split("\t")[2].split().count("<unk>")
+                                for line in before.splitlines() if line.startswith("H-"))
+    assert record["from_dictionary"] + record["copied"] == record["unk"]
+    assert record["dictionary"].endswith("bin.de-en/unk-dict.de-en.intersection.txt")
+    assert "--method" in result["postprocess"]
+    assert result["postprocess"][result["postprocess"].index("--method") + 1] == "dictionary"
+
+
+def test_redo_postprocess_from_the_kept_decoding(first_run):
+    """--redo-postprocess makes the UNK row again with the copy method (configs/dynmem/
+    systems-copy.json) from the generate.txt.gz it keeps, with no checkpoint left; the trained
+    row is untouched."""
+    root, out = first_run
+    unk_dir = out / "de-en" / "RNNSearch_-_window_11_-_UNK_replace" / "seed1"
+    before = json.loads((unk_dir / "result.json").read_text())
+    trained = (out / "de-en" / "RNNSearch_-_window_11" / "seed1" / "result.json").read_text()
+    checkpoint = root / "ckpt" / "de-en" / "RNNSearch_-_window_11" / "seed1" / "checkpoint_best.pt"
+    assert checkpoint.is_file()
+    moved = checkpoint.rename(root / "away.pt")
+    config = root / "copy.json"
+    config.write_text(json.dumps({"base": "configs/dynmem/cpu.json",
+                                  "systems": "configs/dynmem/systems-copy.json"}))
+    args = ("--config", config, "--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en",
+            "--systems", ",".join(SYSTEMS), "--max-update", "3", "--out", out,
+            "--checkpoints", root / "ckpt", "--resume")
+    try:
+        proc = reproduce(*args, "--force", "--redo-postprocess", timeout=600)
+    finally:
+        moved.rename(checkpoint)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "postprocessed again from its kept decoding" in proc.stderr
+    after = json.loads((unk_dir / "result.json").read_text())
+    record = after["subsets"]["test"]["postprocess_record"]
+    assert record["method"] == "copy" and record["copied"] == record["unk"] > 0
+    assert record["unk"] == before["subsets"]["test"]["postprocess_record"]["unk"]
+    assert "--method" not in after["postprocess"]
+    assert after["subsets"]["test"]["decode"] == before["subsets"]["test"]["decode"]
+    assert after["train_seconds"] == before["train_seconds"]
+    assert (out / "de-en" / "RNNSearch_-_window_11" / "seed1" / "result.json").read_text() == \
+        trained
+
+
+def test_redo_postprocess_needs_resume_and_force(capsys):
+    from ran_fairseq.lab.reproduce.cli import parse_cli
+    from ran_fairseq.lab.reproduce.papers import DYNMEM
+
+    for extra in ([], ["--resume"], ["--force"]):
+        with pytest.raises(SystemExit):
+            parse_cli(DYNMEM, ["--redo-postprocess", *extra])
+        assert "give it with --resume --force" in capsys.readouterr().err
+    assert parse_cli(DYNMEM, ["--redo-postprocess", "--resume", "--force"]).redo_postprocess
+
+
+def test_unk_method_column_marks_the_gpu_rows_as_copied():
+    """The table's 'UNK replace method' column: the committed GPU UNK rows were made with the
+    copy method (their command has no --method), the other rows have none; a record's method
+    wins over the command."""
+    from ran_fairseq.lab.reproduce.papers import DYNMEM, unk_method
+
+    assert [c.title for c in DYNMEM.columns] == ["UNK replace method"]
+    results = json.loads((helpers.REPO / "results/dynmem/gpu/results.json").read_text())
+    methods = {(r["pair"], r["system"]): unk_method(r) for r in results["results"]}
+    assert methods[("en-de", "RNNSearch + UNK replace")] == "copy"
+    assert methods[("en-de", "RNNSearch + window 11 + UNK replace")] == "copy"
+    assert {m for (_, name), m in methods.items() if "UNK" not in name} == {""}
+    post = ["ran_fairseq.scoring.replace_unk", "--method", "dictionary", "--output", "x"]
+    assert unk_method({"postprocess": post}) == "dictionary"
+    assert unk_method({"postprocess": post[:1] + ["--dictionary", "lex"]}) == "dictionary"
+    assert unk_method({"postprocess": post, "subsets": {
+        "test": {"postprocess_record": {"method": "copy"}}}}) == "copy"
 
 
 def test_full_settings_print_paper_size_commands_on_word_level_wmt14():

@@ -1,14 +1,26 @@
-"""Unknown-word replacement on ``fairseq-generate --print-alignment`` output (Luong et al. 2015;
-Yang et al. 2017, Tables 2-3 "+ UNK replace").
+"""Unknown-word replacement on ``fairseq-generate --print-alignment`` output (Yang et al. 2017,
+section 3.3 and Tables 2-3 "+ UNK replace", after Jean et al. 2014 and Luong et al. 2014).
 
-Every ``<unk>`` of a hypothesis is replaced by the source word that received the most attention
-when it was generated, translated through a word dictionary when one is given and holds the word,
-else copied. fairseq's own ``--replace-unk`` does not work with binarized data (fairseq issue
-3533 and others), so this runs after generation:
+Every ``<unk>`` of a hypothesis is replaced through the source word that received the most
+attention when it was generated (the ``A-`` line's link of that position). Two methods:
+
+- ``--method dictionary`` (the paper's): the source word's most probable target word in a
+  translation dictionary learned from word alignments of the training corpus
+  (:mod:`ran_fairseq.scoring.unk_dictionary`: eflomal, the ``align`` extra; built once per
+  data-bin from ``--data``/``--src``/``--tgt`` and cached there, or a ready ``--dictionary FILE``),
+  the source word copied when the dictionary has no entry for it;
+- ``--method copy`` (the default, and the method before the dictionary existed): the source word
+  copied. Needs nothing installed.
+
+fairseq's own ``--replace-unk`` does not work with binarized data (fairseq issue 3533 and others),
+so this runs after generation:
 
     fairseq-generate DATA --path ckpt.pt --print-alignment > gen.txt
     python -m ran_fairseq.scoring.replace_unk --generate-output gen.txt \
-        --source DATA/test.tok.de [--dictionary lex.de-en] > gen.unk.txt
+        --source DATA/test.tok.de --method dictionary --data DATA --src de --tgt en > gen.unk.txt
+
+With ``--output FILE``, ``FILE.json`` records the method, the dictionary (path and sha256) and the
+counts: ``<unk>`` tokens, replaced from the dictionary, copied.
 
 The output is the input with each ``<unk>`` of the ``H-`` and ``D-`` lines replaced (everything
 else unchanged, fairseq's closing BLEU line included), so ``ran_fairseq.scoring.evaluate`` and
@@ -23,14 +35,20 @@ other readers of generate output take it as they are.
   detokenized. ``data-bin/X/test.tok.SRC`` of a word-level data-bin
   (``ran_fairseq.data.prepare --bpe-merges 0``) is such a file.
 - ``--dictionary``: lines ``SOURCE_WORD TARGET_WORD [...]``; the first entry of a word is used.
+- ``--generate-output`` may be gzip-compressed (``.gz``), as the engine keeps it.
 - ``H-`` lines must hold the model's tokens (no ``--post-process``/``--remove-bpe``, which merge
   tokens so that TGT no longer indexes them); ``D-`` lines get the same replacements, the n-th
   ``<unk>`` of the line taking the n-th replacement (a detokenizer leaves ``<unk>`` whole).
 """
 import argparse
+import gzip
+import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+
+from . import unk_dictionary
 
 UNK = "<unk>"
 
@@ -181,38 +199,90 @@ def replace_unk_lines(lines: Iterable[str], sources: List[List[str]],
         raise unaligned()
 
 
+METHODS = ("copy", "dictionary")
+
+
+def open_text(path):
+    """A text file for reading, gzip-compressed when its name ends in ``.gz``; ``-``: stdin."""
+    if path == "-":
+        return sys.stdin
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def resolve_dictionary(args, say) -> Tuple[Optional[Path], Dict[str, str]]:
+    """(the dictionary file, its table) of ``args.method``: none for ``copy``."""
+    if args.method == "copy":
+        if args.dictionary or args.data:
+            raise ReplaceUnkError("--method copy uses no dictionary: drop --dictionary/--data, or "
+                                  "use --method dictionary")
+        return None, {}
+    path = Path(args.dictionary) if args.dictionary else unk_dictionary.from_args(args, say)
+    return path, load_dictionary(path)
+
+
+def apply(generate_output, source, output, method="copy", dictionary_path=None, table=None,
+          unk=UNK) -> dict:
+    """Replace the ``<unk>`` of ``generate_output`` (a path, ``.gz`` read as gzip) into ``output``
+    (None: stdout) and return the record of what was done (written to ``OUTPUT.json`` too)."""
+    stats = Stats()
+    sources = read_sources(source)
+    with open_text(generate_output) as inp:
+        out_lines = list(replace_unk_lines(inp, sources, table or {}, unk, stats))
+    text = "".join(line + "\n" for line in out_lines)
+    record = {"method": method, "unk": stats.replaced, "from_dictionary": stats.translated,
+              "copied": stats.replaced - stats.translated, "hypotheses": stats.hypotheses,
+              "hypotheses_with_unk": len(stats.sentences),
+              "dictionary": str(dictionary_path) if dictionary_path else None,
+              "dictionary_sha256": (unk_dictionary.file_digest(dictionary_path)
+                                    if dictionary_path else None)}
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+        with open(f"{output}.json", "w", encoding="utf-8") as f:
+            f.write(json.dumps(record, indent=1) + "\n")
+    else:
+        sys.stdout.write(text)
+    return record
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ran_fairseq.scoring.replace_unk",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--generate-output", required=True,
-                   help="fairseq-generate output made with --print-alignment ('-': stdin)")
+                   help="fairseq-generate output made with --print-alignment ('-': stdin; .gz: "
+                        "gzip)")
     p.add_argument("--source", required=True,
                    help="the model's input tokens, one sentence per line in corpus order")
-    p.add_argument("--dictionary", help="word dictionary: lines 'SOURCE_WORD TARGET_WORD'; without "
-                                        "it (or for words it lacks) the source word is copied")
+    p.add_argument("--method", choices=METHODS, default=None,
+                   help="copy: the attended source word; dictionary: its most probable "
+                        "translation from word alignments of the training corpus, copied when "
+                        "absent (Yang et al. 2017). Default: dictionary with --dictionary, else "
+                        "copy")
+    p.add_argument("--dictionary", help="a ready word dictionary (lines 'SOURCE_WORD "
+                                        "TARGET_WORD') instead of the one learned from --data")
+    unk_dictionary.add_arguments(p)
     p.add_argument("--unk", default=UNK, help="the unknown-word symbol (default %(default)s)")
-    p.add_argument("--output", help="where to write (default: stdout)")
+    p.add_argument("--output", help="where to write (default: stdout); OUTPUT.json records the "
+                                    "method and the counts")
     args = p.parse_args(argv)
-    stats = Stats()
+    if args.method is None:
+        args.method = "dictionary" if args.dictionary else "copy"
+
+    def say(text):
+        print(f"replace_unk: {text}", file=sys.stderr, flush=True)
+
     try:
-        sources = read_sources(args.source)
-        dictionary = load_dictionary(args.dictionary) if args.dictionary else {}
-        inp = sys.stdin if args.generate_output == "-" else open(args.generate_output,
-                                                                  encoding="utf-8")
-        with inp:
-            out_lines = list(replace_unk_lines(inp, sources, dictionary, args.unk, stats))
-    except (OSError, ReplaceUnkError) as err:
+        path, table = resolve_dictionary(args, say)
+        record = apply(args.generate_output, args.source, args.output, args.method, path, table,
+                       args.unk)
+    except (OSError, ReplaceUnkError, unk_dictionary.DictionaryError) as err:
         print(f"replace_unk: error: {err}", file=sys.stderr)
         return 1
-    text = "".join(line + "\n" for line in out_lines)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    print(f"replace_unk: {stats.replaced} {args.unk} replaced ({stats.translated} through the "
-          f"dictionary) in {len(stats.sentences)} of {stats.hypotheses} hypotheses",
-          file=sys.stderr)
+    print(f"replace_unk: {record['unk']} {args.unk} replaced ({record['from_dictionary']} through "
+          f"the dictionary) in {record['hypotheses_with_unk']} of {record['hypotheses']} "
+          f"hypotheses; method {args.method}", file=sys.stderr)
     return 0
 
 

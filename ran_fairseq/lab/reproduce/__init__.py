@@ -28,7 +28,9 @@ hyper-parameter lives in a script. For each language pair, system and seed, with
 5. parameter count, training speed (fairseq-train's words/s) and wall time, the validation curve and
    the selected checkpoint's epoch and update, and decoding speed (fairseq-generate's own timing line).
 
-Writes OUT/PAIR/SYSTEM/seedN/{train.log, generate[.SUBSET].txt, hyp.detok[.SUBSET].txt, result.json},
+Writes OUT/PAIR/SYSTEM/seedN/{train.log, generate[.SUBSET].txt, hyp.detok[.SUBSET].txt, result.json}
+(a postprocessed run keeps its decoding as generate[.SUBSET].txt.gz instead, so that
+``--redo-postprocess`` (:mod:`.redo`) can postprocess it again without the checkpoint),
 OUT/results.json (every result, with settings and machine) and OUT/TABLE.md (mean ± std over seeds
 where there are several). What it writes names a path inside the checkout as ``{repo}/PATH``, and
 the logs it keeps have the machine's paths replaced likewise (``ran_fairseq.lab.portable``): results

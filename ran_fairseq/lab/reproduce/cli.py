@@ -102,6 +102,12 @@ def parse_cli(paper, argv, prog=None):
                    help="replace stored results and checkpoints made with other commands (without "
                         "it the engine refuses to replace them, or to leave them out of the "
                         "table, and says which)")
+    p.add_argument("--redo-postprocess", action="store_true",
+                   help="with --resume --force: a run with a postprocess whose stored result was "
+                        "trained and decoded by the same commands, and whose folder keeps its "
+                        "decoding (generate.txt.gz), is postprocessed and scored again from it "
+                        "without its checkpoint (e.g. another unknown-word replacement method); "
+                        "its training and decoding figures are kept")
     p.add_argument("--dry-run", action="store_true",
                    help="print the commands and run nothing")
     launch.add_arguments(p)  # --launcher and its options (ran_fairseq.lab.reproduce.launch)
@@ -112,6 +118,8 @@ def parse_cli(paper, argv, prog=None):
         args.config = settings[args.full].config if settings else paper.full_config
     if args.max_update is not None and args.max_update < 1:
         p.error("--max-update must be at least 1")
+    if args.redo_postprocess and not (args.resume and args.force):
+        p.error("--redo-postprocess replaces stored results: give it with --resume --force")
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
     if args.threads is None:

@@ -2,6 +2,8 @@
 ``--jobs`` at a time."""
 import concurrent.futures
 import functools
+import gzip
+import os
 import shutil
 import sys
 import threading
@@ -10,7 +12,7 @@ import time
 from ... import textio
 from .. import portable
 from ..common import paths
-from ..common.jsonio import read_text_lines
+from ..common.jsonio import load_json, read_text_lines
 from ..common.machine import machine_info
 from .checkpoints import selected_checkpoint
 from .errors import ReproError
@@ -57,15 +59,17 @@ def execute(run, env, trained):
     }
 
 
-def score_subset(run, subset, env, label):
-    """Decode ``subset`` with the selected checkpoint, postprocess, and score it."""
-    from ...scoring.evaluate import read_generate_output, score
-
+def check_text(run, subset):
     for path in (run.raw_src[subset], run.raw_ref[subset], run.tok_ref[subset]):
         if not path.is_file():
             raise ReproError(f"{path} is missing: the data-bin needs the raw and tokenized text "
                              f"that scripts/prepare-*.sh write (data-bins made before tokenized "
                              f"references were kept need a rebuild: add --force)")
+
+
+def score_subset(run, subset, env, label):
+    """Decode ``subset`` with the selected checkpoint, postprocess, and score it."""
+    check_text(run, subset)
     refs = read_text_lines(run.raw_ref[subset], ReproError)
     start = time.perf_counter()
     gen = run_logged(["-m", "ran_fairseq.quiet_cli", "generate", *run.generate_argv[subset]],
@@ -83,13 +87,33 @@ def score_subset(run, subset, env, label):
         raise ReproError(f"{label}: fairseq-generate translated {translated} of the {len(refs)} "
                          f"sentences of {subset} ({run.output[subset]}); a sentence longer than "
                          f"the model's max positions is skipped or refused: see its log")
+    scores, post_record = score_output(run, subset, env, label)
+    scores.update(decode={"sentences": translated, "tokens": int(number(speed.group(2))),
+                          "seconds": number(speed.group(3)),
+                          "sentences_per_s": number(speed.group(4)),
+                          "tokens_per_s": number(speed.group(5))},
+                  generate_seconds=seconds)
+    if post_record is not None:
+        scores["postprocess_record"] = post_record
+    return scores
+
+
+def score_output(run, subset, env, label):
+    """Postprocess (where the system has a postprocess) and score the decoding in
+    ``run.output[subset]``: (scores, the postprocess's record or None). A postprocessed run's
+    decoding is then kept gzip'd (:func:`keep_generate_output`)."""
+    from ...scoring.evaluate import read_generate_output, score
+
+    refs = read_text_lines(run.raw_ref[subset], ReproError)
     output = run.output[subset]
+    post_record = None
     if run.postprocess[subset]:
         run_logged(["-m", *run.postprocess[subset]], run.dir / f"postprocess.{subset}.log", env,
                    f"postprocessing {label} on {subset}")
         output = run.post_output[subset]
         if not output.is_file():
             raise ReproError(f"the postprocess command of {label} wrote no {output}")
+        post_record = postprocess_record(output)
     try:
         hyps_tok = read_generate_output(output, prefix="H")
         # fairseq writes a reference word outside the vocabulary as <<unk>> in its T- lines
@@ -108,18 +132,36 @@ def score_subset(run, subset, env, label):
     if tok is None:
         raise ReproError(f"{label}: {run.tok_ref[subset]} has {len(tok_refs)} lines for "
                          f"{len(hyps_tok)} hypotheses")
+    if run.postprocess[subset]:
+        keep_generate_output(run.output[subset], run.kept_output[subset])
     return {
         "tok_bleu": tok, "sacrebleu": sacre["bleu"][0], "chrf": sacre["chrf"][0],
         "ter": sacre["ter"][0], "signatures": {k: v[1] for k, v in sacre.items()},
         "ref_unk_words": ref_unks, "ref_words": sum(len(line.split()) for line in tok_refs),
         "hyp_unk_words": sum(line.split().count("<unk>") for line in hyps_tok),
         "hyp_file": run.hyp_file[subset].name, "raw_ref": str(run.raw_ref[subset]),
-        "decode": {"sentences": translated, "tokens": int(number(speed.group(2))),
-                   "seconds": number(speed.group(3)),
-                   "sentences_per_s": number(speed.group(4)),
-                   "tokens_per_s": number(speed.group(5))},
-        "generate_seconds": seconds,
-    }
+    }, post_record
+
+
+def postprocess_record(output):
+    """What a postprocess command recorded beside its output (``OUTPUT.json``: for
+    ``ran_fairseq.scoring.replace_unk``, the method, the dictionary and the counts), or None."""
+    path = output.with_name(output.name + ".json")
+    if not path.is_file():
+        return None
+    return load_json(path, "the postprocess command's record",
+                     "delete it and decode the run again", ReproError)
+
+
+def keep_generate_output(plain, kept):
+    """``plain`` (fairseq-generate's output) gzip'd into ``kept`` (byte-stable: no name, no time
+    in the header), written atomically; ``plain`` is then removed."""
+    tmp = kept.with_name(kept.name + ".tmp")
+    with open(plain, "rb") as src, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            shutil.copyfileobj(src, gz)
+    os.replace(tmp, kept)
+    plain.unlink()
 
 
 def made_otherwise(run):
@@ -183,6 +225,7 @@ def execute_all(runs, args, config, env, paper, name):
     if args.launcher == "slurm":
         from .launch.slurm import Cluster
         cluster = Cluster(args, paper, say)
+    from .redo import redo_postprocess, redoable  # (redo builds on this module)
 
     def one(run, trainer):
         trained = trainer.result() if trainer is not None else None
@@ -198,19 +241,26 @@ def execute_all(runs, args, config, env, paper, name):
                     args.stop_after is not None
                     and time.monotonic() - start > 60 * args.stop_after):
                 return None
-            machine = here() if cluster is None else None
-            if not args.resume or (args.force and made_otherwise(run)):
-                # made again from the start (check_stored refused other commands' files
-                # unless --force)
-                if run.trains:
-                    shutil.rmtree(run.save_dir, ignore_errors=True)
-                shutil.rmtree(run.dir, ignore_errors=True)
-            if cluster is not None:  # made, measured and recorded in its job
-                return cluster.make(run, trained, lambda: CHILDREN.stopped_by is not None)
-            say(f"{run_label(run)} ...")
-            old = dict(execute(run, env, trained), machine=machine)
-            if paper.measure is not None:
-                old.update(paper.measure(run, old))
+            stored = read_result(run) if getattr(args, "redo_postprocess", False) else None
+            if stored is not None and redoable(run, stored):
+                # no device needed: its machine stays the one that decoded it
+                say(f"{run_label(run)}: postprocessed again from its kept decoding "
+                    f"(--redo-postprocess) ...")
+                old = redo_postprocess(run, env, stored)
+            else:
+                machine = here() if cluster is None else None
+                if not args.resume or (args.force and made_otherwise(run)):
+                    # made again from the start (check_stored refused other commands' files
+                    # unless --force)
+                    if run.trains:
+                        shutil.rmtree(run.save_dir, ignore_errors=True)
+                    shutil.rmtree(run.dir, ignore_errors=True)
+                if cluster is not None:  # made, measured and recorded in its job
+                    return cluster.make(run, trained, lambda: CHILDREN.stopped_by is not None)
+                say(f"{run_label(run)} ...")
+                old = dict(execute(run, env, trained), machine=machine)
+                if paper.measure is not None:
+                    old.update(paper.measure(run, old))
             # recorded with the checkout's files as {repo}/PATH
             old = portable.record(old, paths.REPO)
         except Exception as e:  # noqa: BLE001  (kept, raised after the runs under way)

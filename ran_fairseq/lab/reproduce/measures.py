@@ -33,3 +33,19 @@ def pervasive_measure(run, result):
                         f"{run.pair} {run.system['name']}: implicit alignments (Fig. 6)")
         measured["alignment_png"] = str(png.relative_to(run.table_dir))
     return measured
+
+
+def unk_method(result):
+    """The unknown-word replacement method of a result ('' for a run without one): its record's,
+    else read from its command (``--method``; ``--dictionary`` alone meant the dictionary, neither
+    the copy). A column of Yang et al.'s table (configs/dynmem/reproduce.json)."""
+    post = result.get("postprocess") or []
+    if not post or post[0] != "ran_fairseq.scoring.replace_unk":
+        return ""
+    for scores in (result.get("subsets") or {}).values():
+        record = scores.get("postprocess_record") or {}
+        if record.get("method"):
+            return record["method"]
+    if "--method" in post[:-1]:
+        return post[post.index("--method") + 1]
+    return "dictionary" if "--dictionary" in post else "copy"

@@ -10,7 +10,8 @@ engine adds to the folder's scale configs (docs/adding-a-paper.md):
 - ``notes`` (optional): a Markdown file of the folder whose bullets (``- ...``, a line indented
   under a bullet going on with it) are written under the table's legend;
 - ``columns`` (optional): extra table columns ``{"title", "field", "format"}``, each the result's
-  ``field`` (formatted with the Python format spec ``format`` if given);
+  ``field`` (formatted with the Python format spec ``format`` if given), or ``{"title",
+  "compute"}``, ``"module:function"`` called with the result and returning the cell's text;
 - ``measure`` (optional): ``"module:function"``, called as ``function(run, result)`` after each
   system is scored, returning extra result fields (e.g. FLOPs or a plot's path);
 - ``old_names`` (optional): names the paper went by, which ``ran-reproduce`` still takes with a
@@ -50,22 +51,24 @@ def read_notes(path: Path) -> List[str]:
 
 
 def _column(spec, where):
+    if isinstance(spec, dict) and set(spec) == {"title", "compute"}:
+        return Column(spec["title"], _measure(spec["compute"], where, "compute"))
     if not isinstance(spec, dict) or not {"title", "field"} <= set(spec) <= {"title", "field",
                                                                             "format"}:
         raise PaperFileError(f"{where}: each of 'columns' is {{\"title\", \"field\"[, "
-                             f"\"format\"]}}, got {spec!r}")
+                             f"\"format\"]}} or {{\"title\", \"compute\"}}, got {spec!r}")
     field, spec_format = spec["field"], spec.get("format")
     if spec_format is None:
         return Column(spec["title"], lambda r: r.get(field, ""))
     return Column(spec["title"], lambda r: fmt(r.get(field), spec_format))
 
 
-def _measure(name, where):
+def _measure(name, where, key="measure"):
     module, _, function = str(name).partition(":")
     try:
         return getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError, ValueError) as e:
-        raise PaperFileError(f"{where}: 'measure' {name!r} is not an importable "
+        raise PaperFileError(f"{where}: '{key}' {name!r} is not an importable "
                              f"module:function ({e})") from None
 
 

@@ -43,6 +43,7 @@ class Run:
         self.subsets = config["subsets"]
         self.generate_argv, self.raw_src, self.raw_ref, self.tok_ref = {}, {}, {}, {}
         self.output, self.post_output, self.hyp_file, self.postprocess = {}, {}, {}, {}
+        self.kept_output = {}
         for subset in self.subsets:
             suffix = "" if subset == self.subsets[0] else f".{subset}"
             self.generate_argv[subset] = (
@@ -53,6 +54,9 @@ class Run:
             self.raw_ref[subset] = Path(data) / f"{subset}.raw.{tgt}"
             self.tok_ref[subset] = Path(data) / f"{subset}.tok.{tgt}"
             self.output[subset] = self.dir / f"generate{suffix}.txt"
+            # a postprocessed run keeps what decoding printed, gzip'd, so that the postprocess
+            # can be redone without the checkpoint (ran_fairseq.scoring.redo_unk)
+            self.kept_output[subset] = self.dir / f"generate{suffix}.txt.gz"
             self.post_output[subset] = self.dir / f"generate{suffix}.post.txt"
             self.hyp_file[subset] = self.dir / f"hyp.detok{suffix}.txt"
             self.postprocess[subset] = None
