@@ -848,8 +848,7 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
     args = options.parse_args_and_arch(options.get_training_parser(),
                                        ["unused-data", "--arch", "ran_transformer", "--task",
                                         "translation", *SMALL, "--ran-transition", "ffn"])
-    del args.ran_initial_init, args.ran_ffn_dim
-    args._name = "ran_transformer"
+    del args.ran_initial_init, args.ran_ffn_dim, args.options_version  # options version 1
     old = RanTransformerModel.build_model(args, FakeTask())
     assert (args.ran_initial_init, args.ran_ffn_dim) == ("normal", None)
     old.load_state_dict(trained.state_dict())  # strict: every shape as trained
@@ -884,12 +883,13 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
     assert full.encoder.self_attn_matrices.transition_type == "paper"
 
     def saved(*flags):
-        """A model namespace as a checkpoint stores it, from before --ran-decoder-initial."""
+        """A model namespace as a checkpoint stores it, from before --ran-decoder-initial (options
+        version 1), as building the model reads it."""
         args = options.parse_args_and_arch(options.get_training_parser(),
                                            ["unused-data", "--arch", "ran_transformer",
                                             "--task", "translation", *flags])
-        del args.ran_decoder_initial, args.ran_transition
-        args._name = "ran_transformer"
+        del args.ran_decoder_initial, args.ran_transition, args.options_version
+        RanTransformerModel.upgrade_args(args)
         ran_base_architecture(args)
         return args
 
@@ -898,6 +898,7 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
     assert saved("--decoder-self-attention", "dot").ran_decoder_initial == "lower-triangle"
     new = saved()
     new.ran_decoder_initial = "lower-triangle"  # saved after the option existed: kept
+    RanTransformerModel.upgrade_args(new)
     ran_base_architecture(new)
     assert new.ran_decoder_initial == "lower-triangle"
 

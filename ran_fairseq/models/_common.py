@@ -90,8 +90,9 @@ def _value(args, dest, default):
 
 def _as_loaded(cls, checkpoint_args, dests):
     """The checkpoint's options as loading it builds the model: where it does not record one of
-    ``dests`` (it predates the option), its arch function fills it in, as for fairseq-generate (a
-    RAN decoder saved before --ran-decoder-initial keeps ``full``, say)."""
+    ``dests`` (it predates the option), the model's ``upgrade_args`` and its arch function fill it
+    in, as for fairseq-generate (a RAN decoder saved before --ran-decoder-initial keeps ``full``,
+    say)."""
     import argparse
 
     from fairseq.models import ARCH_CONFIG_REGISTRY
@@ -100,6 +101,8 @@ def _as_loaded(cls, checkpoint_args, dests):
             or all(hasattr(checkpoint_args, d) for d in dests):
         return checkpoint_args
     filled = argparse.Namespace(**vars(checkpoint_args))
+    if hasattr(cls, "upgrade_args"):
+        cls.upgrade_args(filled)
     arch = ARCH_CONFIG_REGISTRY.get(getattr(filled, "arch", None))
     if arch is not None:
         try:
