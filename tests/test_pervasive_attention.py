@@ -483,6 +483,7 @@ def test_gated_convolutions_flag_values_and_old_checkpoints():
     # Before the flag took a value, True gated both convolutions: old checkpoints keep that.
     args = parse("pervasive_attention", *TINY)
     args.gated_convolutions = True
+    del args.options_version  # such checkpoints are of options version 1
     torch.manual_seed(0)
     model = PervasiveAttentionModel.build_model(args, FakeTask())
     assert model.decoder.densenet.layers[0].conv1.out_channels == 32
