@@ -123,3 +123,31 @@ def test_each_value_error_names_its_flag(model):
         setattr(args, option.dest, bad)
         with pytest.raises(ValueError, match=f"^{option.flag} "):
             options.validate(args)
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+HEADER = "| flag | default | choices | meaning |"
+
+
+def doc_options(name):
+    """``{flag: (default, choices)}`` of the options table of docs/<name>.md."""
+    lines = (DOCS / f"{name}.md").read_text().splitlines()
+    assert lines.count(HEADER) == 1, f"docs/{name}.md needs one options table ({HEADER})"
+    rows = {}
+    for line in lines[lines.index(HEADER) + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.replace("\\|", "\0").strip("|").split("|")]
+        flag, default, choices = (c.replace("\0", "|") for c in cells[:3])
+        assert flag not in rows, f"docs/{name}.md lists {flag} twice"
+        rows[flag.strip("`")] = (
+            None if default == "off" else default.strip("`"),
+            tuple(c.strip().strip("`") for c in choices.split(",")) if choices else None)
+    return rows
+
+
+@pytest.mark.parametrize("model", sorted(MODULES))
+def test_the_docs_option_table_matches_the_declaration(model):
+    declared = {o.flag: (o.shown_default(), tuple(map(str, o.choices)) if o.choices else None)
+                for o in MODULES[model].OPTIONS.options}
+    assert doc_options(model) == declared
