@@ -487,7 +487,7 @@ def test_gated_convolutions_flag_values_and_old_checkpoints():
     torch.manual_seed(0)
     model = PervasiveAttentionModel.build_model(args, FakeTask())
     assert model.decoder.densenet.layers[0].conv1.out_channels == 32
-    with pytest.raises(ValueError, match="--gated-convolutions"):
+    with pytest.raises(ValueError, match="gated must be one of"):
         DenseNet2d(6, 2, 4, 3, gated="all")
 
 

@@ -304,6 +304,11 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
         return {"parameters": params, "multiply_adds": macs, "flops": 2 * macs}
 
 
+def _odd(value):
+    return None if value >= 1 and value % 2 == 1 else \
+        "must be odd (the masked convolution is centred on the source axis)"
+
+
 OPTIONS = Options(version=2, options=(
     Option("aggregator", "max", choices=AGGREGATORS,
            help="pooling over the source axis: max (Eq. 2), avg (Eq. 3, 1/sqrt|s|), attn (Eqs. "
@@ -311,7 +316,7 @@ OPTIONS = Options(version=2, options=(
     Option("num_layers", 24, type=int, metavar="L", check=positive, help="DenseNet layers"),
     Option("growth_rate", 32, type=int, metavar="G", check=positive,
            help="channels each DenseNet layer adds (its 1x1 bottleneck has 4G)"),
-    Option("kernel_size", 5, type=int, metavar="K", check=positive,
+    Option("kernel_size", 5, type=int, metavar="K", check=_odd,
            help="odd size k of the masked convolution: k source columns x ceil(k/2) target rows "
                 "(the current one and k//2 before it)"),
     Option("gated_convolutions", "none", choices=GATINGS, nargs="?", const="masked",

@@ -86,13 +86,19 @@ def side_matrices(cfg, side):
     if kind == "dot":
         return None
     sizes = cfg.encoder if side == "encoder" else cfg.decoder
-    return build_positional_matrices(
+    matrices = build_positional_matrices(
         kind, sizes.layers, sizes.attention_heads, cfg.max_attention_positions,
         causal=side == "decoder", freeze_initial=cfg.ran_fixed_initial_matrices,
         layernorm_residual=not cfg.ran_no_layernorm_residual,
         gaussian_std=cfg.gaussian_attention_std, ran_transition=cfg.ran_transition,
         ran_decoder_initial=cfg.ran_decoder_initial, ran_initial_init=cfg.ran_initial_init,
         ran_ffn_dim=cfg.ran_ffn_dim)
+    matrices.limit_name = (OPTIONS["max_attention_positions"].flag, TOO_LONG_ADVICE)
+    return matrices
+
+
+TOO_LONG_ADVICE = (", or leave longer sentences out with --max-source-positions/"
+                   "--max-target-positions and --skip-invalid-size-inputs-valid-test")
 
 
 class _LayerPlan:

@@ -183,13 +183,24 @@ def _check_lambda(args):
                          f"paid: --rescale-lambda must be >= 0, got {lam}")
 
 
+def _check_kv_sizes(args):
+    """expand-kv 1 feeds the decoder-side context through the shared W_k/W_v (Eq. 5)."""
+    if args.cross_attention == "expand-kv" and args.kv_variant == 1 \
+            and args.encoder_embed_dim != args.decoder_embed_dim:
+        raise ValueError(f"--kv-variant 1 feeds the decoder-side context (size "
+                         f"{args.decoder_embed_dim}) through the shared W_k and W_v, which take "
+                         f"encoder states (size {args.encoder_embed_dim}): it needs "
+                         f"--encoder-embed-dim equal to --decoder-embed-dim; use --kv-variant 2, "
+                         f"3 or 4")
+
+
 def _integer_window(value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return "(k, the window j-k..j+k of Eq. 9) must be an integer >= 0"
     return None
 
 
-OPTIONS = Options(version=2, rules=(_check_lambda,), options=(
+OPTIONS = Options(version=2, rules=(_check_lambda, _check_kv_sizes), options=(
     Option("cross_attention", "prev-weight", choices=CROSS_ATTENTION_VARIANTS,
            help="encoder-decoder attention: dot (Eq. 1), prev-context (Eq. 2), prev-weight "
                 "(Eq. 3), prev-accum-weight (Eq. 4), expand-kv (Eqs. 5-8), continuous (Eq. 9) "

@@ -47,16 +47,15 @@ from .masked_conv2d import MaskedConv2d
 
 BOTTLENECK_FACTOR = 4  # the 1×1 convolution's output is 4g channels
 GATINGS = ("none", "masked", "both")  # which convolutions of a layer a GLU gates
-GATING_FLAG = "--gated-convolutions"
 
 
 def check_gating(gated) -> str:
-    """``gated`` as one of :data:`GATINGS` (False means ``"none"``); anything else is an error
-    naming the flag."""
+    """``gated`` as one of :data:`GATINGS` (False means ``"none"``); anything else is an
+    error."""
     if gated is False or gated is None:
         return "none"
     if gated not in GATINGS:
-        raise ValueError(f"{GATING_FLAG} must be one of {', '.join(GATINGS)}, got {gated!r}")
+        raise ValueError(f"gated must be one of {', '.join(GATINGS)}, got {gated!r}")
     return gated
 
 
@@ -239,11 +238,9 @@ class DenseNet2d(nn.Module):
         super().__init__()
         gated = check_gating(gated)
         if num_layers < 1:
-            raise ValueError(f"the DenseNet needs at least one layer, got {num_layers} "
-                             f"(--num-layers)")
+            raise ValueError(f"the DenseNet needs at least one layer, got {num_layers}")
         if growth_rate < 1:
-            raise ValueError(f"the growth rate must be positive, got {growth_rate} "
-                             f"(--growth-rate)")
+            raise ValueError(f"the growth rate must be positive, got {growth_rate}")
         self.in_channels = in_channels
         self.num_layers = num_layers
         self.growth_rate = growth_rate
