@@ -101,11 +101,11 @@ def _as_loaded(cls, checkpoint_args, dests):
             or all(hasattr(checkpoint_args, d) for d in dests):
         return checkpoint_args
     filled = argparse.Namespace(**vars(checkpoint_args))
-    if hasattr(cls, "upgrade_args"):
-        cls.upgrade_args(filled)
     arch = ARCH_CONFIG_REGISTRY.get(getattr(filled, "arch", None))
     if arch is not None:
         try:
+            if hasattr(cls, "upgrade_args"):
+                cls.upgrade_args(filled)
             arch(filled)
         except Exception:  # noqa: BLE001  (then the defaults stand in, as below)
             return checkpoint_args
