@@ -4,18 +4,13 @@ own earlier decisions (Rosendahl et al. 2021, "Recurrent Attention for the Trans
 Encoder, embeddings, self-attention and feed-forward blocks are fairseq's; only the decoder
 layers' encoder-decoder attention is replaced by
 :class:`~ran_fairseq.modules.recurrent_cross_attention.RecurrentCrossAttention`, chosen by
-
-- ``--cross-attention``: ``dot`` (Eq. 1), ``prev-context`` (Eq. 2), ``prev-weight`` (Eq. 3,
-  the default), ``prev-accum-weight`` (Eq. 4), ``expand-kv`` (Eqs. 5-8), ``continuous`` (Eq. 9),
-  ``coverage`` (Eq. 10);
-- ``--kv-variant 1..4``: which extra key/value pair ``expand-kv`` builds (Eqs. 5-8; default 1);
-  1 and 2 build it from the layer's full previous context, the attention output of step i-1
-  (heads concatenated, then the output projection, §3.1);
-- ``--rescale-lambda`` (λ of Eqs. 9, 10; default 0.5) and ``--rescale-window`` (k of Eq. 9;
-  default 5), the paper's values;
-- ``--recurrent-cross-layers``: the decoder layers that use the variant, as 0-based indices
-  ("0,2", counted as in ``decoder.layers.N``) or ``all`` (the default, as in the paper); the
-  other layers use plain dot-product attention (Eq. 1);
+``--cross-attention`` (Eqs. 1-10), ``--kv-variant`` (which extra key/value pair ``expand-kv``
+builds, Eqs. 5-8; 1 and 2 build it from the layer's full previous context, the attention output
+of step i-1, heads concatenated, then the output projection, §3.1), ``--rescale-lambda`` and
+``--rescale-window`` (λ and k of Eqs. 9, 10) and ``--recurrent-cross-layers`` (the decoder layers
+that use the variant, 0-based as in ``decoder.layers.N``, or ``all``; the others use plain
+dot-product attention, Eq. 1). :data:`OPTIONS` declares them, with their defaults (the paper's
+values).
 
 Checkpoints saved with the former ``--cross-attention-recurrence`` option load: ``eager`` was the
 only recurrence and is what runs; ``compile`` loads as eager with a one-line notice (the same

@@ -10,8 +10,8 @@ of the masked k×⌈k/2⌉ convolution and a GLU halves them again; ``"both"`` d
 1×1 convolution too; ``"none"`` gates nothing. The paper's text (§3.1) gates "both convolutions",
 but its Table 1 count for the gated model (9.64M against 7.18M) is exactly what gating the k×k
 convolution alone adds with L = 24, g = 32, d = 128, k = 5 (L·4g·g·k² = 2.46M; gating the 1×1
-convolutions as well would add Σ_l (f_0 + (l-1)g)·4g = 1.92M more), so ``"masked"`` is the
-default of the model's ``--gated-convolutions``.
+convolutions as well would add Σ_l (f_0 + (l-1)g)·4g = 1.92M more), so ``"masked"`` is what
+the model's gating option gives when it is set without a value.
 The block returns BN → ReLU of the final concatenation H (B, f_0 + L·g, T, S), the closing
 normalization of a DenseNet.
 
