@@ -52,7 +52,7 @@ GROUPS = {
     "plugin": ["test_conformance.py", "test_conformance_selfcheck.py",
                "test_pervasive_attention.py", "test_hub.py", "test_checkpoint_loading.py",
                "test_reliability.py", "test_package.py", "test_quiet.py",
-               "test_saved_tensors.py", "test_wheel.py"],
+               "test_saved_tensors.py", "test_wheel.py", "test_options.py"],
     "lab": ["test_reproduce.py", "test_adding_a_paper.py", "test_reproduce_recurrent_cross.py",
             "test_reproduce_dynmem.py", "test_reproduce_pervasive.py", "test_bench.py",
             "test_kernels.py", "test_faults.py", "test_claims.py", "test_gpu_plans.py",

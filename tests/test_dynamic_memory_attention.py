@@ -229,9 +229,20 @@ def test_keys_are_projected_once_per_sentence():
 
 
 def test_bad_window_and_memory_size_name_the_flag():
-    with pytest.raises(ValueError, match="--dynamic-memory-window"):
+    """The model's options name the flag; the module's arguments name the argument."""
+    import argparse
+
+    from ran_fairseq.models.rnnsearch_dynmem import OPTIONS, rnnsearch_dynmem
+
+    for dest, flag in (("dynamic_memory_window", "--dynamic-memory-window"),
+                       ("dynamic_memory_dim", "--dynamic-memory-dim")):
+        args = argparse.Namespace(**{dest: -3})
+        rnnsearch_dynmem(args)
+        with pytest.raises(ValueError, match=flag):
+            OPTIONS.validate(args)
+    with pytest.raises(ValueError, match=r"\(window\)"):
         DynamicMemoryAttention(QUERY, KEY, ATT, window=-1)
-    with pytest.raises(ValueError, match="--dynamic-memory-dim"):
+    with pytest.raises(ValueError, match=r"\(memory_dim\)"):
         DynamicMemoryAttention(QUERY, KEY, ATT, memory_dim=-3)
 
 

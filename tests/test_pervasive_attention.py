@@ -84,8 +84,10 @@ def test_masked_conv_steps_with_a_cache_equal_the_full_convolution_and_reorder()
 
 
 def test_masked_conv_rejects_even_kernels_and_bad_inputs():
-    with pytest.raises(ValueError, match="odd.*--kernel-size"):
+    with pytest.raises(ValueError, match="odd kernel size"):
         MaskedConv2d(3, 4, 4)
+    with pytest.raises(ValueError, match="^--kernel-size must be odd"):  # the model's option
+        build(*TINY, "--kernel-size", "4")
     with pytest.raises(ValueError, match=r"\(batch, 3, target, source\)"):
         MaskedConv2d(3, 4, 3)(torch.randn(2, 5, 4, 4))
 
@@ -254,8 +256,10 @@ def test_memory_efficient_mode_gives_the_plain_gradients(gated):
 
 
 def test_densenet_errors_name_the_problem():
-    with pytest.raises(ValueError, match="--num-layers"):
+    with pytest.raises(ValueError, match="at least one layer"):
         DenseNet2d(6, 0, 4, 3)
+    with pytest.raises(ValueError, match="^--num-layers must be positive"):  # the model's option
+        build(*TINY, "--num-layers", "0")
     with pytest.raises(ValueError, match="padding mask"):
         densenet()(torch.randn(2, 6, 4, 5), torch.zeros(2, 5, 4, dtype=torch.bool))
 
@@ -319,7 +323,7 @@ def test_aggregators_match_naive_loops_with_padding(kind, left):
 
 
 def test_aggregator_errors_name_the_problem():
-    with pytest.raises(ValueError, match="--aggregator"):
+    with pytest.raises(ValueError, match="unknown aggregator 'mean'"):
         SourceAggregator("mean", 4)
     with pytest.raises(ValueError, match="no real tokens"):
         SourceAggregator("max", 4)(torch.randn(1, 4, 2, 3), torch.ones(1, 3, dtype=torch.bool))
@@ -483,10 +487,11 @@ def test_gated_convolutions_flag_values_and_old_checkpoints():
     # Before the flag took a value, True gated both convolutions: old checkpoints keep that.
     args = parse("pervasive_attention", *TINY)
     args.gated_convolutions = True
+    del args.options_version  # such checkpoints are of options version 1
     torch.manual_seed(0)
     model = PervasiveAttentionModel.build_model(args, FakeTask())
     assert model.decoder.densenet.layers[0].conv1.out_channels == 32
-    with pytest.raises(ValueError, match="--gated-convolutions"):
+    with pytest.raises(ValueError, match="gated must be one of"):
         DenseNet2d(6, 2, 4, 3, gated="all")
 
 

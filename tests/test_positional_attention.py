@@ -236,12 +236,12 @@ def test_ran_ffn_transition_parameters_and_gradients():
 
 
 def test_ran_options_are_checked():
-    with pytest.raises(ValueError, match="--ran-no-layernorm-residual.*--ran-transition ffn"):
+    with pytest.raises(ValueError, match="layernorm_residual=False .* the ffn transition"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, layernorm_residual=False,
                                    transition="ffn")
-    with pytest.raises(ValueError, match="--ran-transition must be one of paper, ffn"):
+    with pytest.raises(ValueError, match="transition must be one of paper, ffn"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="gru")
-    with pytest.raises(ValueError, match="--ran-decoder-initial must be one of"):
+    with pytest.raises(ValueError, match="decoder_initial must be one of"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, decoder_initial="upper")
 
 
@@ -288,12 +288,12 @@ def test_ran_ffn_transition_width(causal):
 
 
 def test_ran_initialization_and_width_options_are_checked():
-    with pytest.raises(ValueError, match="--ran-initial-init must be one of normal, xavier"):
+    with pytest.raises(ValueError, match="initial_init must be one of normal, xavier"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, initial_init="uniform")
-    with pytest.raises(ValueError, match="--ran-ffn-dim sets the hidden width of "
-                                         "--ran-transition ffn"):
+    with pytest.raises(ValueError, match="ffn_dim sets the hidden width of the ffn "
+                                         "transition"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ffn_dim=16)
-    with pytest.raises(ValueError, match="--ran-ffn-dim must be positive, got 0"):
+    with pytest.raises(ValueError, match="hidden width must be positive, got 0"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="ffn", ffn_dim=0)
 
 
@@ -622,16 +622,22 @@ def test_attention_dropout_is_drawn_per_sentence_and_weights_are_returned_before
 
 
 def test_too_long_input_names_the_limit_and_its_flag():
+    """The module names n by its argument; a model's matrices by the flag, with fairseq's way
+    of leaving long sentences out."""
     module = attention(sources(causal=True)["ran"])
-    with pytest.raises(ValueError, match=r"covers only 12 \(--max-attention-positions=12\).*"
-                                         r"--skip-invalid-size-inputs-valid-test"):
+    with pytest.raises(ValueError, match=r"covers only 12 \(max_positions=12\)"):
         module(torch.randn(N + 1, 1, DIM))
     state = {}
     with torch.no_grad():
         for _ in range(N):
             module(torch.randn(1, 1, DIM), incremental_state=state)
-        with pytest.raises(ValueError, match="--max-attention-positions"):
+        with pytest.raises(ValueError, match="max_positions"):
             module(torch.randn(1, 1, DIM), incremental_state=state)
+    model = build("ran_transformer", *SMALL, "--max-attention-positions", "12")
+    tokens = torch.full((1, 13), 5)
+    with pytest.raises(ValueError, match=r"covers only 12 \(--max-attention-positions=12\).*"
+                                         r"--skip-invalid-size-inputs-valid-test"):
+        model.encoder(tokens, torch.tensor([13]))
 
 
 # ---- caching -------------------------------------------------------------------------------------
@@ -848,8 +854,7 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
     args = options.parse_args_and_arch(options.get_training_parser(),
                                        ["unused-data", "--arch", "ran_transformer", "--task",
                                         "translation", *SMALL, "--ran-transition", "ffn"])
-    del args.ran_initial_init, args.ran_ffn_dim
-    args._name = "ran_transformer"
+    del args.ran_initial_init, args.ran_ffn_dim, args.options_version  # options version 1
     old = RanTransformerModel.build_model(args, FakeTask())
     assert (args.ran_initial_init, args.ran_ffn_dim) == ("normal", None)
     old.load_state_dict(trained.state_dict())  # strict: every shape as trained
@@ -884,12 +889,13 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
     assert full.encoder.self_attn_matrices.transition_type == "paper"
 
     def saved(*flags):
-        """A model namespace as a checkpoint stores it, from before --ran-decoder-initial."""
+        """A model namespace as a checkpoint stores it, from before --ran-decoder-initial (options
+        version 1), as building the model reads it."""
         args = options.parse_args_and_arch(options.get_training_parser(),
                                            ["unused-data", "--arch", "ran_transformer",
                                             "--task", "translation", *flags])
-        del args.ran_decoder_initial, args.ran_transition
-        args._name = "ran_transformer"
+        del args.ran_decoder_initial, args.ran_transition, args.options_version
+        RanTransformerModel.upgrade_args(args)
         ran_base_architecture(args)
         return args
 
@@ -898,6 +904,7 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
     assert saved("--decoder-self-attention", "dot").ran_decoder_initial == "lower-triangle"
     new = saved()
     new.ran_decoder_initial = "lower-triangle"  # saved after the option existed: kept
+    RanTransformerModel.upgrade_args(new)
     ran_base_architecture(new)
     assert new.ran_decoder_initial == "lower-triangle"
 

@@ -506,20 +506,38 @@ def test_half_precision_and_a_fully_padded_row_stay_finite(variant, kv_variant):
 
 
 def test_bad_options_name_their_flag():
+    """The model's options name the flag; the module's arguments name the argument."""
+    import argparse
+
+    from ran_fairseq.models.recurrent_cross_transformer import (
+        OPTIONS,
+        recurrent_cross_base_architecture,
+    )
+
     cases = [
-        (("sum", 1, 0.5, 5), "--cross-attention"),
-        (("expand-kv", 5, 0.5, 5), "--kv-variant"),
-        (("continuous", 1, 0.0, 5), "--rescale-lambda"),
-        (("continuous", 1, 1.5, 5), "--rescale-lambda"),
-        (("coverage", 1, -1.0, 5), "--rescale-lambda"),
-        (("coverage", 1, float("nan"), 5), "--rescale-lambda"),
-        (("continuous", 1, 0.5, -1), "--rescale-window"),
+        (("sum", 1, 0.5, 5), "--cross-attention", "variant"),
+        (("expand-kv", 5, 0.5, 5), "--kv-variant", "kv_variant"),
+        (("continuous", 1, 0.0, 5), "--rescale-lambda", "rescale_lambda"),
+        (("continuous", 1, 1.5, 5), "--rescale-lambda", "rescale_lambda"),
+        (("coverage", 1, -1.0, 5), "--rescale-lambda", "rescale_lambda"),
+        (("coverage", 1, float("nan"), 5), "--rescale-lambda", "rescale_lambda"),
+        (("continuous", 1, 0.5, -1), "--rescale-window", "rescale_window"),
     ]
-    for arguments, flag in cases:
+    for arguments, flag, name in cases:
+        args = argparse.Namespace(**dict(zip(("cross_attention", "kv_variant", "rescale_lambda",
+                                              "rescale_window"), arguments)))
+        recurrent_cross_base_architecture(args)
         with pytest.raises(ValueError, match=flag):
+            OPTIONS.validate(args)
+        with pytest.raises(ValueError, match=name):
             check_options(*arguments)
     check_options("coverage", 1, 2.0, 0)  # λ > 1 is fine for coverage
-    with pytest.raises(ValueError, match="--kv-variant 1"):
+    sizes = argparse.Namespace(cross_attention="expand-kv", kv_variant=1, encoder_embed_dim=12,
+                               decoder_embed_dim=8)
+    recurrent_cross_base_architecture(sizes)
+    with pytest.raises(ValueError, match="--kv-variant 1 .* --encoder-embed-dim equal to"):
+        OPTIONS.validate(sizes)
+    with pytest.raises(ValueError, match="kv_variant 1"):
         RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, variant="expand-kv", kv_variant=1)
     RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, variant="expand-kv", kv_variant=2)
 
@@ -588,6 +606,7 @@ def test_checkpoints_with_the_removed_recurrence_option_load(recurrence, caplog)
     silently, compile with a one-line notice."""
     args = parse("recurrent_cross_transformer", *SMALL)
     args.cross_attention_recurrence = recurrence
+    del args.options_version  # saved before the options had a version (options version 1)
     with caplog.at_level("WARNING"):
         torch.manual_seed(0)
         model = RecurrentCrossTransformerModel.build_model(args, FakeTask())

@@ -90,8 +90,9 @@ def _value(args, dest, default):
 
 def _as_loaded(cls, checkpoint_args, dests):
     """The checkpoint's options as loading it builds the model: where it does not record one of
-    ``dests`` (it predates the option), its arch function fills it in, as for fairseq-generate (a
-    RAN decoder saved before --ran-decoder-initial keeps ``full``, say)."""
+    ``dests`` (it predates the option), the model's ``upgrade_args`` and its arch function fill it
+    in, as for fairseq-generate (a RAN decoder saved before --ran-decoder-initial keeps ``full``,
+    say)."""
     import argparse
 
     from fairseq.models import ARCH_CONFIG_REGISTRY
@@ -103,6 +104,8 @@ def _as_loaded(cls, checkpoint_args, dests):
     arch = ARCH_CONFIG_REGISTRY.get(getattr(filled, "arch", None))
     if arch is not None:
         try:
+            if hasattr(cls, "upgrade_args"):
+                cls.upgrade_args(filled)
             arch(filled)
         except Exception:  # noqa: BLE001  (then the defaults stand in, as below)
             return checkpoint_args

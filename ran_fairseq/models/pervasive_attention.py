@@ -41,8 +41,17 @@ from fairseq.models import (
 from fairseq.modules import PositionalEmbedding
 
 from ..modules.aggregators import AGGREGATORS, SourceAggregator
-from ..modules.densenet2d import GATINGS, DenseNet2d, check_gating
-from ._common import check_dropout, check_positive
+from ..modules.densenet2d import GATINGS, DenseNet2d
+from .options import (
+    Option,
+    Options,
+    add_version_buffer,
+    flag_of,
+    positive,
+    probability,
+    saved_version,
+    upgrade_state_dict,
+)
 
 POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
 # Training memory grows with |s| × |t| (the grid); above this many cells per pair we warn at the
@@ -214,64 +223,26 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--aggregator", choices=AGGREGATORS,
-                            help="pooling over the source axis: max (Eq. 2), avg (Eq. 3, "
-                                 "1/sqrt|s|), attn (Eqs. 8-9) or max-attn (both, concatenated); "
-                                 "default max")
-        parser.add_argument("--num-layers", type=int, metavar="L",
-                            help="DenseNet layers; default 24")
-        parser.add_argument("--growth-rate", type=int, metavar="G",
-                            help="channels each DenseNet layer adds (its 1x1 bottleneck has 4G); "
-                                 "default 32")
-        parser.add_argument("--kernel-size", type=int, metavar="K",
-                            help="odd size k of the masked convolution: k source columns x "
-                                 "ceil(k/2) target rows (the current one and k//2 before it); "
-                                 "default 5")
-        parser.add_argument("--gated-convolutions", nargs="?", const="masked", choices=GATINGS,
-                            metavar="WHICH",
-                            help="gated linear units in each DenseNet layer: 'masked' (the value "
-                                 "when the flag is given alone) gates the masked k x k "
-                                 "convolution, which matches the paper's Table 1 count (9.64M); "
-                                 "'both' gates the 1x1 convolution too, as the paper's text says; "
-                                 "default none")
-        parser.add_argument("--memory-efficient-densenet", action="store_true",
-                            help="recompute each layer's concatenation, batch norms, ReLUs and "
-                                 "1x1 convolution (all before the masked convolution) in the "
-                                 "backward pass instead of storing them")
-        parser.add_argument("--encoder-embed-dim", type=int, metavar="D_S",
-                            help="source embedding size d_s; default 128")
-        parser.add_argument("--decoder-embed-dim", type=int, metavar="D_T",
-                            help="target embedding size d_t; default 128")
-        parser.add_argument("--share-decoder-input-output-embed", action="store_true",
-                            help="tie the output projection to the target embeddings (the pooled "
-                                 "features are projected to d_t first)")
-        parser.add_argument("--positional-embeddings", choices=POSITIONAL_EMBEDDINGS,
-                            help="positional embeddings added to both sides' token embeddings "
-                                 "(not in the paper); default none")
-        parser.add_argument("--dropout", type=float, metavar="D",
-                            help="dropout after each masked convolution; default 0.2")
-        parser.add_argument("--embedding-dropout", type=float, metavar="D",
-                            help="dropout on the source and target embeddings; default 0.2")
-        parser.add_argument("--output-dropout", type=float, metavar="D",
-                            help="dropout on the pooled features before E; default 0.2")
-        parser.add_argument("--recompute-grid", action="store_true",
-                            help="incremental decoding recomputes the whole grid at every step "
-                                 "instead of one row per layer (a speed baseline)")
+        OPTIONS.add_args(parser)
+
+    @classmethod
+    def upgrade_args(cls, args):
+        """A namespace of options version 1 may hold --gated-convolutions as a bool (saved before
+        the option took a value): True gated both convolutions of each layer."""
+        if saved_version(args) < 2 and isinstance(getattr(args, "gated_convolutions", None),
+                                                   bool):
+            args.gated_convolutions = "both" if args.gated_convolutions else "none"
 
     @classmethod
     def build_model(cls, args, task):
+        cls.upgrade_args(args)
         base_architecture(args)
-        if isinstance(args.gated_convolutions, bool):
-            # Checkpoints saved before --gated-convolutions took a value: True gated both
-            # convolutions of each layer.
-            args.gated_convolutions = "both" if args.gated_convolutions else "none"
-        check_gating(args.gated_convolutions)
-        check_positive(args, ("num_layers", "growth_rate", "kernel_size", "encoder_embed_dim",
-                              "decoder_embed_dim"))
-        check_dropout(args, ("dropout", "embedding_dropout", "output_dropout"))
         args.max_source_positions = getattr(args, "max_source_positions", 1024)
         args.max_target_positions = getattr(args, "max_target_positions", 1024)
-        check_positive(args, ("max_source_positions", "max_target_positions"))
+        OPTIONS.validate(args)
+        for dest in ("max_source_positions", "max_target_positions"):
+            if getattr(args, dest) < 1:
+                raise ValueError(f"{flag_of(dest)} must be positive, got {getattr(args, dest)}")
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         encoder = SourceEmbedder(
             args, src_dict, Embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad()))
@@ -280,7 +251,12 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
             source_dim=args.encoder_embed_dim)
         model = cls(encoder, decoder)
         model.training_length_cap = (args.max_source_positions, args.max_target_positions)
+        add_version_buffer(model, OPTIONS.version)
         return model
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        upgrade_state_dict(state_dict, name, OPTIONS.version)
+        super().upgrade_state_dict_named(state_dict, name)
 
     def train(self, mode: bool = True):
         """As nn.Module.train; the first switch to training mode warns when the longest
@@ -328,30 +304,61 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
         return {"parameters": params, "multiply_adds": macs, "flops": 2 * macs}
 
 
+def _odd(value):
+    return None if value >= 1 and value % 2 == 1 else \
+        "must be odd (the masked convolution is centred on the source axis)"
+
+
+OPTIONS = Options(version=2, options=(
+    Option("aggregator", "max", choices=AGGREGATORS,
+           help="pooling over the source axis: max (Eq. 2), avg (Eq. 3, 1/sqrt|s|), attn (Eqs. "
+                "8-9) or max-attn (both, concatenated)"),
+    Option("num_layers", 24, type=int, metavar="L", check=positive, help="DenseNet layers"),
+    Option("growth_rate", 32, type=int, metavar="G", check=positive,
+           help="channels each DenseNet layer adds (its 1x1 bottleneck has 4G)"),
+    Option("kernel_size", 5, type=int, metavar="K", check=_odd,
+           help="odd size k of the masked convolution: k source columns x ceil(k/2) target rows "
+                "(the current one and k//2 before it)"),
+    Option("gated_convolutions", "none", choices=GATINGS, nargs="?", const="masked",
+           metavar="WHICH",
+           help="gated linear units in each DenseNet layer: 'masked' (the value when the flag is "
+                "given alone) gates the masked k x k convolution, which matches the paper's "
+                "Table 1 count (9.64M); 'both' gates the 1x1 convolution too, as the paper's "
+                "text says"),
+    Option("memory_efficient_densenet", False,
+           help="recompute each layer's concatenation, batch norms, ReLUs and 1x1 convolution "
+                "(all before the masked convolution) in the backward pass instead of storing "
+                "them"),
+    Option("encoder_embed_dim", 128, type=int, metavar="D_S", check=positive,
+           help="source embedding size d_s"),
+    Option("decoder_embed_dim", 128, type=int, metavar="D_T", check=positive,
+           help="target embedding size d_t"),
+    Option("share_decoder_input_output_embed", False,
+           help="tie the output projection to the target embeddings (the pooled features are "
+                "projected to d_t first)"),
+    Option("positional_embeddings", "none", choices=POSITIONAL_EMBEDDINGS,
+           help="positional embeddings added to both sides' token embeddings (not in the "
+                "paper)"),
+    Option("dropout", 0.2, type=float, metavar="D", check=probability,
+           help="dropout after each masked convolution"),
+    Option("embedding_dropout", 0.2, type=float, metavar="D", check=probability,
+           help="dropout on the source and target embeddings"),
+    Option("output_dropout", 0.2, type=float, metavar="D", check=probability,
+           help="dropout on the pooled features before E"),
+    Option("recompute_grid", False,
+           help="incremental decoding recomputes the whole grid at every step instead of one "
+                "row per layer (a speed baseline)"),
+))
+
+SMALL = {"num_layers": 8, "growth_rate": 16, "kernel_size": 3, "encoder_embed_dim": 64,
+         "decoder_embed_dim": 64}
+
+
 @register_model_architecture("pervasive_attention", "pervasive_attention")
-def base_architecture(args):
-    args.aggregator = getattr(args, "aggregator", "max")
-    args.num_layers = getattr(args, "num_layers", 24)
-    args.growth_rate = getattr(args, "growth_rate", 32)
-    args.kernel_size = getattr(args, "kernel_size", 5)
-    args.gated_convolutions = getattr(args, "gated_convolutions", None) or "none"
-    args.memory_efficient_densenet = getattr(args, "memory_efficient_densenet", False)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 128)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
-    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed",
-                                                    False)
-    args.positional_embeddings = getattr(args, "positional_embeddings", "none")
-    args.dropout = getattr(args, "dropout", 0.2)
-    args.embedding_dropout = getattr(args, "embedding_dropout", 0.2)
-    args.output_dropout = getattr(args, "output_dropout", 0.2)
-    args.recompute_grid = getattr(args, "recompute_grid", False)
+def base_architecture(args, **defaults):
+    OPTIONS.fill(args, **defaults)
 
 
 @register_model_architecture("pervasive_attention", "pervasive_attention_small")
 def pervasive_attention_small(args):
-    args.num_layers = getattr(args, "num_layers", 8)
-    args.growth_rate = getattr(args, "growth_rate", 16)
-    args.kernel_size = getattr(args, "kernel_size", 3)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 64)
-    base_architecture(args)
+    base_architecture(args, **SMALL)

@@ -57,23 +57,22 @@ from fairseq.modules.transformer_layer import (
 
 from ..compat import PositionLimit
 from ..modules.positional_attention import (
-    DECODER_INITIAL_FLAG,
-    FFN_DIM_FLAG,
-    INITIAL_INIT_FLAG,
-    MAX_POSITIONS_FLAG,
-    NO_LAYERNORM_RESIDUAL_FLAG,
     RAN_DECODER_INITIAL,
     RAN_INITIAL_INIT,
     RAN_TRANSITIONS,
-    TRANSITION_FLAG,
     PositionalSelfAttention,
     build_positional_matrices,
 )
-from ._common import (
-    check_dropout,
-    check_positive,
-    check_transformer_flags,
-    small_transformer_sizes,
+from ._common import check_transformer_flags, small_transformer_sizes
+from .options import (
+    Option,
+    Options,
+    above_zero,
+    add_version_buffer,
+    positive,
+    probability,
+    saved_version,
+    upgrade_state_dict,
 )
 
 logger = logging.getLogger(__name__)
@@ -84,19 +83,22 @@ SELF_ATTENTION_TYPES = ("dot", "ran", "gaussian", "synthesizer")
 def side_matrices(cfg, side):
     """The shared matrix source of ``side`` ("encoder" or "decoder"), or None for dot-product."""
     kind = getattr(cfg, f"{side}_self_attention")
-    if kind not in SELF_ATTENTION_TYPES:
-        raise ValueError(f"--{side}-self-attention must be one of "
-                         f"{', '.join(SELF_ATTENTION_TYPES)}, got {kind!r}")
     if kind == "dot":
         return None
     sizes = cfg.encoder if side == "encoder" else cfg.decoder
-    return build_positional_matrices(
+    matrices = build_positional_matrices(
         kind, sizes.layers, sizes.attention_heads, cfg.max_attention_positions,
         causal=side == "decoder", freeze_initial=cfg.ran_fixed_initial_matrices,
         layernorm_residual=not cfg.ran_no_layernorm_residual,
         gaussian_std=cfg.gaussian_attention_std, ran_transition=cfg.ran_transition,
         ran_decoder_initial=cfg.ran_decoder_initial, ran_initial_init=cfg.ran_initial_init,
         ran_ffn_dim=cfg.ran_ffn_dim)
+    matrices.limit_name = (OPTIONS["max_attention_positions"].flag, TOO_LONG_ADVICE)
+    return matrices
+
+
+TOO_LONG_ADVICE = (", or leave longer sentences out with --max-source-positions/"
+                   "--max-target-positions and --skip-invalid-size-inputs-valid-test")
 
 
 class _LayerPlan:
@@ -153,7 +155,7 @@ def _attention_limit(limit, matrices):
     carrying its flag into fairseq's messages."""
     if matrices is None or limit < matrices.max_positions:
         return limit
-    return PositionLimit(matrices.max_positions, MAX_POSITIONS_FLAG)
+    return PositionLimit(matrices.max_positions, OPTIONS["max_attention_positions"].flag)
 
 
 def _scope(matrices, incremental_state=None):
@@ -230,68 +232,32 @@ class RanTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        choices = list(SELF_ATTENTION_TYPES)
-        parser.add_argument("--encoder-self-attention", choices=choices,
-                            help="encoder self-attention: dot, ran, gaussian (HC-SA) or "
-                                 "synthesizer (Random Synthesizer); default ran")
-        parser.add_argument("--decoder-self-attention", choices=choices,
-                            help="decoder self-attention, as --encoder-self-attention; default ran")
-        parser.add_argument(MAX_POSITIONS_FLAG, type=int, metavar="N",
-                            help="positions n covered by the input-independent attention "
-                                 "matrices (n×n per head); longer sentences are rejected; "
-                                 "default 256")
-        parser.add_argument("--positional-attention-dropout", type=float, metavar="D",
-                            help="dropout on the input-independent attention weights "
-                                 "(ran, synthesizer, gaussian); default 0.2")
-        parser.add_argument("--ran-fixed-initial-matrices", action="store_true",
-                            help="RAN: keep the initial attention matrices at their random "
-                                 "initialization (Table 3 'fixed')")
-        parser.add_argument("--ran-no-layernorm-residual", action="store_true",
-                            help="RAN: transition A_l = tanh(W A_{l-1} + b), without layer "
-                                 "normalization and residual (Table 3 'w/o LN&RES')")
-        parser.add_argument(DECODER_INITIAL_FLAG, choices=list(RAN_DECODER_INITIAL),
-                            help="RAN decoder: lower-triangle (§2.2, 'only the lower triangular "
-                                 "matrix of each Initial Attention Matrix is leveraged'): row i "
-                                 "of every matrix is transitioned and layer-normalized over keys "
-                                 "j <= i only, the rest kept at zero; full: the whole row is "
-                                 "transitioned and the future masked only at the softmax (before "
-                                 "this option; the authors' code); default lower-triangle")
-        # the defaults of --ran-transition and --ran-initial-init are argparse's too: resuming a
-        # checkpoint saved before the option existed compares its (absent) value with the default
-        parser.add_argument(TRANSITION_FLAG, choices=list(RAN_TRANSITIONS), default="paper",
-                            help="RAN transition: paper (Eqs. 3-4, LN(tanh(W A + b)) + A) or ffn "
-                                 "(the authors' released code's: A + W2 ReLU(W1 A + b1) + b2, "
-                                 "n -> m -> n with m = --ran-ffn-dim, no layer norm; §2.3 names "
-                                 "FFNs as an option); default paper")
-        parser.add_argument(FFN_DIM_FLAG, type=int, metavar="M",
-                            help="RAN: hidden width m of --ran-transition ffn; default 4n (n = "
-                                 "--max-attention-positions); the authors' code uses 1024 "
-                                 "whatever n")
-        parser.add_argument(INITIAL_INIT_FLAG, choices=list(RAN_INITIAL_INIT), default="normal",
-                            help="RAN: random initialization of the initial matrices A_0 (§2.2 "
-                                 "says 'randomly initialized'): normal (N(0, n^-1/2)) or xavier "
-                                 "(Xavier-uniform over the (heads, n, n) tensor, as the authors' "
-                                 "released code); default normal")
-        parser.add_argument("--gaussian-attention-std", type=float, metavar="S",
-                            help="standard deviation of the HC-SA Gaussians; default 1.0")
-        parser.add_argument("--no-encoder-positional-embeddings", action="store_true",
-                            help="no positional embeddings on the encoder input (Table 2)")
-        parser.add_argument("--no-decoder-positional-embeddings", action="store_true",
-                            help="no positional embeddings on the decoder input (Table 2)")
+        OPTIONS.add_args(parser)
+
+    @classmethod
+    def upgrade_args(cls, args):
+        """A namespace saved by options version 1 (no ``options_version``) that records no
+        ``ran_decoder_initial`` predates that option: a RAN decoder then transitioned whole
+        rows, and keeps ``full``."""
+        if saved_version(args) < 2 and not hasattr(args, "ran_decoder_initial") \
+                and getattr(args, "decoder_self_attention", "ran") == "ran":
+            logger.info("ran_transformer: a checkpoint saved before --ran-decoder-initial "
+                        "existed: its RAN decoder transitions whole rows (full)")
+            args.ran_decoder_initial = "full"
 
     @classmethod
     def build_model(cls, args, task):
+        cls.upgrade_args(args)
         ran_base_architecture(args)
         check_transformer_flags(args)
-        check_dropout(args, ("positional_attention_dropout",))
-        check_positive(args, ("max_attention_positions",))
-        if not args.gaussian_attention_std > 0:
-            raise ValueError(f"--gaussian-attention-std must be positive, got "
-                             f"{args.gaussian_attention_std}")
-        if args.cross_self_attention and args.decoder_self_attention != "dot":
-            raise ValueError("--cross-self-attention needs --decoder-self-attention dot")
-        check_ran_options(args)
-        return super().build_model(args, task)
+        OPTIONS.validate(args)
+        model = super().build_model(args, task)
+        add_version_buffer(model, OPTIONS.version)
+        return model
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        upgrade_state_dict(state_dict, name, OPTIONS.version)
+        super().upgrade_state_dict_named(state_dict, name)
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
@@ -304,65 +270,79 @@ class RanTransformerModel(TransformerModel):
                                      no_encoder_attn=cfg.no_cross_attention)
 
 
-def check_ran_options(args):
-    """The RAN options' values and combinations, each error naming its flags."""
-    for flag, name, choices in ((TRANSITION_FLAG, "ran_transition", RAN_TRANSITIONS),
-                                (DECODER_INITIAL_FLAG, "ran_decoder_initial", RAN_DECODER_INITIAL),
-                                (INITIAL_INIT_FLAG, "ran_initial_init", RAN_INITIAL_INIT)):
-        if getattr(args, name) not in choices:
-            raise ValueError(f"{flag} must be one of {', '.join(choices)}, "
-                             f"got {getattr(args, name)!r}")
+def _check_combinations(args):
+    """The options' combinations, each error naming its flags."""
+    if args.cross_self_attention and args.decoder_self_attention != "dot":
+        raise ValueError("--cross-self-attention needs --decoder-self-attention dot")
     if args.ran_transition == "ffn" and args.ran_no_layernorm_residual:
-        raise ValueError(f"{NO_LAYERNORM_RESIDUAL_FLAG} removes the layer norm and residual of the "
-                         f"paper's transition (Eqs. 3-4); {TRANSITION_FLAG} ffn has no layer "
-                         f"norm: use {TRANSITION_FLAG} paper with it")
-    if args.ran_ffn_dim is not None:
-        if args.ran_ffn_dim < 1:
-            raise ValueError(f"{FFN_DIM_FLAG} must be positive, got {args.ran_ffn_dim}")
-        if args.ran_transition != "ffn":
-            raise ValueError(f"{FFN_DIM_FLAG} sets the hidden width of {TRANSITION_FLAG} ffn; "
-                             f"{TRANSITION_FLAG} is {args.ran_transition}")
+        raise ValueError("--ran-no-layernorm-residual removes the layer norm and residual of the "
+                         "paper's transition (Eqs. 3-4); --ran-transition ffn has no layer "
+                         "norm: use --ran-transition paper with it")
+    if args.ran_ffn_dim is not None and args.ran_transition != "ffn":
+        raise ValueError(f"--ran-ffn-dim sets the hidden width of --ran-transition ffn; "
+                         f"--ran-transition is {args.ran_transition}")
     ran_side = "ran" in (args.encoder_self_attention, args.decoder_self_attention)
-    for flag, value, default in ((TRANSITION_FLAG, args.ran_transition, "paper"),
-                                 (INITIAL_INIT_FLAG, args.ran_initial_init, "normal")):
-        if value != default and not ran_side:
-            raise ValueError(f"{flag} {value} needs RAN on a side: "
+    for dest in ("ran_transition", "ran_initial_init"):
+        value = getattr(args, dest)
+        if value != OPTIONS[dest].default and not ran_side:
+            raise ValueError(f"{OPTIONS[dest].flag} {value} needs RAN on a side: "
                              f"--encoder-self-attention ran or --decoder-self-attention ran")
-    if args.ran_decoder_initial != "lower-triangle" and args.decoder_self_attention != "ran":
-        raise ValueError(f"{DECODER_INITIAL_FLAG} {args.ran_decoder_initial} applies to a RAN "
+    if args.ran_decoder_initial != OPTIONS["ran_decoder_initial"].default \
+            and args.decoder_self_attention != "ran":
+        raise ValueError(f"--ran-decoder-initial {args.ran_decoder_initial} applies to a RAN "
                          f"decoder only; --decoder-self-attention is "
                          f"{args.decoder_self_attention}")
 
 
-def _decoder_initial_default(args):
-    """lower-triangle (§2.2), except for the options of a checkpoint saved before
-    --ran-decoder-initial existed (a saved namespace carries fairseq's ``_name``; the command
-    line's does not when its arch function first runs): a RAN decoder then keeps ``full``, the
-    whole-row transition it was trained with."""
-    if hasattr(args, "_name") and getattr(args, "decoder_self_attention", "ran") == "ran":
-        logger.info("ran_transformer: a checkpoint saved before %s existed: its RAN decoder "
-                    "transitions whole rows (%s full)", DECODER_INITIAL_FLAG, DECODER_INITIAL_FLAG)
-        return "full"
-    return "lower-triangle"
+OPTIONS = Options(version=2, rules=(_check_combinations,), options=(
+    Option("encoder_self_attention", "ran", choices=SELF_ATTENTION_TYPES,
+           help="encoder self-attention: dot, ran, gaussian (HC-SA) or synthesizer (Random "
+                "Synthesizer)"),
+    Option("decoder_self_attention", "ran", choices=SELF_ATTENTION_TYPES,
+           help="decoder self-attention, as --encoder-self-attention"),
+    Option("max_attention_positions", 256, type=int, metavar="N", check=positive,
+           help="positions n covered by the input-independent attention matrices (n×n per "
+                "head); longer sentences are rejected"),
+    Option("positional_attention_dropout", 0.2, type=float, metavar="D", check=probability,
+           help="dropout on the input-independent attention weights (ran, synthesizer, "
+                "gaussian)"),
+    Option("ran_fixed_initial_matrices", False,
+           help="RAN: keep the initial attention matrices at their random initialization "
+                "(Table 3 'fixed')"),
+    Option("ran_no_layernorm_residual", False,
+           help="RAN: transition A_l = tanh(W A_{l-1} + b), without layer normalization and "
+                "residual (Table 3 'w/o LN&RES')"),
+    Option("ran_decoder_initial", "lower-triangle", choices=RAN_DECODER_INITIAL,
+           help="RAN decoder: lower-triangle (§2.2, 'only the lower triangular matrix of each "
+                "Initial Attention Matrix is leveraged'): row i of every matrix is transitioned "
+                "and layer-normalized over keys j <= i only, the rest kept at zero; full: the "
+                "whole row is transitioned and the future masked only at the softmax (the "
+                "authors' code)"),
+    # resuming a checkpoint saved before these two options existed compares its (absent) value
+    # with argparse's default
+    Option("ran_transition", "paper", choices=RAN_TRANSITIONS, parser_default=True,
+           help="RAN transition: paper (Eqs. 3-4, LN(tanh(W A + b)) + A) or ffn (the authors' "
+                "released code's: A + W2 ReLU(W1 A + b1) + b2, n -> m -> n with m = "
+                "--ran-ffn-dim, no layer norm; §2.3 names FFNs as an option)"),
+    Option("ran_ffn_dim", None, type=int, metavar="M", check=positive, default_text="4n",
+           help="RAN: hidden width m of --ran-transition ffn (n = --max-attention-positions); "
+                "the authors' code uses 1024 whatever n"),
+    Option("ran_initial_init", "normal", choices=RAN_INITIAL_INIT, parser_default=True,
+           help="RAN: random initialization of the initial matrices A_0 (§2.2 says 'randomly "
+                "initialized'): normal (N(0, n^-1/2)) or xavier (Xavier-uniform over the "
+                "(heads, n, n) tensor, as the authors' released code)"),
+    Option("gaussian_attention_std", 1.0, type=float, metavar="S", check=above_zero,
+           help="standard deviation of the HC-SA Gaussians"),
+    Option("no_encoder_positional_embeddings", False,
+           help="no positional embeddings on the encoder input (Table 2)"),
+    Option("no_decoder_positional_embeddings", False,
+           help="no positional embeddings on the decoder input (Table 2)"),
+))
 
 
 @register_model_architecture("ran_transformer", "ran_transformer")
 def ran_base_architecture(args):
-    args.encoder_self_attention = getattr(args, "encoder_self_attention", "ran")
-    args.decoder_self_attention = getattr(args, "decoder_self_attention", "ran")
-    args.max_attention_positions = getattr(args, "max_attention_positions", 256)
-    args.positional_attention_dropout = getattr(args, "positional_attention_dropout", 0.2)
-    args.ran_fixed_initial_matrices = getattr(args, "ran_fixed_initial_matrices", False)
-    args.ran_no_layernorm_residual = getattr(args, "ran_no_layernorm_residual", False)
-    if not hasattr(args, "ran_decoder_initial"):
-        args.ran_decoder_initial = _decoder_initial_default(args)
-    args.ran_transition = getattr(args, "ran_transition", "paper")
-    # checkpoints saved before these options existed were built with N(0, n^-1/2) and 4n: the same
-    args.ran_initial_init = getattr(args, "ran_initial_init", "normal")
-    args.ran_ffn_dim = getattr(args, "ran_ffn_dim", None)  # None: 4n
-    args.gaussian_attention_std = getattr(args, "gaussian_attention_std", 1.0)
-    args.no_encoder_positional_embeddings = getattr(args, "no_encoder_positional_embeddings", False)
-    args.no_decoder_positional_embeddings = getattr(args, "no_decoder_positional_embeddings", False)
+    OPTIONS.fill(args)
     base_architecture(args)
 
 

@@ -4,18 +4,13 @@ own earlier decisions (Rosendahl et al. 2021, "Recurrent Attention for the Trans
 Encoder, embeddings, self-attention and feed-forward blocks are fairseq's; only the decoder
 layers' encoder-decoder attention is replaced by
 :class:`~ran_fairseq.modules.recurrent_cross_attention.RecurrentCrossAttention`, chosen by
-
-- ``--cross-attention``: ``dot`` (Eq. 1), ``prev-context`` (Eq. 2), ``prev-weight`` (Eq. 3,
-  the default), ``prev-accum-weight`` (Eq. 4), ``expand-kv`` (Eqs. 5-8), ``continuous`` (Eq. 9),
-  ``coverage`` (Eq. 10);
-- ``--kv-variant 1..4``: which extra key/value pair ``expand-kv`` builds (Eqs. 5-8; default 1);
-  1 and 2 build it from the layer's full previous context, the attention output of step i-1
-  (heads concatenated, then the output projection, §3.1);
-- ``--rescale-lambda`` (λ of Eqs. 9, 10; default 0.5) and ``--rescale-window`` (k of Eq. 9;
-  default 5), the paper's values;
-- ``--recurrent-cross-layers``: the decoder layers that use the variant, as 0-based indices
-  ("0,2", counted as in ``decoder.layers.N``) or ``all`` (the default, as in the paper); the
-  other layers use plain dot-product attention (Eq. 1);
+``--cross-attention`` (Eqs. 1-10), ``--kv-variant`` (which extra key/value pair ``expand-kv``
+builds, Eqs. 5-8; 1 and 2 build it from the layer's full previous context, the attention output
+of step i-1, heads concatenated, then the output projection, §3.1), ``--rescale-lambda`` and
+``--rescale-window`` (λ and k of Eqs. 9, 10) and ``--recurrent-cross-layers`` (the decoder layers
+that use the variant, 0-based as in ``decoder.layers.N``, or ``all``; the others use plain
+dot-product attention, Eq. 1). :data:`OPTIONS` declares them, with their defaults (the paper's
+values).
 
 Checkpoints saved with the former ``--cross-attention-recurrence`` option load: ``eager`` was the
 only recurrence and is what runs; ``compile`` loads as eager with a one-line notice (the same
@@ -45,9 +40,16 @@ from ..modules.recurrent_cross_attention import (
     CROSS_ATTENTION_VARIANTS,
     KV_VARIANTS,
     RecurrentCrossAttention,
-    check_options,
 )
 from ._common import check_transformer_flags, small_transformer_sizes
+from .options import (
+    Option,
+    Options,
+    add_version_buffer,
+    finite,
+    saved_version,
+    upgrade_state_dict,
+)
 
 LAYERS_FLAG = "--recurrent-cross-layers"
 # the option of a removed torch.compile path, still in the arguments of older checkpoints
@@ -59,7 +61,6 @@ logger = logging.getLogger(__name__)
 def layer_variants(cfg, num_layers):
     """The cross-attention variant of each decoder layer: ``--cross-attention`` in the layers of
     ``--recurrent-cross-layers``, ``dot`` in the others."""
-    check_options(cfg.cross_attention, cfg.kv_variant, cfg.rescale_lambda, cfg.rescale_window)
     spec = str(cfg.recurrent_cross_layers).strip()
     if spec == "all":
         chosen = set(range(num_layers))
@@ -124,41 +125,34 @@ class RecurrentCrossTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        parser.add_argument("--cross-attention", choices=list(CROSS_ATTENTION_VARIANTS),
-                            help="encoder-decoder attention: dot (Eq. 1), prev-context (Eq. 2), "
-                                 "prev-weight (Eq. 3), prev-accum-weight (Eq. 4), expand-kv "
-                                 "(Eqs. 5-8), continuous (Eq. 9) or coverage (Eq. 10); "
-                                 "default prev-weight")
-        parser.add_argument("--kv-variant", type=int, choices=list(KV_VARIANTS),
-                            help="expand-kv: extra key/value from the layer's full previous "
-                                 "context (all heads concatenated, then the output projection, "
-                                 "§3.1) with the shared W_k/W_v (1), with separate matrices (2), "
-                                 "from the "
-                                 "head's own context with separate matrices (3), key "
-                                 "transformed and value not (4); default 1")
-        parser.add_argument("--rescale-lambda", type=float, metavar="L",
-                            help="λ of continuous (Eq. 9, in (0, 1]) and coverage (Eq. 10, "
-                                 ">= 0); default 0.5")
-        parser.add_argument("--rescale-window", type=int, metavar="K",
-                            help="continuous: the window j-k..j+k of Eq. 9; default 5")
-        parser.add_argument(LAYERS_FLAG, metavar="LAYERS",
-                            help="decoder layers (0-based, comma-separated) whose "
-                                 "encoder-decoder attention is --cross-attention, or 'all'; "
-                                 "the others use dot; default all")
+        OPTIONS.add_args(parser)
 
     @classmethod
-    def build_model(cls, args, task):
-        if getattr(args, REMOVED_RECURRENCE, "eager") == "compile":
+    def upgrade_args(cls, args):
+        """A namespace of options version 1 may record the removed --cross-attention-recurrence:
+        ``eager`` was the only recurrence left; ``compile`` loads as eager, with a notice."""
+        if saved_version(args) < 2 and getattr(args, REMOVED_RECURRENCE, None) == "compile":
             logger.warning("this checkpoint was trained with --cross-attention-recurrence "
                            "compile, which no longer exists: it loads with the eager recurrence "
                            "(the same outputs and gradients)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        cls.upgrade_args(args)
         recurrent_cross_base_architecture(args)
         check_transformer_flags(args)
+        OPTIONS.validate(args)
         if getattr(args, "left_pad_target", False):
             raise ValueError("recurrent_cross_transformer: the cross-attention recurrence runs "
                              "from the first target position, so targets must be right-padded; "
                              "drop --left-pad-target")
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        add_version_buffer(model, OPTIONS.version)
+        return model
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        upgrade_state_dict(state_dict, name, OPTIONS.version)
+        super().upgrade_state_dict_named(state_dict, name)
 
     def set_beam_size(self, beam_size):
         """Called by fairseq's beam search (``EnsembleModel.set_decoder_beam_size``): the
@@ -173,13 +167,57 @@ class RecurrentCrossTransformerModel(TransformerModel):
                                                 no_encoder_attn=cfg.no_cross_attention)
 
 
+def _check_lambda(args):
+    """λ's range depends on the variant (Eqs. 9 and 10)."""
+    lam = args.rescale_lambda
+    if args.cross_attention == "continuous" and not 0 < lam <= 1:
+        raise ValueError(f"--cross-attention continuous mixes new and previous energies with "
+                         f"weights λ and 1-λ: --rescale-lambda must be in (0, 1], got {lam}")
+    if args.cross_attention == "coverage" and lam < 0:
+        raise ValueError(f"--cross-attention coverage subtracts λ times the attention already "
+                         f"paid: --rescale-lambda must be >= 0, got {lam}")
+
+
+def _check_kv_sizes(args):
+    """expand-kv 1 feeds the decoder-side context through the shared W_k/W_v (Eq. 5)."""
+    if args.cross_attention == "expand-kv" and args.kv_variant == 1 \
+            and args.encoder_embed_dim != args.decoder_embed_dim:
+        raise ValueError(f"--kv-variant 1 feeds the decoder-side context (size "
+                         f"{args.decoder_embed_dim}) through the shared W_k and W_v, which take "
+                         f"encoder states (size {args.encoder_embed_dim}): it needs "
+                         f"--encoder-embed-dim equal to --decoder-embed-dim; use --kv-variant 2, "
+                         f"3 or 4")
+
+
+def _integer_window(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return "(k, the window j-k..j+k of Eq. 9) must be an integer >= 0"
+    return None
+
+
+OPTIONS = Options(version=2, rules=(_check_lambda, _check_kv_sizes), options=(
+    Option("cross_attention", "prev-weight", choices=CROSS_ATTENTION_VARIANTS,
+           help="encoder-decoder attention: dot (Eq. 1), prev-context (Eq. 2), prev-weight "
+                "(Eq. 3), prev-accum-weight (Eq. 4), expand-kv (Eqs. 5-8), continuous (Eq. 9) "
+                "or coverage (Eq. 10)"),
+    Option("kv_variant", 1, type=int, choices=KV_VARIANTS,
+           help="expand-kv: extra key/value from the layer's full previous context (all heads "
+                "concatenated, then the output projection, §3.1) with the shared W_k/W_v (1), "
+                "with separate matrices (2), from the head's own context with separate "
+                "matrices (3), key transformed and value not (4)"),
+    Option("rescale_lambda", 0.5, type=float, metavar="L", check=finite,
+           help="λ of continuous (Eq. 9, in (0, 1]) and coverage (Eq. 10, >= 0)"),
+    Option("rescale_window", 5, type=int, metavar="K", check=_integer_window,
+           help="continuous: the window j-k..j+k of Eq. 9"),
+    Option("recurrent_cross_layers", "all", metavar="LAYERS",
+           help="decoder layers (0-based, comma-separated) whose encoder-decoder attention is "
+                "--cross-attention, or 'all'; the others use dot"),
+))
+
+
 @register_model_architecture("recurrent_cross_transformer", "recurrent_cross_transformer")
 def recurrent_cross_base_architecture(args):
-    args.cross_attention = getattr(args, "cross_attention", "prev-weight")
-    args.kv_variant = getattr(args, "kv_variant", 1)
-    args.rescale_lambda = getattr(args, "rescale_lambda", 0.5)
-    args.rescale_window = getattr(args, "rescale_window", 5)
-    args.recurrent_cross_layers = getattr(args, "recurrent_cross_layers", "all")
+    OPTIONS.fill(args)
     base_architecture(args)
 
 

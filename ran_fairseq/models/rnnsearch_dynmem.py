@@ -33,12 +33,17 @@ from fairseq.models import (
 from fairseq.models.lstm import Embedding, LSTMCell, LSTMEncoder, Linear
 from fairseq.modules import FairseqDropout
 
-from ..modules.dynamic_memory_attention import (
-    MEMORY_DIM_FLAG,
-    AttentionRows,
-    DynamicMemoryAttention,
+from ..modules.dynamic_memory_attention import AttentionRows, DynamicMemoryAttention
+from .options import (
+    Option,
+    Options,
+    above_zero,
+    add_version_buffer,
+    non_negative,
+    positive,
+    probability,
+    upgrade_state_dict,
 )
-from ._common import check_dropout, check_non_negative, check_positive
 
 UNLIMITED_POSITIONS = 100000  # an RNN has no position limit (fairseq's lstm default bound)
 
@@ -192,56 +197,13 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--dropout", type=float, metavar="D",
-                            help="dropout on embeddings, encoder outputs, between LSTM layers and "
-                                 "on the attentional output s̃; default 0.2")
-        parser.add_argument("--encoder-embed-dim", type=int, metavar="N",
-                            help="source embedding size")
-        parser.add_argument("--encoder-hidden-size", type=int, metavar="N",
-                            help="encoder LSTM size per direction (annotations are twice this)")
-        parser.add_argument("--encoder-layers", type=int, metavar="N",
-                            help="bidirectional encoder LSTM layers; default 1")
-        parser.add_argument("--decoder-embed-dim", type=int, metavar="N",
-                            help="target embedding size")
-        parser.add_argument("--decoder-hidden-size", type=int, metavar="N",
-                            help="decoder LSTM size")
-        parser.add_argument("--decoder-layers", type=int, metavar="N",
-                            help="decoder LSTM layers; default 1")
-        parser.add_argument("--decoder-out-embed-dim", type=int, metavar="N",
-                            help="size of the attentional output s̃_j (Eq. 8)")
-        parser.add_argument("--attention-dim", type=int, metavar="N",
-                            help="size of the additive attention's hidden layer (v_a); default: "
-                                 "--decoder-hidden-size")
-        parser.add_argument("--dynamic-memory-window", type=int, metavar="K",
-                            help="half-width k of the previous-attention window fed to each "
-                                 "source word's memory (2k+1 values; paper: 0 and 5); default 5")
-        parser.add_argument(MEMORY_DIM_FLAG, type=int, metavar="N",
-                            help="size of each source word's memory LSTM (paper: 500)")
-        parser.add_argument("--no-dynamic-memory", action="store_true",
-                            help="plain RNNSearch attention (Eq. 5) without the memory")
-        parser.add_argument("--init-range", type=float, metavar="R",
-                            help="every parameter starts uniform in [-R, R]; default 0.1 (paper)")
-        parser.add_argument("--share-decoder-input-output-embed", action="store_true",
-                            help="tie W_2 to the target embeddings (needs "
-                                 "--decoder-out-embed-dim = --decoder-embed-dim)")
-        parser.add_argument("--share-all-embeddings", action="store_true",
-                            help="one embedding matrix for source, target and W_2 (needs a "
-                                 "joined dictionary and equal embedding sizes)")
+        OPTIONS.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
         rnnsearch_dynmem(args)
+        OPTIONS.validate(args)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-        check_positive(args, ("encoder_embed_dim", "encoder_hidden_size", "encoder_layers",
-                              "decoder_embed_dim", "decoder_hidden_size", "decoder_layers",
-                              "decoder_out_embed_dim", "attention_dim"))
-        check_dropout(args, ("dropout",))
-        check_non_negative(args, ("dynamic_memory_window",))
-        if not args.init_range > 0:
-            raise ValueError(f"--init-range must be positive, got {args.init_range}")
-        if not args.no_dynamic_memory and args.dynamic_memory_dim < 1:
-            raise ValueError(f"{MEMORY_DIM_FLAG} must be positive, got {args.dynamic_memory_dim} "
-                             f"(--no-dynamic-memory turns the memory off)")
         encoder_embed = Embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad())
         if args.share_all_embeddings:
             if src_dict != tgt_dict:
@@ -270,7 +232,12 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
                                    args.share_decoder_input_output_embed)
         model = cls(encoder, decoder)
         model.init_uniform_(args.init_range)
+        add_version_buffer(model, OPTIONS.version)
         return model
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        upgrade_state_dict(state_dict, name, OPTIONS.version)
+        super().upgrade_state_dict_named(state_dict, name)
 
     def init_uniform_(self, bound):
         """Every parameter uniform in [-bound, bound] (paper: 0.1), padding embeddings zero."""
@@ -283,32 +250,61 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
                 embed.weight[embed.padding_idx].zero_()
 
 
+def _check_memory(args):
+    if not args.no_dynamic_memory and args.dynamic_memory_dim < 1:
+        raise ValueError(f"--dynamic-memory-dim must be positive, got {args.dynamic_memory_dim} "
+                         f"(--no-dynamic-memory turns the memory off)")
+
+
+OPTIONS = Options(version=2, rules=(_check_memory,), options=(
+    Option("dropout", 0.2, type=float, metavar="D", check=probability,
+           help="dropout on embeddings, encoder outputs, between LSTM layers and on the "
+                "attentional output s̃"),
+    Option("encoder_embed_dim", 1000, type=int, metavar="N", check=positive,
+           help="source embedding size"),
+    Option("encoder_hidden_size", 1000, type=int, metavar="N", check=positive,
+           help="encoder LSTM size per direction (annotations are twice this)"),
+    Option("encoder_layers", 1, type=int, metavar="N", check=positive,
+           help="bidirectional encoder LSTM layers"),
+    Option("decoder_embed_dim", 1000, type=int, metavar="N", check=positive,
+           help="target embedding size"),
+    Option("decoder_hidden_size", 1000, type=int, metavar="N", check=positive,
+           help="decoder LSTM size"),
+    Option("decoder_layers", 1, type=int, metavar="N", check=positive,
+           help="decoder LSTM layers"),
+    Option("decoder_out_embed_dim", 1000, type=int, metavar="N", check=positive,
+           help="size of the attentional output s̃_j (Eq. 8)"),
+    Option("attention_dim", None, type=int, metavar="N", check=positive,
+           default_text="--decoder-hidden-size",
+           help="size of the additive attention's hidden layer (v_a)"),
+    Option("dynamic_memory_window", 5, type=int, metavar="K", check=non_negative,
+           help="half-width k of the previous-attention window fed to each source word's memory "
+                "(2k+1 values; paper: 0 and 5)"),
+    Option("dynamic_memory_dim", 500, type=int, metavar="N",
+           help="size of each source word's memory LSTM (paper: 500)"),
+    Option("no_dynamic_memory", False,
+           help="plain RNNSearch attention (Eq. 5) without the memory"),
+    Option("init_range", 0.1, type=float, metavar="R", check=above_zero,
+           help="every parameter starts uniform in [-R, R] (paper: 0.1)"),
+    Option("share_decoder_input_output_embed", False,
+           help="tie W_2 to the target embeddings (needs --decoder-out-embed-dim = "
+                "--decoder-embed-dim)"),
+    Option("share_all_embeddings", False,
+           help="one embedding matrix for source, target and W_2 (needs a joined dictionary and "
+                "equal embedding sizes)"),
+))
+
+SMALL = {"encoder_embed_dim": 256, "encoder_hidden_size": 256, "decoder_embed_dim": 256,
+         "decoder_hidden_size": 256, "decoder_out_embed_dim": 256, "dynamic_memory_dim": 128}
+
+
 @register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem")
-def rnnsearch_dynmem(args):
-    args.dropout = getattr(args, "dropout", 0.2)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 1000)
-    args.encoder_hidden_size = getattr(args, "encoder_hidden_size", 1000)
-    args.encoder_layers = getattr(args, "encoder_layers", 1)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 1000)
-    args.decoder_hidden_size = getattr(args, "decoder_hidden_size", 1000)
-    args.decoder_layers = getattr(args, "decoder_layers", 1)
-    args.decoder_out_embed_dim = getattr(args, "decoder_out_embed_dim", 1000)
-    args.attention_dim = getattr(args, "attention_dim", None) or args.decoder_hidden_size
-    args.dynamic_memory_window = getattr(args, "dynamic_memory_window", 5)
-    args.dynamic_memory_dim = getattr(args, "dynamic_memory_dim", 500)
-    args.no_dynamic_memory = getattr(args, "no_dynamic_memory", False)
-    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed",
-                                                    False)
-    args.share_all_embeddings = getattr(args, "share_all_embeddings", False)
-    args.init_range = getattr(args, "init_range", 0.1)
+def rnnsearch_dynmem(args, **defaults):
+    OPTIONS.fill(args, **defaults)
+    if args.attention_dim is None:
+        args.attention_dim = args.decoder_hidden_size
 
 
 @register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem_small")
 def rnnsearch_dynmem_small(args):
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
-    args.encoder_hidden_size = getattr(args, "encoder_hidden_size", 256)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
-    args.decoder_hidden_size = getattr(args, "decoder_hidden_size", 256)
-    args.decoder_out_embed_dim = getattr(args, "decoder_out_embed_dim", 256)
-    args.dynamic_memory_dim = getattr(args, "dynamic_memory_dim", 128)
-    rnnsearch_dynmem(args)
+    rnnsearch_dynmem(args, **SMALL)

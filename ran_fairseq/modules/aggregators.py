@@ -28,7 +28,6 @@ import torch.nn as nn
 from torch import Tensor
 
 AGGREGATORS = ("max", "avg", "attn", "max-attn")
-AGGREGATOR_FLAG = "--aggregator"
 
 
 def _source_lengths(source_padding: Tensor) -> Tensor:
@@ -119,7 +118,7 @@ class SourceAggregator(nn.Module):
     def __init__(self, kind: str, channels: int):
         super().__init__()
         if kind not in AGGREGATORS:
-            raise ValueError(f"unknown aggregator {kind!r}; {AGGREGATOR_FLAG} must be one of "
+            raise ValueError(f"unknown aggregator {kind!r}; the aggregators are "
                              f"{', '.join(AGGREGATORS)}")
         self.kind = kind
         self.channels = channels

@@ -10,8 +10,8 @@ of the masked k×⌈k/2⌉ convolution and a GLU halves them again; ``"both"`` d
 1×1 convolution too; ``"none"`` gates nothing. The paper's text (§3.1) gates "both convolutions",
 but its Table 1 count for the gated model (9.64M against 7.18M) is exactly what gating the k×k
 convolution alone adds with L = 24, g = 32, d = 128, k = 5 (L·4g·g·k² = 2.46M; gating the 1×1
-convolutions as well would add Σ_l (f_0 + (l-1)g)·4g = 1.92M more), so ``"masked"`` is the
-default of the model's ``--gated-convolutions``.
+convolutions as well would add Σ_l (f_0 + (l-1)g)·4g = 1.92M more), so ``"masked"`` is what
+the model's gating option gives when it is set without a value.
 The block returns BN → ReLU of the final concatenation H (B, f_0 + L·g, T, S), the closing
 normalization of a DenseNet.
 
@@ -47,16 +47,15 @@ from .masked_conv2d import MaskedConv2d
 
 BOTTLENECK_FACTOR = 4  # the 1×1 convolution's output is 4g channels
 GATINGS = ("none", "masked", "both")  # which convolutions of a layer a GLU gates
-GATING_FLAG = "--gated-convolutions"
 
 
 def check_gating(gated) -> str:
-    """``gated`` as one of :data:`GATINGS` (False means ``"none"``); anything else is an error
-    naming the flag."""
+    """``gated`` as one of :data:`GATINGS` (False means ``"none"``); anything else is an
+    error."""
     if gated is False or gated is None:
         return "none"
     if gated not in GATINGS:
-        raise ValueError(f"{GATING_FLAG} must be one of {', '.join(GATINGS)}, got {gated!r}")
+        raise ValueError(f"gated must be one of {', '.join(GATINGS)}, got {gated!r}")
     return gated
 
 
@@ -239,11 +238,9 @@ class DenseNet2d(nn.Module):
         super().__init__()
         gated = check_gating(gated)
         if num_layers < 1:
-            raise ValueError(f"the DenseNet needs at least one layer, got {num_layers} "
-                             f"(--num-layers)")
+            raise ValueError(f"the DenseNet needs at least one layer, got {num_layers}")
         if growth_rate < 1:
-            raise ValueError(f"the growth rate must be positive, got {growth_rate} "
-                             f"(--growth-rate)")
+            raise ValueError(f"the growth rate must be positive, got {growth_rate}")
         self.in_channels = in_channels
         self.num_layers = num_layers
         self.growth_rate = growth_rate

@@ -33,8 +33,6 @@ from torch import Tensor
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.models.lstm import LSTMCell, Linear
 
-WINDOW_FLAG = "--dynamic-memory-window"
-MEMORY_DIM_FLAG = "--dynamic-memory-dim"
 
 # Masked scores get a large finite value (the softmax runs in float32): padded positions get a
 # weight of exactly zero, and a row without any real position could not turn into NaN.
@@ -64,11 +62,11 @@ class DynamicMemoryAttention(nn.Module):
                  memory_dim: int = 500):
         super().__init__()
         if window < 0:
-            raise ValueError(f"the attention window half-width k must be >= 0 ({WINDOW_FLAG}), "
+            raise ValueError(f"the attention window half-width k (window) must be >= 0, "
                              f"got {window}")
         if memory_dim < 0:
-            raise ValueError(f"the dynamic memory size must be >= 0 ({MEMORY_DIM_FLAG}; 0 or "
-                             f"--no-dynamic-memory turns the memory off), got {memory_dim}")
+            raise ValueError(f"the dynamic memory size (memory_dim) must be >= 0 (0 turns the "
+                             f"memory off), got {memory_dim}")
         self.window = window
         self.memory_dim = memory_dim
         self.key_proj = Linear(key_dim, attention_dim, bias=False)  # W_a acting on h_i

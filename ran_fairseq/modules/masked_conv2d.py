@@ -21,7 +21,6 @@ from torch import Tensor
 
 from fairseq.incremental_decoding_utils import with_incremental_state
 
-KERNEL_SIZE_FLAG = "--kernel-size"
 
 
 @with_incremental_state
@@ -35,8 +34,7 @@ class MaskedConv2d(nn.Module):
         super().__init__()
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"the masked convolution needs an odd kernel size (centred on the "
-                             f"source axis), got {kernel_size}; set {KERNEL_SIZE_FLAG} to an odd "
-                             f"number")
+                             f"source axis), got {kernel_size}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = kernel_size

@@ -42,7 +42,7 @@ with the paper's transition is one autograd node with a written-out backward
 (:class:`_PaperRecurrence`, derived in docs/backward/positional_attention.md). Tensors that depend
 on the sizes only (masks, index ranges) are built once per device.
 
-The package holds one job per module: ``common`` (flags and constants), ``matrices`` (the matrix
+The package holds one job per module: ``common`` (constants), ``matrices`` (the matrix
 source's base class: what a pass or a sequence shares, the weights layers read), ``ran`` (RAN's
 initial matrices and transition), ``recurrence`` (the ``_PaperRecurrence`` Function),
 ``synthesizer``, ``gaussian`` (HC-SA) and ``layer`` (the self-attention layer and its incremental
@@ -50,18 +50,7 @@ step).
 """
 from typing import Optional
 
-from .common import (
-    DECODER_INITIAL_FLAG,
-    FFN_DIM_FLAG,
-    INITIAL_INIT_FLAG,
-    MAX_POSITIONS_FLAG,
-    NO_LAYERNORM_RESIDUAL_FLAG,
-    RAN_DECODER_INITIAL,
-    RAN_INITIAL_INIT,
-    RAN_TRANSITIONS,
-    STEP_BLOCK,
-    TRANSITION_FLAG,
-)
+from .common import RAN_DECODER_INITIAL, RAN_INITIAL_INIT, RAN_TRANSITIONS, STEP_BLOCK
 from .gaussian import GaussianAttentionMatrices
 from .layer import PositionalSelfAttention
 from .matrices import PositionalAttentionMatrices
@@ -70,9 +59,8 @@ from .recurrence import _PaperRecurrence
 from .synthesizer import RandomSynthesizerMatrices
 
 __all__ = [
-    "DECODER_INITIAL_FLAG", "FFN_DIM_FLAG", "INITIAL_INIT_FLAG", "MAX_POSITIONS_FLAG",
-    "NO_LAYERNORM_RESIDUAL_FLAG", "RAN_DECODER_INITIAL", "RAN_INITIAL_INIT", "RAN_TRANSITIONS",
-    "STEP_BLOCK", "TRANSITION_FLAG", "FeedForwardTransition", "GaussianAttentionMatrices",
+    "RAN_DECODER_INITIAL", "RAN_INITIAL_INIT", "RAN_TRANSITIONS", "STEP_BLOCK",
+    "FeedForwardTransition", "GaussianAttentionMatrices",
     "PositionalAttentionMatrices", "PositionalSelfAttention", "RandomSynthesizerMatrices",
     "RecurrentAttentionMatrices", "_PaperRecurrence", "build_positional_matrices",
 ]

@@ -1,17 +1,11 @@
-"""Flags and constants shared by the input-independent self-attention's modules."""
+"""Constants shared by the input-independent self-attention's modules."""
 
-MAX_POSITIONS_FLAG = "--max-attention-positions"
 # RAN's options (Zeng et al. 2021): the transition (§2.3) and the decoder's use of A_0 (§2.2)
 RAN_TRANSITIONS = ("paper", "ffn")
 RAN_DECODER_INITIAL = ("lower-triangle", "full")
 # A_0's random initialization (§2.2 says only "randomly initialized"): N(0, n^-1/2) (the default),
 # or Xavier-uniform over the (h, n, n) tensor as in the authors' released code
 RAN_INITIAL_INIT = ("normal", "xavier")
-TRANSITION_FLAG = "--ran-transition"
-DECODER_INITIAL_FLAG = "--ran-decoder-initial"
-NO_LAYERNORM_RESIDUAL_FLAG = "--ran-no-layernorm-residual"
-INITIAL_INIT_FLAG = "--ran-initial-init"
-FFN_DIM_FLAG = "--ran-ffn-dim"
 
 # Decoding steps whose weights are copied out for every hypothesis at once (PositionalSelfAttention)
 STEP_BLOCK = 16
@@ -21,11 +15,11 @@ STEP_BLOCK = 16
 _MASKED = -1e9
 
 
-def _too_long(length: int, max_positions: int, what: str) -> ValueError:
+def _too_long(length: int, max_positions: int, what: str, limit: str, advice: str) -> ValueError:
+    """The error for a sentence longer than the n positions; ``limit`` is the name its user sets
+    n by and ``advice`` what else they can do (the model that builds the matrices gives both)."""
     return ValueError(
         f"{what} has {length} positions but the input-independent self-attention covers only "
-        f"{max_positions} ({MAX_POSITIONS_FLAG}={max_positions}); raise {MAX_POSITIONS_FLAG}, or "
-        f"leave longer sentences out with --max-source-positions/--max-target-positions and "
-        f"--skip-invalid-size-inputs-valid-test"
+        f"{max_positions} ({limit}={max_positions}); raise {limit}{advice}"
     )
 

@@ -13,7 +13,7 @@ class GaussianAttentionMatrices(PositionalAttentionMatrices):
     def __init__(self, num_layers, num_heads, max_positions, causal, std=1.0):
         super().__init__(num_layers, num_heads, max_positions, causal)
         if std <= 0:
-            raise ValueError(f"--gaussian-attention-std must be positive, got {std}")
+            raise ValueError(f"std must be positive, got {std}")
         self.std = std
         later = 0.0 if causal else 1.0
         centres = [-1.0 if k < num_heads // 2 else later for k in range(num_heads)]

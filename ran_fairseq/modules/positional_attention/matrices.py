@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .common import _MASKED, MAX_POSITIONS_FLAG, _too_long
+from .common import _MASKED, _too_long
 
 
 class PassState:
@@ -31,11 +31,13 @@ class PositionalAttentionMatrices(nn.Module):
     def __init__(self, num_layers: int, num_heads: int, max_positions: int, causal: bool):
         super().__init__()
         if max_positions < 1:
-            raise ValueError(f"{MAX_POSITIONS_FLAG} must be positive, got {max_positions}")
+            raise ValueError(f"max_positions must be positive, got {max_positions}")
         self.num_layers = num_layers
         self.num_heads = num_heads
         self.max_positions = max_positions
         self.causal = causal
+        # how the too-long error names n, and what else it advises (set by the model)
+        self.limit_name = ("max_positions", "")
         # the current forward_scope, in a plain object: an attribute set on an nn.Module goes
         # through Module.__setattr__'s type checks, which every decoding step would pay
         self._pass = PassState()
@@ -98,7 +100,7 @@ class PositionalAttentionMatrices(nn.Module):
     # ---- the matrices layers read ----------------------------------------------------------------
     def check_length(self, length: int, what: str = "a sentence"):
         if length > self.max_positions:
-            raise _too_long(length, self.max_positions, what)
+            raise _too_long(length, self.max_positions, what, *self.limit_name)
 
     def logits(self, layer: int, rows: int) -> Tensor:
         """float32 logits of ``layer`` (0-based) for query positions < ``rows``: (h, rows, n)."""

@@ -7,14 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .common import (
-    DECODER_INITIAL_FLAG,
-    FFN_DIM_FLAG,
-    INITIAL_INIT_FLAG,
-    NO_LAYERNORM_RESIDUAL_FLAG,
     RAN_DECODER_INITIAL,
     RAN_INITIAL_INIT,
     RAN_TRANSITIONS,
-    TRANSITION_FLAG,
 )
 from .matrices import PositionalAttentionMatrices
 from .recurrence import _PaperRecurrence
@@ -31,7 +26,7 @@ class FeedForwardTransition(nn.Module):
         super().__init__()
         hidden = 4 * n if hidden is None else hidden
         if hidden < 1:
-            raise ValueError(f"{FFN_DIM_FLAG} must be positive, got {hidden}")
+            raise ValueError(f"the hidden width must be positive, got {hidden}")
         self.fc1 = nn.Linear(n, hidden)
         self.fc2 = nn.Linear(hidden, n)
         for linear in (self.fc1, self.fc2):
@@ -74,21 +69,21 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
                  initial_init="normal", ffn_dim=None):
         super().__init__(num_layers, num_heads, max_positions, causal)
         if initial_init not in RAN_INITIAL_INIT:
-            raise ValueError(f"{INITIAL_INIT_FLAG} must be one of {', '.join(RAN_INITIAL_INIT)}, "
+            raise ValueError(f"initial_init must be one of {', '.join(RAN_INITIAL_INIT)}, "
                              f"got {initial_init!r}")
         if ffn_dim is not None and transition != "ffn":
-            raise ValueError(f"{FFN_DIM_FLAG} sets the hidden width of {TRANSITION_FLAG} ffn; the "
+            raise ValueError(f"ffn_dim sets the hidden width of the ffn transition; the "
                              f"transition is {transition!r}")
         if transition not in RAN_TRANSITIONS:
-            raise ValueError(f"{TRANSITION_FLAG} must be one of {', '.join(RAN_TRANSITIONS)}, "
+            raise ValueError(f"transition must be one of {', '.join(RAN_TRANSITIONS)}, "
                              f"got {transition!r}")
         if decoder_initial not in RAN_DECODER_INITIAL:
-            raise ValueError(f"{DECODER_INITIAL_FLAG} must be one of "
+            raise ValueError(f"decoder_initial must be one of "
                              f"{', '.join(RAN_DECODER_INITIAL)}, got {decoder_initial!r}")
         if transition == "ffn" and not layernorm_residual:
-            raise ValueError(f"{NO_LAYERNORM_RESIDUAL_FLAG} removes the layer norm and residual "
-                             f"of the paper's transition (Eqs. 3-4); {TRANSITION_FLAG} ffn has no "
-                             f"layer norm: use {TRANSITION_FLAG} paper with it")
+            raise ValueError("layernorm_residual=False removes the layer norm and residual of "
+                             "the paper's transition (Eqs. 3-4); the ffn transition has no layer "
+                             "norm")
         n = max_positions
         self.transition_type = transition
         self.decoder_initial = decoder_initial

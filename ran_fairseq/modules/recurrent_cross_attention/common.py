@@ -19,24 +19,24 @@ MASKED = -1e9
 
 
 def check_options(variant: str, kv_variant: int, rescale_lambda: float, rescale_window: int):
-    """Raise a ValueError naming the flag for options no variant can use."""
+    """Raise a ValueError naming the argument for values no variant can use (the models check
+    their options, by flag, before they build this module)."""
     if variant not in CROSS_ATTENTION_VARIANTS:
-        raise ValueError(f"--cross-attention must be one of {', '.join(CROSS_ATTENTION_VARIANTS)}, "
+        raise ValueError(f"variant must be one of {', '.join(CROSS_ATTENTION_VARIANTS)}, "
                          f"got {variant!r}")
     if kv_variant not in KV_VARIANTS:
-        raise ValueError(f"--kv-variant must be 1, 2, 3 or 4 (Eqs. 5-8), got {kv_variant!r}")
+        raise ValueError(f"kv_variant must be 1, 2, 3 or 4 (Eqs. 5-8), got {kv_variant!r}")
     if not math.isfinite(rescale_lambda):
-        raise ValueError(f"--rescale-lambda must be finite, got {rescale_lambda}")
+        raise ValueError(f"rescale_lambda must be finite, got {rescale_lambda}")
     if variant == "continuous" and not 0 < rescale_lambda <= 1:
-        raise ValueError(f"--cross-attention continuous mixes new and previous energies with "
-                         f"weights λ and 1-λ: --rescale-lambda must be in (0, 1], got "
-                         f"{rescale_lambda}")
+        raise ValueError(f"the continuous variant mixes new and previous energies with weights λ "
+                         f"and 1-λ: rescale_lambda must be in (0, 1], got {rescale_lambda}")
     if variant == "coverage" and rescale_lambda < 0:
-        raise ValueError(f"--cross-attention coverage subtracts λ times the attention already "
-                         f"paid: --rescale-lambda must be >= 0, got {rescale_lambda}")
+        raise ValueError(f"the coverage variant subtracts λ times the attention already paid: "
+                         f"rescale_lambda must be >= 0, got {rescale_lambda}")
     if isinstance(rescale_window, bool) or not isinstance(rescale_window, int) \
             or rescale_window < 0:
-        raise ValueError(f"--rescale-window (k, the window j-k..j+k of Eq. 9) must be an integer "
+        raise ValueError(f"rescale_window (k, the window j-k..j+k of Eq. 9) must be an integer "
                          f">= 0, got {rescale_window!r}")
 
 

@@ -87,9 +87,9 @@ class RecurrentCrossAttention(nn.Module):
         elif variant == "expand-kv":
             if kv_variant == 1 and not kdim == vdim == embed_dim:
                 raise ValueError(
-                    f"--kv-variant 1 feeds the decoder-side context (size {embed_dim}) through "
+                    f"kv_variant 1 feeds the decoder-side context (size {embed_dim}) through "
                     f"the shared W_k and W_v, which take encoder states (size {kdim}): it needs "
-                    f"--encoder-embed-dim equal to --decoder-embed-dim; use --kv-variant 2, 3 or 4")
+                    f"kdim = vdim = embed_dim; kv_variant 2, 3 and 4 do not")
             if kv_variant == 2:  # Eq. 6
                 self.extra_k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
                 self.extra_v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
