@@ -137,7 +137,7 @@ def test_demo_stopped_by_its_time_cap_says_so(demo):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     record = json.loads((work / "demo-out" / "quickstart.de-en" / "demo.json").read_text())
     reached = record["updates"]["reached"]
-    assert record["updates"]["planned"] == 100000 and 0 < reached < 100000
+    assert record["updates"]["planned"] == 100000 and 0 <= reached < 100000
     assert record["time_cap_minutes"] == 0.02 and record["stopped_early"] is True
     note = re.search(r"^NOTE: training stopped at update (\d+) of 100000: the time cap "
                      r"TIME_CAP_MINUTES=0.02 ran out, at [\d.]+ updates/s on \d+ thread\(s\) "

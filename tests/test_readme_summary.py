@@ -38,12 +38,12 @@ def test_each_claim_is_counted_once():
     assert "Z-F3-speed-gpu" in kept and "Z-F3-speed" not in kept
     assert not {"Z-F5-encoder", "Z-F5-decoder", "Z-F8-length"} & set(kept)
     assert len(kept) == len(set(kept)) and ran.endswith(f"of {len(kept)}")
-    kept = [v.claim["id"] for v in tallied(list(verdicts_by_key("results/ran", REPO).values()),
-                                           ["de-en"], "results/ran")]
+    kept = [v.claim["id"] for v in tallied(list(verdicts_by_key("results/ran/short", REPO)
+                                                 .values()), ["de-en"], "results/ran/short")]
     assert {"Z-F5-encoder", "Z-F8-length"} <= set(kept)
     rc = [v.claim["id"] for v in tallied(list(verdicts_by_key(
-        "results/recurrent_cross/gpu-long", REPO).values()), ["de-en"],
-        "results/recurrent_cross/gpu-long")]
+        "results/recurrent_cross/long", REPO).values()), ["de-en"],
+        "results/recurrent_cross/long")]
     assert "R-T2-train-time-gpu" in rc and "R-T2-train-time" not in rc
 
 

@@ -112,8 +112,8 @@ def main(argv=None):
             raise ValueError(f"{args.generate_output or args.hyp} and {args.ref} are empty: nothing to score; pass the "
                              f"hypotheses and references of a test set")
         result = score(hyps, refs, args.metrics, args.lowercase, args.literal_unk)
-    except (OSError, ValueError) as e:
-        sys.exit(f"evaluate: {e}")
+    except ValueError as e:
+        sys.exit(f"evaluate: error: {e}")
     if args.json:
         print(json.dumps({k: {"score": v[0], "signature": v[1]} for k, v in result.items()}))
     else:
