@@ -254,12 +254,17 @@ def test_resume_from_checkpoint(system, trained):
 
 @pytest.mark.parametrize("system", system_params(SLOW))
 def test_memory_efficient_fp16_trains(system, synthetic_databin, tmp_path):
-    proc = helpers.train(synthetic_databin, tmp_path, system.arch,
-                         (*system.flags, "--memory-efficient-fp16", "--no-save"), max_update=4)
+    check_trains_finite(system, synthetic_databin, tmp_path, "--memory-efficient-fp16", "fp16")
+
+
+def check_trains_finite(system, data, save, flag, what):
+    """Four updates with ``flag`` log finite losses and reach update 4."""
+    proc = helpers.train(data, save, system.arch, (*system.flags, flag, "--no-save"),
+                         max_update=4)
     log = proc.stdout + proc.stderr
     values = losses(log)
     assert values, "no loss was logged"
-    assert all(math.isfinite(x) for x in values), f"non-finite fp16 losses: {values}"
+    assert all(math.isfinite(x) for x in values), f"non-finite {what} losses: {values}"
     assert "num_updates 4" in log or "num_updates=4" in log
 
 
@@ -272,13 +277,7 @@ BF16 = [s for s in SLOW if s.id in ("ran-all", "rct-prev-accum-weight", "rct-exp
 
 @pytest.mark.parametrize("system", system_params(BF16))
 def test_bf16_trains(system, synthetic_databin, tmp_path):
-    proc = helpers.train(synthetic_databin, tmp_path, system.arch,
-                         (*system.flags, "--bf16", "--no-save"), max_update=4)
-    log = proc.stdout + proc.stderr
-    values = losses(log)
-    assert values, "no loss was logged"
-    assert all(math.isfinite(x) for x in values), f"non-finite bf16 losses: {values}"
-    assert "num_updates 4" in log or "num_updates=4" in log
+    check_trains_finite(system, synthetic_databin, tmp_path, "--bf16", "bf16")
 
 
 @pytest.mark.parametrize("system", system_params(SLOW))
