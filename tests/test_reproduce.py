@@ -477,6 +477,28 @@ def test_resume_takes_a_training_at_its_budget_as_finished(first_run, corpus, co
     assert (save / "train_finished.json").is_file()  # recorded now
 
 
+def test_a_removed_checkpoint_of_a_kept_result_is_named(first_run, corpus, config):
+    """RAN-ALL's result is kept (--resume skips it) but its checkpoints were removed: the system
+    that decodes them says which checkpoint is gone and how to make it again, in one line."""
+    root, data = corpus
+    save = root / "ckpt" / "de-en" / "RAN-ALL" / "seed1"
+    greedy = first_run / "de-en" / "RAN-ALL_greedy" / "seed1" / "result.json"
+    kept = greedy.read_bytes()
+    aside = root / "ckpt-aside"
+    save.rename(aside)
+    greedy.unlink()
+    try:
+        proc = reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
+                         ",".join(SYSTEMS), "--max-update", "3", "--out", first_run, "--resume")
+    finally:
+        aside.rename(save)
+        greedy.write_bytes(kept)
+    assert proc.returncode != 0
+    assert "decodes the checkpoint of 'RAN-ALL'" in proc.stderr
+    assert f"{save / 'checkpoint_best.pt'} is gone" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     """Two seeds, the test and valid subsets, and the best checkpoint by validation BLEU
     (fairseq's --eval-bleu): one result per seed, mean ± std in the table, a section per subset."""

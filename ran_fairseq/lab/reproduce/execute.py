@@ -36,6 +36,12 @@ def execute(run, env, trained):
                                                 "valid_curve", "continued_from")}
         if training["continued_from"] is None:
             del training["continued_from"]
+    if not run.checkpoint.is_file() and not run.trains:
+        # the decoded system's result was kept (--resume) but its checkpoints were removed
+        raise ReproError(f"{label} decodes the checkpoint of {run.system['checkpoint_of']!r}, "
+                         f"and {run.checkpoint} is gone: train that system again (move its "
+                         f"result folder aside and rerun with --resume), or point "
+                         f"--checkpoints at the folder that holds it")
     if not run.checkpoint.is_file():
         raise ReproError(f"{label}: training left no {run.checkpoint} (select: "
                          f"{run.checkpoint.name}); see {run.dir / 'train.log'}")
