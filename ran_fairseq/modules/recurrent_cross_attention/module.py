@@ -128,18 +128,23 @@ class RecurrentCrossAttention(nn.Module):
                 raise ValueError(f"incremental decoding takes one target position per step, "
                                  f"got {tgt_len}")
             state = self._get_input_buffer(incremental_state)
+        stacked = None  # [W_k; W_v] and [b_k; b_v] where Eq. 5's full pass shares them
         if state is not None and state.get("key") is not None:
             k, v = state["key"], state["value"]
         else:
             if key is None or value is None:
                 raise ValueError("recurrent cross-attention needs the encoder output as key/value")
-            k, v = self._heads(self._keys(key, state is None)), self._heads(self.v_proj(value))
+            if state is None and self._full_context and self.kv_variant == 1 and key is value:
+                stacked = self._stacked_kv_weights()
+                k, v = (self._heads(x) for x in self._project_twice(key, *stacked))
+            else:
+                k, v = self._heads(self._keys(key, state is None)), self._heads(self.v_proj(value))
         q = self._heads(self.q_proj(query) * self.scaling)  # (B, H, T, d)
         padding = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
         energies = torch.matmul(q, k.transpose(2, 3)).float()  # α̂ (Eq. 1), (B, H, T, S)
 
         if state is None:
-            probs, context = self._full(q, k, v, energies, padding, need_weights)
+            probs, context = self._full(q, k, v, energies, padding, need_weights, stacked)
         else:
             probs, context = self._step(q, k, v, energies, padding, state)
             state["key"], state["value"] = k, v
@@ -201,7 +206,7 @@ class RecurrentCrossAttention(nn.Module):
         return F.dropout(ones, dropout.p, training=True)
 
     # ---- full (teacher-forced) sequences ---------------------------------------------------------
-    def _full(self, q, k, v, energies, padding, need_weights=True):
+    def _full(self, q, k, v, energies, padding, need_weights=True, stacked=None):
         variant = self.variant
         pad = None if padding is None else padding[:, None, :]  # broadcasts to (T, B, H, S)
         if variant == "dot":
@@ -219,7 +224,7 @@ class RecurrentCrossAttention(nn.Module):
         elif variant == "prev-context":
             return self._prev_context_full(k, v, energies, pad)
         else:
-            return self._expand_kv_full(q, v, energies, padding, need_weights)
+            return self._expand_kv_full(q, v, energies, padding, need_weights, stacked)
         return probs, self._mix(probs, v)
 
     def _prev_context_full(self, k, v, energies, pad):
@@ -233,7 +238,7 @@ class RecurrentCrossAttention(nn.Module):
         probs, used = probs.permute(1, 2, 0, 3), used.permute(1, 2, 0, 3)
         return probs, torch.matmul(used.to(v.dtype), v)
 
-    def _expand_kv_full(self, q, v, energies, padding, need_weights):
+    def _expand_kv_full(self, q, v, energies, padding, need_weights, stacked=None):
         """Eqs. 5-8 for all steps (see :class:`HeadContextRecurrence`): the plain weights and
         contexts of every step at once, then a recurrence on the extra pair's weight σ_i and the
         context. Returns the source weights (1 - σ_i) softmax(α̂_i) (None without
@@ -242,7 +247,7 @@ class RecurrentCrossAttention(nn.Module):
         masks = self._dropout_masks(steps, batch, src_len + 1, energies)
         values = v.float()
         if self._full_context:  # Eqs. 5, 6
-            weight, bias = self._fused_full_context()
+            weight, bias = self._fused_full_context(stacked)
             out = FullContextRecurrence.apply(
                 self._masked(energies, padding), values, q.permute(2, 0, 1, 3).float(),
                 weight.float(), None if bias is None else bias.float(), masks, need_weights)
@@ -271,14 +276,37 @@ class RecurrentCrossAttention(nn.Module):
         shape = (full.size(0), self.num_heads, self.head_dim)
         return k_proj(full).view(shape), v_proj(full).view(shape)
 
-    def _fused_full_context(self) -> Tuple[Tensor, Optional[Tensor]]:
+    def _stacked_kv_weights(self) -> Tuple[Tensor, Optional[Tensor]]:
+        """W_g = [W_k; W_v] (2E, E) and b_g = [b_k; b_v] (or None) of the full context's extra
+        key and value. With kv_variant 1 (Eq. 5: the source's own W_k, W_v) ``forward`` also
+        projects the source with them in one product, so that each parameter reaches autograd
+        once, through the cat (the backward pass then adds no second use of W_k, W_v, b_k, b_v and
+        of the encoder output: five kernels fewer, tests/test_recurrent_cross_attention.py's
+        KERNELS_AT_12)."""
+        k_proj, v_proj = self._full_context_projections()
+        w_g = torch.stack([k_proj.weight, v_proj.weight])  # (2, E, E)
+        return w_g, None if k_proj.bias is None else torch.stack([k_proj.bias, v_proj.bias])
+
+    def _project_twice(self, key: Tensor, weight: Tensor, bias: Optional[Tensor]):
+        """The source keys and values (S, B, E) each, from [W_k; W_v] and [b_k; b_v] in one
+        batched product whose two outputs are contiguous (a (S, B, 2E) product split in two would
+        leave both strided, and the attention's products would copy them)."""
+        length, batch, embed = key.shape
+        rows = key.reshape(1, length * batch, embed).expand(2, -1, -1)
+        weights = weight.transpose(1, 2)
+        both = (torch.bmm(rows, weights) if bias is None
+                else torch.baddbmm(bias.unsqueeze(1), rows, weights))
+        return tuple(x.view(length, batch, embed) for x in both.unbind(0))
+
+    def _fused_full_context(self, stacked=None) -> Tuple[Tensor, Optional[Tensor]]:
         """Eqs. 5, 6 for a full pass, from the heads' previous contexts C (B, E): with
         c^ℓ = W_o C + b_o, [g_k; g_v] = W_g c^ℓ + b_g = (W_g W_o) C + (W_g b_o + b_g). Returns
-        W_g W_o (2E, E), formed once per call (each step is then one product), and the bias."""
-        k_proj, v_proj = self._full_context_projections()
-        w_g = torch.cat([k_proj.weight, v_proj.weight])  # (2E, E)
+        W_g W_o (2E, E), formed once per call (each step is then one product), and the bias;
+        ``stacked`` is (W_g, b_g) where the caller formed them already."""
+        w_g, b_g = self._stacked_kv_weights() if stacked is None else stacked
+        w_g = w_g.view(-1, w_g.size(-1))  # (2E, E)
+        b_g = None if b_g is None else b_g.view(-1)
         weight = torch.matmul(w_g, self.out_proj.weight)
-        b_g = None if k_proj.bias is None else torch.cat([k_proj.bias, v_proj.bias])
         if self.out_proj.bias is None:
             return weight, b_g
         if b_g is None:
