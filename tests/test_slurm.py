@@ -144,6 +144,20 @@ def test_full_scale_dry_run_prints_the_papers_jobs(setting, gpus, freq):
         assert "srun " in block and "submitit.core._submit" in block
 
 
+def test_every_full_scale_config_states_the_papers_gpus():
+    """--launcher slurm asks each run for the config's "gpus": every paper-scale config states it,
+    with its source in the config's notes (the paper's count, or that the paper gives none)."""
+    full = [p for p in sorted((helpers.REPO / "configs").glob("*/*.json"))
+            if json.loads(p.read_text()).get("device") == "cuda"
+            and (p.stem.startswith("full") or p.stem.endswith("-base"))]
+    assert len(full) >= 7, full
+    for path in full:
+        cfg = json.loads(path.read_text())
+        assert isinstance(cfg.get("gpus"), int) and cfg["gpus"] >= 1, path
+        notes = (path.parent / cfg["notes"]).read_text()
+        assert "GPU" in notes, path
+
+
 def test_without_submitit_slurm_says_how_to_install_it(tmp_path):
     fake = tmp_path / "submitit"
     fake.mkdir()
