@@ -52,7 +52,8 @@ def _date(result: dict) -> str:
 def not_run(report: dict) -> List[str]:
     """Every run of the folder's grid (results.json's settings: its pairs × systems × seeds) that
     results.json does not hold, by pair and system ("en-de: RNNSearch (seed 2)"), then the runs
-    its ``not_run`` names (those that failed)."""
+    its ``not_run`` names: the runs its last invocation did not make (failed, or not started
+    before --stop-after), with the engine's reason where it gave one."""
     settings = report.get("settings", {})
     made = {(r["pair"], r["system"], r["seed"]) for r in report["results"]}
     missing = []
@@ -67,7 +68,8 @@ def not_run(report: dict) -> List[str]:
         if by_system:
             missing.append(f"{pair}: {', '.join(by_system)}")
     failed = [label for label in settings.get("not_run") or []]
-    return missing + ([f"failed: {', '.join(failed)}"] if failed else [])
+    return missing + ([f"not made by the last run of the engine (failed, or stopped before it "
+                       f"started): {', '.join(failed)}"] if failed else [])
 
 
 def holds(report: dict) -> List[str]:
