@@ -116,6 +116,8 @@ def test_trains_judges_and_reports_on_the_cpu(joined_databin, tmp_path):
     md = (out / "CHECK.md").read_text()
     assert "| RAN-ALL | passed, valid " in md
     assert not list(out.rglob("*.pt"))  # no checkpoints
+    logs = list(out.rglob("*.log"))
+    assert logs and not any(str(helpers.REPO) in log.read_text() for log in logs)  # portable
 
 
 def test_the_deadline_stops_the_trainings_and_keeps_the_report(joined_databin, tmp_path):

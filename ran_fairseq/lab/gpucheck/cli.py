@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..common.errors import LabError
 from ..common.machine import available_cores
+from .. import portable
 from ..common.paths import REPO
 from . import device_tests, plan, report, training
 
@@ -116,6 +117,8 @@ def main(argv=None):
         report.write(out, result)
     result["finished"] = round(time.time(), 1)
     report.write(out, result)
+    for log in sorted(out.rglob("*.log")):  # the machine's paths as placeholders ({repo}, ...)
+        portable.rewrite_log(log)
     print(f"gpu-check: report {out / 'CHECK.md'}", file=sys.stderr)
     sys.exit(1 if failed else 0)
 
