@@ -31,9 +31,6 @@ setup(
         "sacrebleu>=2.0",
         "subword-nmt>=0.3.8",
         "sacremoses>=0.0.53",
-        # Language identification for `prepare --lang-filter` (Yang et al. 2017's WMT data); its
-        # 0.3+ releases require NumPy 2, so with NumPy 1.26 pip installs 0.2.2.
-        "py3langid>=0.2.2",
     ],
     # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests; ruff: `make lint`;
     # pytest-xdist: `make test` runs the test files on every core (up to 4), which halves the suite
@@ -48,8 +45,13 @@ setup(
         "ran-remake = ran_fairseq.lab.remake:main",
         "ran-evaluate = ran_fairseq.scoring.evaluate:main",
     ]},
+    # py3langid: `ran-prepare --lang-filter` (Yang et al. 2017's WMT data). An extra, not a
+    # requirement: its 0.3+ releases require NumPy 2, and pip would upgrade a NumPy 1.26 (and
+    # break fairseq's extensions built against it) to install the newest; with the NumPy pinned
+    # (pip's -c) it installs 0.2.2.
     extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5", "ruff>=0.4",
-                             "submitit>=1.4"],
+                             "submitit>=1.4", "py3langid>=0.2.2"],
+                    "langid": ["py3langid>=0.2.2"],
                     "plot": ["matplotlib>=3.5"],
                     # ran-reproduce --launcher slurm
                     "slurm": ["submitit>=1.4"],

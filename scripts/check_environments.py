@@ -24,10 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FAIRSEQ = "fairseq-fixed>=0.12.3.1,<0.13"
 # name -> (python, torch requirement, numpy requirement): the oldest supported, one between, the
-# newest (its torch and NumPy: the newest releases within setup.py's ranges).
+# newest (its torch and NumPy: the newest releases within setup.py's ranges). The middle torch is
+# one release: pip cannot resolve "torch==2.14.*" (2.14.0 and 2.14.1 pin different CUDA libraries).
 COMBINATIONS = {
-    "oldest": ("3.11", "torch==2.5.1", "numpy==1.26.*"),
-    "middle": ("3.12", "torch==2.14.*", "numpy>=2,<3"),
+    "oldest": ("3.10", "torch==2.5.1", "numpy==1.26.*"),
+    "middle": ("3.12", "torch==2.14.1", "numpy>=2,<3"),
     "newest": ("3.13", "torch>=2.5.1,<3", "numpy>=2,<3"),
 }
 SUITES = {"fast": ["-m", "fast"], "conformance": ["tests/test_conformance.py"]}
@@ -123,6 +124,17 @@ def installed(venv, env):
     return versions, (check.stdout + check.stderr).strip().splitlines()
 
 
+def keep(venv, env, path):
+    """Write constraints that hold the torch and NumPy just installed: installing fairseq and
+    the project must not move them (a dependency asking for NumPy 2 would upgrade a 1.26 that
+    fairseq's extensions were built against), as a user's environment keeps its own."""
+    versions, _ = installed(venv, env)
+    kept = {name: versions[name] for name in ("torch", "numpy")}
+    path.write_text("".join(f"{name}=={version}\n" for name, version in kept.items()),
+                    encoding="utf-8")
+    return kept
+
+
 def check_one(name, spec, args, env, say):
     """Build (or reuse) and test one combination; its record."""
     version, torch, numpy = spec
@@ -140,15 +152,21 @@ def check_one(name, spec, args, env, say):
             raise CheckError(f"{venv} exists: pass --reuse to test it as it is, or delete it to "
                              f"build it again")
         python = find_python(version, args.python)
+        step_env = env
         for step, argv, _ in steps(name, venv, python, torch, numpy):
             say(f"{name}: {step}: {shlex.join(argv)}")
-            rc, seconds, output = run_logged(argv, env, logs / f"{step}.log")
+            rc, seconds, output = run_logged(argv, step_env, logs / f"{step}.log")
             record["steps"][step] = {"seconds": round(seconds, 1), "returncode": rc}
             if rc != 0:
                 record["failed"] = f"{step} (exit {rc}; log: {logs / (step + '.log')})"
                 say(f"{name}: FAILED at {step}; the last lines of its log:\n"
                     + "\n".join(output.splitlines()[-15:]))
                 return record
+            if step == "build-requirements":
+                record["kept"] = keep(venv, env, logs / "keep.txt")
+                step_env = dict(env, PIP_CONSTRAINT=str(logs / "keep.txt"))
+                say(f"{name}: the later steps keep " + ", ".join(
+                    f"{k} {v}" for k, v in record["kept"].items()))
     record["build_seconds"] = round(sum(s["seconds"] for s in record["steps"].values()), 1)
     record["installed"], record["pip_check"] = installed(venv, env)
     for suite in args.suites:
@@ -292,6 +310,9 @@ def main(argv=None):
                 for step, argv, _ in steps(name, venv, f"python{COMBINATIONS[name][0]}",
                                            *COMBINATIONS[name][1:]):
                     say(f"{name}: {step}: {shlex.join(argv)}")
+                    if step == "build-requirements":
+                        say(f"{name}: the later steps keep the torch and NumPy installed here "
+                            f"(PIP_CONSTRAINT)")
             for suite in args.suites:
                 say(f"{name}: {suite} tests: {shlex.join(test_argv(venv, suite, args.pytest_args))}")
         say(f"(dry run) the table would go to {args.out}")

@@ -26,7 +26,7 @@ def test_dry_run_plans_fresh_builds_and_writes_nothing(tmp_path):
     proc = check("--dry-run", "--only", "oldest", "--out", out, tmp_path / "envs")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert any("oldest: venv: python3.11 -m venv" in line for line in lines)
+    assert any("oldest: venv: python3.10 -m venv" in line for line in lines)
     build = next(line for line in lines if "oldest: build-requirements:" in line)
     assert "torch==2.5.1" in build and "'numpy==1.26.*'" in build
     fairseq = next(line for line in lines if "oldest: fairseq:" in line)
@@ -82,3 +82,28 @@ def test_reused_environment_is_recorded_and_merged_into_the_table(tmp_path):
     assert f"| {platform.python_version()} | {torch.__version__} | {numpy.__version__} |" in row
     assert "| reused |" in row and f"{fast['counts']['passed']} passed" in row
     assert any(line.startswith("| oldest | 3.11.0 | 2.5.1 |") for line in table.splitlines())
+
+
+def test_later_steps_keep_the_torch_and_numpy_just_installed(tmp_path):
+    """After torch and NumPy are installed, fairseq and the project install under constraints
+    that hold them: a dependency that asks for NumPy 2 (py3langid 0.3+) must not upgrade the 1.26
+    that fairseq's extensions are built against. Checked on this environment (behind a wrapper)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_environments",
+                                                  helpers.REPO / "scripts" / "check_environments.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    venv = tmp_path / "env"
+    (venv / "bin").mkdir(parents=True)
+    wrapper = venv / "bin" / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    kept = module.keep(venv, module.pip_env(tmp_path), tmp_path / "keep.txt")
+    assert kept == {"torch": torch.__version__, "numpy": numpy.__version__}
+    assert (tmp_path / "keep.txt").read_text().splitlines() == [
+        f"torch=={torch.__version__}", f"numpy=={numpy.__version__}"]
+    proc = check("--dry-run", "--only", "oldest", tmp_path / "envs")
+    lines = proc.stdout.splitlines()
+    build = next(i for i, line in enumerate(lines) if "oldest: build-requirements:" in line)
+    assert "the later steps keep the torch and NumPy installed here" in lines[build + 1]

@@ -11,8 +11,8 @@ LANGID_MISSING = (f"--lang-filter needs the Python package {LANGID_PACKAGE} (off
                   f"identification, a maintained fork of langid.py), which is not installed. "
                   f"Install it into this environment with: pip install {LANGID_PACKAGE} "
                   f"numpy=={numpy.__version__} (keeping the NumPy that fairseq's extensions "
-                  f"were built against; scripts/setup-env.sh installs it with the project), or "
-                  f"drop --lang-filter")
+                  f"were built against; the project's extra 'langid', which "
+                  f"scripts/setup-env.sh installs), or drop --lang-filter")
 _LANGID: Dict[tuple, "LanguageFilter"] = {}
 
 
