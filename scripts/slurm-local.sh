@@ -10,7 +10,7 @@
 #   scripts/slurm-local.sh env     print that environment if it runs (exit 1 otherwise)
 #
 # RAN_SLURM_DIR: the folder (default ${TMPDIR:-/tmp}/ran-slurm-local); RAN_SLURM_CPUS: the node's
-# CPUs (default 2). The node is the whole machine: jobs run as root with no cgroup confinement
+# CPUs (default 2; more than the machine has lets jobs that mostly wait share its cores). The node is the whole machine: jobs run as root with no cgroup confinement
 # (ProctrackType=proctrack/linuxproc, TaskPlugin=task/none), so use it for tests, not for sharing.
 set -euo pipefail
 
@@ -76,6 +76,8 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 ReturnToService=2
+# the node has the CPUs named here, even more than the machine has (RAN_SLURM_CPUS)
+SlurmdParameters=config_overrides
 # a job at its time limit is signalled, then killed KillWait seconds later; a finished job's
 # record stays MinJobAge seconds (scontrol show job)
 KillWait=10

@@ -3,23 +3,31 @@ munge from the distribution's packages) that scripts/slurm-local.sh starts for t
 after it. A short two-system table gives the fields a local run gives; a job of two tasks trains
 with world size 2 (gloo, CPU) through fairseq's Slurm detection; a run with a 2-minute limit is
 requeued and finishes at exactly its budget; a cancelled run is reported, then resubmitted by
---resume. Without Slurm (or submitit, or root) the cluster tests are skipped, saying why; under
-CI=true they fail instead. The Slurm variant of compat.cpu_data_parallel is checked without a
-cluster."""
+--resume. The requeued run mostly waits for its time limit, so it goes on beside the other cluster
+tests (the node has a CPU for it). Without Slurm (or submitit, or root) the cluster tests are
+skipped, saying why; under CI=true they fail instead. The Slurm variant of
+compat.cpu_data_parallel is checked without a cluster."""
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import helpers
 
 SYSTEMS = ["TransF", "RAN-ALL"]
+# the node's CPUs: two for the table's runs (or the two tasks of one run), one for the requeued run
+NODE_CPUS = 3
+# the requeued run's budget: its first job is paused after its first save (one epoch of the test
+# corpus is one update), so the budget is left to a later job on any machine
+REQUEUE_BUDGET = 8
 
 
 def missing_slurm():
@@ -45,7 +53,7 @@ def cluster(tmp_path_factory):
             pytest.fail(f"CI=true and no Slurm to test --launcher slurm against: {why}")
         pytest.skip(f"no Slurm to test --launcher slurm against: {why}")
     state = tmp_path_factory.mktemp("slurm")
-    env = dict(helpers.fairseq_env(), RAN_SLURM_DIR=str(state))
+    env = dict(helpers.fairseq_env(), RAN_SLURM_DIR=str(state), RAN_SLURM_CPUS=str(NODE_CPUS))
     script = helpers.REPO / "scripts" / "slurm-local.sh"
     proc = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
                           timeout=120)
@@ -211,11 +219,24 @@ def without_save_dir(argv):
     return argv[:i] + argv[i + 2:]
 
 
-def test_table_through_slurm_has_the_local_fields(cluster, corpus):
+def finish(proc, timeout=900):
+    """The outcome of a background engine started by reproduce(..., background=True)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_table_through_slurm_has_the_local_fields(cluster, corpus, requeued):
+    """The same two-system table made locally and through Slurm (side by side: the local run
+    uses the machine, the Slurm one the node's two free CPUs)."""
     common = ["--systems", ",".join(SYSTEMS), "--max-update", "2", "--threads", "1"]
+    slurm = reproduce(cluster, corpus, "slurm", *common, *SLURM, background=True)
     local = reproduce(cluster, corpus, "local", *common)
+    slurm = finish(slurm)
     assert local.returncode == 0, local.stderr[-4000:]
-    slurm = reproduce(cluster, corpus, "slurm", *common, *SLURM)
     assert slurm.returncode == 0, slurm.stderr[-4000:]
     ours, theirs = report(corpus, "slurm"), report(corpus, "local")
     assert set(ours) == set(theirs) and set(ours["settings"]) == set(theirs["settings"])
@@ -243,76 +264,6 @@ def test_two_tasks_train_with_world_size_2(cluster, corpus):
     assert "distributed init (rank 0)" in log and "distributed_world_size': 2" in log
     assert "distributed init (rank 1)" in (run_dir(corpus, "world2", "TransF")
                                            / "train.rank1.log").read_text()
-
-
-def release_requeued(env, job, stop):
-    """Start a requeued job at once: Slurm holds one two minutes before it may start again
-    (Reason=BeginTime), which only lengthens the test."""
-    while not stop.is_set():
-        info = scontrol(env, job)
-        if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env,
-                           capture_output=True, timeout=60)
-        stop.wait(3)
-
-
-def first_job_updates(env, corpus, seconds_before):
-    """How many updates one 2-minute job of the run makes on this machine: a probe run with a
-    budget it cannot reach, cancelled once a job of it has saved a checkpoint and been requeued
-    (on a slow machine a job may end before its first save; the next one starts from scratch)."""
-    name = "probe"
-    proc = reproduce(env, corpus, name, "--systems", "TransF", "--max-update", 100000, *SLURM,
-                     "--time-limit", "2", "--requeue-signal", seconds_before, "--submit-only")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    job = job_of(corpus, name, "TransF")
-    ckpt = corpus / f"ckpt-{name}" / "de-en" / "TransF" / "seed1" / "checkpoint_last.pt"
-    stop = threading.Event()
-    threading.Thread(target=release_requeued, args=(env, job, stop), daemon=True).start()
-    deadline, restarts = time.monotonic() + 900, 0
-    try:
-        while True:
-            assert time.monotonic() < deadline, "no job of the probe saved a checkpoint"
-            now = int(scontrol(env, job).get("Restarts", 0))
-            if now > restarts:
-                restarts = now
-                if ckpt.is_file():
-                    break
-            time.sleep(2)
-    finally:
-        stop.set()
-        subprocess.run(["scancel", job], env=env, check=True, timeout=60)
-    return updates_of(ckpt)
-
-
-def test_time_limit_requeues_to_the_exact_budget(cluster, corpus):
-    """A 2-minute limit, the job told 10 s before it: every job saves (an epoch of the corpus is
-    one update, and fairseq saves checkpoint_last.pt after each), and the budget is half as much
-    again as a probe's first job made, so that it needs at least two jobs. Submitted with
-    --submit-only: a local engine then finds the run in use; --resume waits and collects it."""
-    limit = ["--time-limit", "2", "--requeue-signal", "10"]
-    budget = max(first_job_updates(cluster, corpus, 10) * 3 // 2, 3)
-    name = "requeue"
-    run = ["--systems", "TransF", "--max-update", budget]
-    proc = reproduce(cluster, corpus, name, *run, *SLURM, *limit, "--submit-only")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    job = job_of(corpus, name, "TransF")
-    assert job and "submitted as Slurm job" in proc.stderr
-    blocked = reproduce(cluster, corpus, name, *run)
-    assert blocked.returncode != 0 and f"in use by Slurm job {job}" in blocked.stderr
-    stop = threading.Event()
-    releaser = threading.Thread(target=release_requeued, args=(cluster, job, stop), daemon=True)
-    releaser.start()
-    try:
-        proc = reproduce(cluster, corpus, name, *run, *SLURM, *limit, "--resume", timeout=1500)
-    finally:
-        stop.set()
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert int(scontrol(cluster, job).get("Restarts", 0)) >= 1
-    log = next((run_dir(corpus, name, "TransF") / "slurm").glob("*_log.out")).read_text()
-    assert "Requeued job" in log
-    ckpt = corpus / f"ckpt-{name}" / "de-en" / "TransF" / "seed1" / "checkpoint_last.pt"
-    assert updates_of(ckpt) == budget
-    assert report(corpus, name)["results"][0]["selected"]["num_updates"] <= budget
 
 
 def test_cancelled_run_is_reported_then_resubmitted(cluster, corpus):
@@ -345,3 +296,99 @@ def test_cancelled_run_is_reported_then_resubmitted(cluster, corpus):
     assert f"Slurm job {job} ended CANCELLED" in again.stderr and "submitted again" in again.stderr
     assert [r["system"] for r in report(corpus, name)["results"]] == SYSTEMS
     assert job_of(corpus, name, "RAN-ALL") != job
+
+
+def release_requeued(env, job, stop):
+    """Start a requeued job at once: Slurm holds one two minutes before it may start again
+    (Reason=BeginTime), which only lengthens the test."""
+    while not stop.is_set():
+        info = scontrol(env, job)
+        if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env,
+                           capture_output=True, timeout=60)
+        stop.wait(3)
+
+
+def training_pids(save_dir):
+    """The fairseq-train processes that save into ``save_dir`` (the node is this machine)."""
+    pids = []
+    for proc in os.listdir("/proc"):
+        try:
+            argv = (open(f"/proc/{proc}/cmdline", "rb").read().decode(errors="replace")
+                    .split("\0"))
+        except OSError:
+            continue
+        if "train" in argv and str(save_dir) in argv:
+            pids.append(int(proc))
+    return pids
+
+
+def pause_after_first_save(save_dir, stop):
+    """Stop the first job's training once checkpoint_last.pt is whole (fairseq copies it from the
+    first file it writes), so that the job reaches its time limit with the budget unmade on a
+    machine of any speed. Returns the updates the paused checkpoint holds."""
+    ckpt = save_dir / "checkpoint_last.pt"
+    while not stop.is_set():
+        pids = training_pids(save_dir) if ckpt.is_file() else []
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        if pids:
+            try:
+                return updates_of(ckpt)
+            except Exception:  # noqa: BLE001  (caught in the middle of the copy: let it finish)
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
+        stop.wait(0.05)
+    return None
+
+
+def requeue_flow(env, corpus):
+    """A run with a 2-minute limit, the job told 10 s before it, submitted with --submit-only
+    (a local engine then finds it in use), its first job paused after its first save; --resume
+    waits for it and collects it. Returns what the test checks."""
+    name = "requeue"
+    limit = ["--time-limit", "2", "--requeue-signal", "10"]
+    run = ["--systems", "TransF", "--max-update", REQUEUE_BUDGET]
+    save_dir = corpus / f"ckpt-{name}" / "de-en" / "TransF" / "seed1"
+    out = {"submitted": reproduce(env, corpus, name, *run, *SLURM, *limit, "--submit-only")}
+    out["job"] = job = job_of(corpus, name, "TransF")
+    if out["submitted"].returncode != 0 or not job:
+        return out
+    out["blocked"] = reproduce(env, corpus, name, *run)
+    stop = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        pool.submit(release_requeued, env, job, stop)
+        paused = pool.submit(pause_after_first_save, save_dir, stop)
+        try:
+            out["collected"] = reproduce(env, corpus, name, *run, *SLURM, *limit, "--resume",
+                                         timeout=1200)
+        finally:
+            stop.set()
+        out["first_job_updates"] = paused.result()
+    out["restarts"] = int(scontrol(env, job).get("Restarts", 0))
+    out["updates"] = updates_of(save_dir / "checkpoint_last.pt")
+    return out
+
+
+@pytest.fixture(scope="module")
+def requeued(cluster, corpus):
+    """The requeued run, started beside the tests that come after it in this file."""
+    with ThreadPoolExecutor(1) as pool:
+        yield pool.submit(requeue_flow, cluster, corpus)
+
+
+def test_time_limit_requeues_to_the_exact_budget(cluster, corpus, requeued):
+    out = requeued.result(timeout=1500)
+    assert out["submitted"].returncode == 0, out["submitted"].stderr[-4000:]
+    job = out["job"]
+    assert job and "submitted as Slurm job" in out["submitted"].stderr
+    assert out["blocked"].returncode != 0 and f"in use by Slurm job {job}" in out["blocked"].stderr
+    assert out["collected"].returncode == 0, out["collected"].stderr[-4000:]
+    # the first job saved, stopped short of the budget, was requeued at its limit; a later job
+    # resumed from checkpoint_last.pt and stopped at exactly the budget
+    assert out["first_job_updates"] is not None and 1 <= out["first_job_updates"] < REQUEUE_BUDGET
+    assert out["restarts"] >= 1
+    log = next((run_dir(corpus, "requeue", "TransF") / "slurm").glob("*_log.out")).read_text()
+    assert "Requeued job" in log
+    assert out["updates"] == REQUEUE_BUDGET
+    assert report(corpus, "requeue")["results"][0]["selected"]["num_updates"] <= REQUEUE_BUDGET
