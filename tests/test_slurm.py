@@ -3,8 +3,8 @@ munge from the distribution's packages) that scripts/slurm-local.sh starts for t
 after it. A short two-system table gives the fields a local run gives; a job of two tasks trains
 with world size 2 (gloo, CPU) through fairseq's Slurm detection; a run with a 2-minute limit is
 requeued and finishes at exactly its budget; a cancelled run is reported, then resubmitted by
---resume. The requeued run mostly waits for its time limit, so it goes on beside the other cluster
-tests (the node has a CPU for it). Without Slurm (or submitit, or root) the cluster tests are
+--resume. These runs mostly wait (for Slurm, a job's start, a time limit), so they go on side by
+side, started with the first cluster test. Without Slurm (or submitit, or root) the cluster tests are
 skipped, saying why; under CI=true they fail instead. The Slurm variant of
 compat.cpu_data_parallel is checked without a cluster."""
 import json
@@ -23,8 +23,9 @@ import pytest
 import helpers
 
 SYSTEMS = ["TransF", "RAN-ALL"]
-# the node's CPUs: two for the table's runs (or the two tasks of one run), one for the requeued run
-NODE_CPUS = 3
+# the node's CPUs: two for each of the table's, the two-task and the cancelled runs, one for the
+# requeued run (more than the machine has: the jobs mostly wait, see scripts/slurm-local.sh)
+NODE_CPUS = 7
 # the requeued run's budget: its first job is paused after its first save (one epoch of the test
 # corpus is one update), so the budget is left to a later job on any machine
 REQUEUE_BUDGET = 8
@@ -55,15 +56,17 @@ def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("slurm")
     env = dict(helpers.fairseq_env(), RAN_SLURM_DIR=str(state), RAN_SLURM_CPUS=str(NODE_CPUS))
     script = helpers.REPO / "scripts" / "slurm-local.sh"
-    proc = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    env["SLURM_CONF"] = proc.stdout.strip().split("SLURM_CONF=")[1]
-    again = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
-                           timeout=60)  # idempotent: the running cluster is kept
-    assert again.returncode == 0 and again.stdout == proc.stdout, again.stderr
-    yield env
-    subprocess.run([str(script), "stop"], env=env, timeout=60)
+    try:
+        proc = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        env["SLURM_CONF"] = proc.stdout.strip().split("SLURM_CONF=")[1]
+        again = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
+                               timeout=60)  # idempotent: the running cluster is kept
+        assert again.returncode == 0 and again.stdout == proc.stdout, again.stderr
+        yield env
+    finally:  # also after a failed start: no daemon outlives the tests
+        subprocess.run([str(script), "stop"], env=env, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +232,9 @@ def finish(proc, timeout=900):
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_table_through_slurm_has_the_local_fields(cluster, corpus, requeued):
-    """The same two-system table made locally and through Slurm (side by side: the local run
-    uses the machine, the Slurm one the node's two free CPUs)."""
+def test_table_through_slurm_has_the_local_fields(cluster, corpus, background):
+    """The same two-system table made locally and through Slurm, side by side (and beside the
+    other cluster tests' runs)."""
     common = ["--systems", ",".join(SYSTEMS), "--max-update", "2", "--threads", "1"]
     slurm = reproduce(cluster, corpus, "slurm", *common, *SLURM, background=True)
     local = reproduce(cluster, corpus, "local", *common)
@@ -253,9 +256,13 @@ def test_table_through_slurm_has_the_local_fields(cluster, corpus, requeued):
         assert list((run_dir(corpus, "slurm", mine["system"]) / "slurm").glob("*_log.out"))
 
 
-def test_two_tasks_train_with_world_size_2(cluster, corpus):
-    proc = reproduce(cluster, corpus, "world2", "--systems", "TransF", "--max-update", "2",
-                     *SLURM, "--tasks-per-run", "2")
+def world2_flow(env, corpus):
+    return reproduce(env, corpus, "world2", "--systems", "TransF", "--max-update", "2", *SLURM,
+                     "--tasks-per-run", "2")
+
+
+def test_two_tasks_train_with_world_size_2(cluster, corpus, background):
+    proc = background["world2"].result(timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = report(corpus, "world2")["results"][0]
     assert result["machine"]["slurm"]["world_size"] == 2
@@ -266,36 +273,48 @@ def test_two_tasks_train_with_world_size_2(cluster, corpus):
                                            / "train.rank1.log").read_text()
 
 
-def test_cancelled_run_is_reported_then_resubmitted(cluster, corpus):
+CANCEL_ARGS = ["--systems", ",".join(SYSTEMS), "--max-update", "2", *SLURM]
+
+
+def cancel_flow(env, corpus):
+    """A table whose RAN-ALL job is cancelled once it runs; then --resume."""
     name = "cancel"
-    args = ["--systems", ",".join(SYSTEMS), "--max-update", "2", *SLURM]
-    engine = reproduce(cluster, corpus, name, *args, background=True)
+    engine = reproduce(env, corpus, name, *CANCEL_ARGS, background=True)
+    out = {"job": None}
     try:
-        deadline = time.monotonic() + 300
-        job = None
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            job = job_of(corpus, name, "RAN-ALL")
-            if job and scontrol(cluster, job).get("JobState") == "RUNNING":
+            out["job"] = job_of(corpus, name, "RAN-ALL")
+            if out["job"] and scontrol(env, out["job"]).get("JobState") == "RUNNING":
                 break
             time.sleep(1)
-        assert job, "RAN-ALL's job never ran"
-        subprocess.run(["scancel", job], env=cluster, check=True, timeout=60)
-        _, err = engine.communicate(timeout=900)
+        if out["job"]:
+            subprocess.run(["scancel", out["job"]], env=env, check=True, timeout=60)
     finally:
-        if engine.poll() is None:
-            engine.kill()
-    assert engine.returncode != 0
+        out["first"] = finish(engine)
+    if out["job"]:
+        out["first_report"] = report(corpus, name)
+        out["first_table"] = (corpus / f"out-{name}" / "TABLE.md").read_text()
+        out["again"] = reproduce(env, corpus, name, *CANCEL_ARGS, "--resume")
+    return out
+
+
+def test_cancelled_run_is_reported_then_resubmitted(cluster, corpus, background):
+    out = background["cancel"].result(timeout=1500)
+    job = out["job"]
+    assert job, "RAN-ALL's job never ran"
+    assert out["first"].returncode != 0
     reason = f"de-en RAN-ALL seed 1 (Slurm job {job} ended CANCELLED"
-    assert reason in err
-    first = report(corpus, name)
+    assert reason in out["first"].stderr
+    first = out["first_report"]
     assert [r["system"] for r in first["results"]] == ["TransF"]
     assert any(reason in text for text in first["settings"]["not_run"])
-    assert f"Slurm job {job} ended CANCELLED" in (corpus / f"out-{name}" / "TABLE.md").read_text()
-    again = reproduce(cluster, corpus, name, *args, "--resume")
+    assert f"Slurm job {job} ended CANCELLED" in out["first_table"]
+    again = out["again"]
     assert again.returncode == 0, again.stderr[-4000:]
     assert f"Slurm job {job} ended CANCELLED" in again.stderr and "submitted again" in again.stderr
-    assert [r["system"] for r in report(corpus, name)["results"]] == SYSTEMS
-    assert job_of(corpus, name, "RAN-ALL") != job
+    assert [r["system"] for r in report(corpus, "cancel")["results"]] == SYSTEMS
+    assert job_of(corpus, "cancel", "RAN-ALL") != job
 
 
 def release_requeued(env, job, stop):
@@ -371,14 +390,18 @@ def requeue_flow(env, corpus):
 
 
 @pytest.fixture(scope="module")
-def requeued(cluster, corpus):
-    """The requeued run, started beside the tests that come after it in this file."""
-    with ThreadPoolExecutor(1) as pool:
-        yield pool.submit(requeue_flow, cluster, corpus)
+def background(cluster, corpus):
+    """The cluster tests' runs other than the table's, started beside it: they mostly wait (for
+    Slurm, for a job's start, for a time limit), so side by side they take little more than the
+    longest of them."""
+    with ThreadPoolExecutor(3) as pool:
+        yield {"requeue": pool.submit(requeue_flow, cluster, corpus),
+               "world2": pool.submit(world2_flow, cluster, corpus),
+               "cancel": pool.submit(cancel_flow, cluster, corpus)}
 
 
-def test_time_limit_requeues_to_the_exact_budget(cluster, corpus, requeued):
-    out = requeued.result(timeout=1500)
+def test_time_limit_requeues_to_the_exact_budget(cluster, corpus, background):
+    out = background["requeue"].result(timeout=1500)
     assert out["submitted"].returncode == 0, out["submitted"].stderr[-4000:]
     job = out["job"]
     assert job and "submitted as Slurm job" in out["submitted"].stderr
