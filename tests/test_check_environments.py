@@ -21,6 +21,15 @@ def check(*args, timeout=600):
                           env=env, cwd=helpers.REPO, timeout=timeout)
 
 
+def this_environment_as(venv):
+    """A virtual environment's layout whose python is this one (behind a wrapper)."""
+    (venv / "bin").mkdir(parents=True)
+    wrapper = venv / "bin" / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return venv
+
+
 def test_dry_run_plans_fresh_builds_and_writes_nothing(tmp_path):
     out = tmp_path / "table"
     proc = check("--dry-run", "--only", "oldest", "--out", out, tmp_path / "envs")
@@ -53,10 +62,7 @@ def test_bad_arguments_are_named(tmp_path):
 
 def test_reused_environment_is_recorded_and_merged_into_the_table(tmp_path):
     envs = tmp_path / "envs"
-    (envs / "newest" / "bin").mkdir(parents=True)
-    wrapper = envs / "newest" / "bin" / "python"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
-    wrapper.chmod(0o755)
+    this_environment_as(envs / "newest")
     out = tmp_path / "table"
     out.mkdir()
     kept = {"name": "oldest", "wanted": {"python": "3.11"}, "reused": False, "steps": {},
@@ -94,11 +100,7 @@ def test_later_steps_keep_the_torch_and_numpy_just_installed(tmp_path):
                                                   helpers.REPO / "scripts" / "check_environments.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    venv = tmp_path / "env"
-    (venv / "bin").mkdir(parents=True)
-    wrapper = venv / "bin" / "python"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
-    wrapper.chmod(0o755)
+    venv = this_environment_as(tmp_path / "env")
     kept = module.keep(venv, module.pip_env(tmp_path), tmp_path / "keep.txt")
     assert kept == {"torch": torch.__version__, "numpy": numpy.__version__}
     assert (tmp_path / "keep.txt").read_text().splitlines() == [
