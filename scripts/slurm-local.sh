@@ -10,7 +10,8 @@
 #   scripts/slurm-local.sh env     print that environment if it runs (exit 1 otherwise)
 #
 # RAN_SLURM_DIR: the folder (default ${TMPDIR:-/tmp}/ran-slurm-local); RAN_SLURM_CPUS: the node's
-# CPUs (default 2; more than the machine has lets jobs that mostly wait share its cores). The node is the whole machine: jobs run as root with no cgroup confinement
+# CPUs (default 2; more than the machine has lets jobs that mostly wait share its cores). The node
+# is the whole machine: jobs run as root with no cgroup confinement
 # (ProctrackType=proctrack/linuxproc, TaskPlugin=task/none), so use it for tests, not for sharing.
 set -euo pipefail
 
