@@ -11,8 +11,9 @@ and ``--bf16`` taken for a TPU's flag where there is no TPU. Before fairseq is i
 root logger set to DEBUG). Nothing else.
 
 The registration happens when fairseq is there: at once if fairseq is already imported (as under
-``fairseq-train --user-dir``), otherwise right after the process first imports fairseq. So the
-lab's commands that never use fairseq or torch (``ran-claims``, ``ran-remake``, ``ran-reproduce``'s
+``fairseq-train --user-dir``), otherwise right after the process first imports fairseq; torch's
+safe-loading list likewise grows when torch is imported. So the lab's commands that never use
+fairseq or torch (``ran-claims``, ``ran-remake``, ``ran-reproduce``'s
 own process, ``ran-evaluate``, ...) start in a fraction of a second instead of the seconds that
 importing torch and fairseq takes.
 """
@@ -51,15 +52,26 @@ def register() -> None:
         from .scoring import ter  # noqa: F401  (--scoring ter)
 
 
-class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
-    """A finder that finds nothing itself: when ``fairseq`` is first imported it hands on the spec
-    the other finders give, with the loader's ``exec_module`` followed by ``register()``."""
+def _allow_checkpoints() -> None:
+    from . import compat
+
+    compat.allow_fairseq_checkpoints()
+
+
+# what follows the first import of each module, once the module has run
+_AFTER_IMPORT = {"torch": _allow_checkpoints, "fairseq": register}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """A finder that finds nothing itself: on the first import of a module of ``_AFTER_IMPORT`` it
+    hands on the spec that the other finders give, its loader's ``exec_module`` followed by what
+    the table names; the finder leaves once every module of the table has been imported."""
 
     def __init__(self):
         self._finding = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "fairseq" or self._finding:
+        if fullname not in _AFTER_IMPORT or self._finding:
             return None
         self._finding = True
         try:
@@ -70,18 +82,20 @@ class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then_register(module):
+        def exec_then_follow(module):
             with quiet.library_logging():
                 exec_module(module)
-            if self in sys.meta_path:
+            if all(name in sys.modules for name in _AFTER_IMPORT) and self in sys.meta_path:
                 sys.meta_path.remove(self)
-            register()
+            _AFTER_IMPORT[fullname]()
 
-        spec.loader.exec_module = exec_then_register
+        spec.loader.exec_module = exec_then_follow
         return spec
 
 
-if "fairseq" in sys.modules:
-    register()
-elif not any(isinstance(f, _RegisterAfterFairseq) for f in sys.meta_path):
-    sys.meta_path.insert(0, _RegisterAfterFairseq())
+for _name, _follow in _AFTER_IMPORT.items():
+    if _name in sys.modules:
+        _follow()
+if not all(name in sys.modules for name in _AFTER_IMPORT) \
+        and not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AfterImport())

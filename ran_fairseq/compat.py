@@ -38,14 +38,17 @@ def _numpy_globals():
 # Every non-tensor, non-builtin class found in checkpoints written by fairseq-train 0.12 (checked by
 # tests/test_checkpoint_loading.py with torch.serialization.get_unsafe_globals_in_checkpoint).
 FAIRSEQ_CHECKPOINT_GLOBALS = (argparse.Namespace,) + _numpy_globals()
+_checkpoints_allowed = False
 
 
 def allow_fairseq_checkpoints():
     """Let ``torch.load(weights_only=True)`` accept fairseq checkpoints; a no-op on torch < 2.4,
     whose ``torch.load`` does not default to weights-only loading."""
+    global _checkpoints_allowed
     add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
-    if add_safe_globals is not None:
+    if add_safe_globals is not None and not _checkpoints_allowed:
         add_safe_globals(list(FAIRSEQ_CHECKPOINT_GLOBALS))
+        _checkpoints_allowed = True
 
 
 # ---- fairseq 0.12 behaviours the plugin corrects at import time -------------------------------

@@ -44,7 +44,7 @@ from fairseq import checkpoint_utils
 print(json.dumps({{"arch": "ran_transformer" in ARCH_MODEL_REGISTRY,
                   "ter": "ter" in SCORER_REGISTRY,
                   "compat": getattr(checkpoint_utils.torch_persistent_save, "_ran_fairseq_atomic", False),
-                  "finders": sum(type(f).__name__ == "_RegisterAfterFairseq" for f in sys.meta_path)}}))
+                  "finders": sum(type(f).__name__ == "_AfterImport" for f in sys.meta_path)}}))
 """
 
 
