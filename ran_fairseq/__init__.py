@@ -27,6 +27,12 @@ quiet.install()
 _registered = False
 
 
+def _allow_checkpoints() -> None:
+    from . import safe_checkpoints
+
+    safe_checkpoints.allow_fairseq_checkpoints()
+
+
 def register() -> None:
     """Register the plugin with fairseq and apply ``compat`` (once per process; imports fairseq)."""
     global _registered
@@ -36,7 +42,7 @@ def register() -> None:
     with quiet.library_logging():
         from . import compat
 
-        compat.allow_fairseq_checkpoints()
+        _allow_checkpoints()
         compat.keep_last_batch()
         compat.atomic_checkpoint_copies()
         compat.cpu_data_parallel()
@@ -50,12 +56,6 @@ def register() -> None:
 
         from . import criterions, models, optim  # noqa: F401  (register with fairseq)
         from .scoring import ter  # noqa: F401  (--scoring ter)
-
-
-def _allow_checkpoints() -> None:
-    from . import compat
-
-    compat.allow_fairseq_checkpoints()
 
 
 # what follows the first import of each module, once the module has run

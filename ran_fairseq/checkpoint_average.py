@@ -20,18 +20,16 @@ import sys
 
 import torch
 
-from . import compat
+from . import safe_checkpoints
 from .textio import atomic_write, one_line_errors, os_error_line
-
-compat.allow_fairseq_checkpoints()
 
 _INTERVAL = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 
 
 def _load(path):
-    """A checkpoint through torch's weights-only unpickler (the classes ran_fairseq.compat allows),
+    """A checkpoint through torch's weights-only unpickler (the classes ran_fairseq.safe_checkpoints allows),
     asked for explicitly: whatever torch's default, a checkpoint never runs code."""
-    return compat.load_plain_checkpoint(path)
+    return safe_checkpoints.load_plain_checkpoint(path)
 
 
 def interval_checkpoints(directory):
@@ -124,7 +122,7 @@ def main(argv=None):
         else:
             paths = args.checkpoints
         state = average_checkpoints(paths)
-    except (ValueError, OSError, compat.BadCheckpoint) as e:
+    except (ValueError, OSError, safe_checkpoints.BadCheckpoint) as e:
         print(f"checkpoint_average: error: "
               f"{os_error_line(e) if isinstance(e, OSError) else e}", file=sys.stderr)
         return 2

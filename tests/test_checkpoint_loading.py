@@ -33,10 +33,10 @@ def test_validation_during_training_ran(checkpoints):
 
 
 def test_allow_list_covers_exactly_what_checkpoints_hold(checkpoints):
-    from ran_fairseq.compat import FAIRSEQ_CHECKPOINT_GLOBALS
+    from ran_fairseq.safe_checkpoints import fairseq_checkpoint_globals
 
     save, _ = checkpoints
-    allowed = {f"{c.__module__}.{c.__qualname__}" for c in FAIRSEQ_CHECKPOINT_GLOBALS}
+    allowed = {f"{c.__module__}.{c.__qualname__}" for c in fairseq_checkpoint_globals()}
     # A process without the plugin: torch reports only globals that are not allow-listed there.
     proc = python(
         "import json, pathlib, sys, torch\n"

@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ran_fairseq"
 # What `import ran_fairseq` may load: the plugin core and the few small modules it shares with
 # the lab (import quieting, atomic text files, the tokenization record that the hub reads).
 PLUGIN = ("ran_fairseq", "ran_fairseq.models", "ran_fairseq.modules", "ran_fairseq.criterions",
-          "ran_fairseq.optim", "ran_fairseq.scoring", "ran_fairseq.compat", "ran_fairseq.hub",
+          "ran_fairseq.optim", "ran_fairseq.scoring", "ran_fairseq.compat",
+          "ran_fairseq.safe_checkpoints", "ran_fairseq.hub",
           "ran_fairseq.quiet", "ran_fairseq.textio", "ran_fairseq.data",
           "ran_fairseq.data.tokenization")
 # The lab's leaf: helpers the lab and the analyses share (system names as folders, recorded

@@ -197,7 +197,7 @@ def test_a_refused_or_cut_checkpoint_is_one_line_on_every_path(bad_checkpoints, 
     # the engine (--resume reads checkpoint_last.pt), the hub and the analyses load the same way
     from fairseq import checkpoint_utils
 
-    from ran_fairseq.compat import BadCheckpoint
+    from ran_fairseq.safe_checkpoints import BadCheckpoint
     from ran_fairseq.lab.reproduce.checkpoints import checkpoint_updates
 
     for load in (checkpoint_updates, checkpoint_utils.load_checkpoint_to_cpu):
@@ -212,7 +212,7 @@ def test_weights_only_loading_cannot_be_turned_off(bad_checkpoints, monkeypatch)
     loader refuses, naming the variable (docs/guarantees.md)."""
     from fairseq import checkpoint_utils
 
-    from ran_fairseq.compat import BadCheckpoint
+    from ran_fairseq.safe_checkpoints import BadCheckpoint
 
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     with pytest.raises(BadCheckpoint, match="unset TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):

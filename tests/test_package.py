@@ -52,6 +52,7 @@ print(json.dumps({{"arch": "ran_transformer" in ARCH_MODEL_REGISTRY,
     "import fairseq, ran_fairseq",                      # fairseq-train --user-dir
     "import ran_fairseq",                                # fairseq imported by the line after
     "import ran_fairseq.models",                         # a subpackage that imports fairseq
+    "import ran_fairseq.compat",                         # a module that imports torch first
     "import ran_fairseq; importlib.util.find_spec('fairseq')",  # a look that imports nothing
 ])
 def test_registration_whichever_is_imported_first(setup):

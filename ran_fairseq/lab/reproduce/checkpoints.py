@@ -7,9 +7,9 @@ from ...textio import copy_atomic  # noqa: F401  (the engine's copies of checkpo
 
 def load_checkpoint(path):
     """A fairseq checkpoint, unpickled with torch's weights-only loader (classes allowed by
-    ran_fairseq.compat only), whatever torch's default; a truncated or refused file is an error
-    naming it (:func:`ran_fairseq.compat.load_plain_checkpoint`)."""
-    from ...compat import load_plain_checkpoint
+    ran_fairseq.safe_checkpoints only), whatever torch's default; a truncated or refused file is
+    an error naming it (:func:`ran_fairseq.safe_checkpoints.load_plain_checkpoint`)."""
+    from ...safe_checkpoints import load_plain_checkpoint
 
     return load_plain_checkpoint(path)
 
