@@ -48,12 +48,12 @@ print(json.dumps({{"arch": "ran_transformer" in ARCH_MODEL_REGISTRY,
 """
 
 
+# (fairseq first, then the plugin, is every fairseq-train --user-dir of the suite)
 @pytest.mark.parametrize("setup", [
-    "import fairseq, ran_fairseq",                      # fairseq-train --user-dir
-    "import ran_fairseq",                                # fairseq imported by the line after
-    "import ran_fairseq.models",                         # a subpackage that imports fairseq
-    "import ran_fairseq.compat",                         # a module that imports torch first
-    "import ran_fairseq; importlib.util.find_spec('fairseq')",  # a look that imports nothing
+    # fairseq imported by the probe's next line, after a look (find_spec) that imports nothing
+    "import ran_fairseq; importlib.util.find_spec('fairseq')",
+    "import ran_fairseq.models",  # a subpackage that imports fairseq while it is imported
+    "import ran_fairseq.compat",  # a module that imports torch while it is imported
 ])
 def test_registration_whichever_is_imported_first(setup):
     proc = subprocess.run([sys.executable, "-c", _PROBE.format(setup=setup)], capture_output=True,
