@@ -13,9 +13,9 @@ root logger set to DEBUG). Nothing else.
 The registration happens when fairseq is there: at once if fairseq is already imported (as under
 ``fairseq-train --user-dir``), otherwise right after the process first imports fairseq; torch's
 safe-loading list likewise grows when torch is imported. So the lab's commands that never use
-fairseq or torch (``ran-claims``, ``ran-remake``, ``ran-reproduce``'s
-own process, ``ran-evaluate``, ...) start in a fraction of a second instead of the seconds that
-importing torch and fairseq takes.
+fairseq or torch (``ran-claims``, ``ran-remake``, ``ran-reproduce``'s own process,
+``ran-evaluate``, ...) start in a fraction of a second instead of the seconds that importing
+torch and fairseq takes.
 """
 import importlib.abc
 import importlib.util
