@@ -247,6 +247,55 @@ def test_the_engines_signal_reaches_its_child_in_its_own_group(tmp_path, sig):
             os.kill(child, signal.SIGKILL)
 
 
+FORKED = """
+import multiprocessing, os, signal, sys, time
+sys.path.insert(0, {repo!r})
+from ran_fairseq.lab.reproduce import process
+from ran_fairseq.data.prepare.parallel import _pool, _tokenize_chunk, _run_jobs
+process.CHILDREN.install()
+child = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+import threading
+threading.Thread(target=process.run_logged, daemon=True,
+                 args=(["-c", child], {log!r}, dict(os.environ), "a child")).start()
+while not os.path.exists({pidfile!r}) or not open({pidfile!r}).read():
+    time.sleep(0.05)
+# a copy of the engine made by fork, stopped by SIGTERM, as a pool stops its workers
+worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+worker.start()
+time.sleep(0.5)
+os.kill(worker.pid, signal.SIGTERM)
+worker.join(20)
+print("worker exit", worker.exitcode, flush=True)
+pid = int(open({pidfile!r}).read())
+state = open(f"/proc/{{pid}}/stat").read().split(")")[-1].split()[0]
+print("child", "ended" if state == "Z" else "alive", flush=True)
+# the data preparation's pool under the engine's handlers: ends when its work is done
+jobs = iter([("en", False, False, False, ["a b c"] * 2000)] * 8)
+with _pool(2) as pool:
+    print("tokenized", sum(len(x) for x in _run_jobs(pool, _tokenize_chunk, jobs)), flush=True)
+print("pool ended", flush=True)
+"""
+
+
+def test_a_forked_copy_of_the_engine_ends_by_the_signal_and_leaves_the_children(tmp_path):
+    """A process forked from the engine (the data preparation's pool workers) inherits its signal
+    handlers: SIGTERM there must end that process, neither stop the engine's trainings nor raise
+    in it (a pool that ends its workers then waited forever on one, hanging the engine)."""
+    pidfile = tmp_path / "child.pid"
+    code = FORKED.format(repo=str(REPO), pidfile=str(pidfile), log=str(tmp_path / "child.log"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    child = int(pidfile.read_text())
+    try:
+        assert f"worker exit {-signal.SIGTERM}" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+        assert "child alive" in proc.stdout, proc.stdout
+        assert "tokenized 16000" in proc.stdout and "pool ended" in proc.stdout, proc.stderr[-2000:]
+        assert "Stopped" not in proc.stderr, proc.stderr[-2000:]
+    finally:
+        if not gone(child, 0):
+            os.kill(child, signal.SIGKILL)
+
+
 def test_a_killed_engine_takes_its_child_with_it(tmp_path):
     engine, child = start_engine(tmp_path)
     try:

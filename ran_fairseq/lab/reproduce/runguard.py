@@ -119,8 +119,17 @@ class Children:
         :class:`Stopped` in the main thread. Returns a function that restores the old handlers.
         Call from the main thread."""
         old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        engine = os.getpid()
 
         def handler(sig, frame):
+            if os.getpid() != engine:
+                # a forked copy of the engine (a multiprocessing pool's worker: data preparation)
+                # holds no children of its own and ends as the signal's default says; forwarding
+                # would stop the engine's trainings, and raising Stopped would leave the worker
+                # alive when its pool ends it, and the engine waiting on it
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+                return
             self.forward(sig)
             raise Stopped(sig)
 
