@@ -108,6 +108,54 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
         check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
 
 
+def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path, monkeypatch,
+                                                                         capsys):
+    """A folder holding en-de runs, remade with --pairs de-en (results/REMAKE.json's commands name
+    the pairs they train): the engine prepares en-de too, or a fresh checkout's table would lose
+    those runs' p-values; a table without a pair's references says so instead of leaving them
+    empty in silence."""
+    from ran_fairseq.lab.reproduce import cli, scores
+    from ran_fairseq.lab.reproduce.config import load_config
+    from ran_fairseq.lab.reproduce.runs import Run
+
+    args = cli.parse_cli(reproduce_paper(), [
+        "--config", str(CONFIG), "--pairs", "de-en", "--systems", "TransF", "--resume",
+        "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ckpt")])
+    config = load_config(CONFIG)
+    data = str(REPO / config["data"])
+    stored = Run(args, config, ("en", "de"), config["systems"]["RAN-ALL"],
+                 Path(data.format(src="en", tgt="de")).resolve(), 1)
+    stored.dir.mkdir(parents=True)
+    (stored.dir / "result.json").write_text(json.dumps({"commands": stored.recorded()}))
+    prepared = []
+
+    class Prepared(Exception):
+        pass
+
+    def execute_all(*_):
+        raise Prepared
+    monkeypatch.setattr(cli, "prepare", lambda config, pair, log, env: prepared.append(pair))
+    monkeypatch.setattr(cli, "execute_all", execute_all)
+    with pytest.raises(Prepared):
+        cli.run_all(reproduce_paper(), args)
+    assert prepared == [("de", "en"), ("en", "de")]
+
+    # the bootstrap of a run whose references are not here: empty p-values, said once
+    systems = ("TransF", "RAN-ALL", "HC-SA")
+    for system in systems:
+        run_dir = tmp_path / "sig" / "en-de" / system / "seed1"
+        run_dir.mkdir(parents=True)
+        (run_dir / "hyp.txt").write_text("ein Hund\n")
+    results = [{"pair": "en-de", "system": system, "seed": 1,
+                "subsets": {"test": {"hyp_file": "hyp.txt", "sacrebleu": 1.0, "ter": 1.0,
+                                     "raw_ref": str(tmp_path / "absent.de")}}}
+               for system in systems]
+    scores.add_significance(results, "TransF", {"samples": 100}, tmp_path / "sig")
+    assert [r["subsets"]["test"]["p_value"] for r in results] == [None, None, None]
+    err = capsys.readouterr().err
+    assert err.count("en-de test: no references at") == 1 and "absent.de" in err
+
+
 def reproduce_paper():
     from ran_fairseq.lab.reproduce.papers import paper_of
 

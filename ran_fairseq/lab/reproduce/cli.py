@@ -22,7 +22,7 @@ from .launch.jobs import check_jobs
 from .locks import lock_runs
 from .process import CHILDREN, prepare
 from .runs import Run
-from .store import check_stored
+from .store import check_stored, pairs_beside
 from .table import tabulate
 
 
@@ -178,8 +178,8 @@ def run_all(paper, args):
         check_stored(args, config, runs, data_template, name)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
                    MKL_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
-        if args.data is None:
-            for pair in pairs:
+        if args.data is None:  # the named pairs, and those of the stored runs it tabulates
+            for pair in [*pairs, *pairs_beside(args, config, runs, data_template)]:
                 print(f"{name}: preparing {pair[0]}-{pair[1]}", file=sys.stderr, flush=True)
                 prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
         results, not_run = execute_all(runs, args, config, env, paper, name)

@@ -1,5 +1,6 @@
 """Scores of the hypotheses: detokenization, tokenized BLEU, and sacreBLEU's paired bootstrap
 against the baseline."""
+import sys
 from pathlib import Path
 
 from .. import portable
@@ -71,6 +72,7 @@ def add_significance(results, baseline, significance, out, refs=None):
     ``ter_p_value`` and ``ter_better`` (TER below the baseline's). ``refs``: (pair, subset) ->
     the raw references here (a result's own path may be another machine's)."""
     by_key = {(r["pair"], r["system"], r["seed"]): r for r in results}
+    unscored = set()  # (pair, subset) without references here: said once
     for r in results:
         base = by_key.get((r["pair"], baseline, r["seed"]))
         for subset, scores in r["subsets"].items():
@@ -87,6 +89,10 @@ def add_significance(results, baseline, significance, out, refs=None):
             ref_file = Path((refs or {}).get((r["pair"], subset))
                             or portable.expand_path(scores["raw_ref"], paths.REPO))
             if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
+                if hyps.is_file() and base_hyps.is_file() and (r["pair"], subset) not in unscored:
+                    unscored.add((r["pair"], subset))
+                    print(f"significance: {r['pair']} {subset}: no references at {ref_file}; "
+                          f"its p-values are left empty", file=sys.stderr)
                 continue
             texts = [read_text_lines(f, ReproError) for f in (base_hyps, hyps, ref_file)]
             level = significance.get("level", 0.01)

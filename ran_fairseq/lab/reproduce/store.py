@@ -160,6 +160,16 @@ def other_runs(args, config, runs, data_template):
                     yield run
 
 
+def pairs_beside(args, config, runs, data_template):
+    """The pairs of the stored runs beside this invocation's (:func:`other_runs`) that it does not
+    name: the table rescores those runs and pairs them in the bootstrap against their references,
+    so the engine prepares their data too (a fresh checkout has none)."""
+    named = {(run.src, run.tgt) for run in runs}
+    return list(dict.fromkeys((run.src, run.tgt)
+                              for run in other_runs(args, config, runs, data_template)
+                              if (run.src, run.tgt) not in named))
+
+
 def finished_beside(args, config, runs, data_template, name):
     """The stored results in --out of the config's other runs (:func:`other_runs`) made by the
     same commands: [(run, result)]. So the table holds every finished run of its folder, and two
