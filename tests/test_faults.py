@@ -319,8 +319,11 @@ state = open(f"/proc/{{pid}}/stat").read().split(")")[-1].split()[0]
 print("child", "ended" if state == "Z" else "alive", flush=True)
 # the data preparation's pool under the engine's handlers: ends when its work is done
 jobs = iter([("en", False, False, False, ["a b c"] * 2000)] * 8)
+def defaults(_):
+    return tuple(signal.getsignal(s) is signal.SIG_DFL for s in (signal.SIGTERM, signal.SIGINT))
 with _pool(2) as pool:
     print("tokenized", sum(len(x) for x in _run_jobs(pool, _tokenize_chunk, jobs)), flush=True)
+    print("worker signals default", sorted(set(pool.map(defaults, range(8)))), flush=True)
 print("pool ended", flush=True)
 """
 
@@ -338,6 +341,9 @@ def test_a_forked_copy_of_the_engine_ends_by_the_signal_and_leaves_the_children(
         assert f"worker exit {-signal.SIGTERM}" in proc.stdout, proc.stdout + proc.stderr[-2000:]
         assert "child alive" in proc.stdout, proc.stdout
         assert "tokenized 16000" in proc.stdout and "pool ended" in proc.stdout, proc.stderr[-2000:]
+        # the pool's workers drop the engine's Python handlers: a SIGTERM that comes as a worker
+        # enters its blocking wait for a job would wait with it, and the pool on the worker
+        assert "worker signals default [(True, True)]" in proc.stdout, proc.stdout
         assert "Stopped" not in proc.stderr, proc.stderr[-2000:]
     finally:
         if not gone(child, 0):

@@ -2,6 +2,7 @@
 and the chunking of text into jobs."""
 import contextlib
 import multiprocessing
+import signal
 from itertools import islice
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Sequence
@@ -50,6 +51,16 @@ def _bpe_chunk(job) -> List[str]:
     return [bpe.segment(line) for line in lines]
 
 
+def _worker_signals():
+    """A worker ends at once on SIGTERM and SIGINT (the kernel's default action), whatever Python
+    handlers it inherited from its parent (the reproduction engine's): a Python handler runs only
+    between bytecodes, so a signal that comes as a worker enters its blocking wait for the next
+    job is not acted on until that wait ends, and the pool that sent it (its ``terminate``) waits
+    on the worker forever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def _pool(workers: int):
     if workers <= 1:
@@ -58,7 +69,7 @@ def _pool(workers: int):
     # fork: workers inherit the imported modules instead of re-importing torch/fairseq.
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=_worker_signals) as pool:
         yield pool
 
 
