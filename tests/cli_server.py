@@ -13,7 +13,7 @@ import runpy
 import sys
 import traceback
 
-MODULES = ("preprocess", "train", "generate", "validate", "interactive")
+MODULES = ("preprocess", "train", "hydra_train", "generate", "validate", "interactive")
 
 
 def child(request):

@@ -45,11 +45,17 @@ def check_transformer_flags(args):
                              f"--{side}-attention-heads ({heads})")
 
 
+SMALL_SIZES = (("embed_dim", 256), ("ffn_embed_dim", 1024), ("attention_heads", 4), ("layers", 3))
+# the transformer options that the named architectures (*_small here, *_iwslt_de_en: fairseq's
+# transformer_iwslt_de_en) set to other values than the base architecture
+SIZES_SET_BY_ARCHITECTURES = tuple(f"{side}_{name}" for side in ("encoder", "decoder")
+                                   for name, _ in SMALL_SIZES)
+
+
 def small_transformer_sizes(args):
     """Defaults of a transformer for CPU work: 3+3 layers, d = 256, FFN 1024, 4 heads."""
     for side in ("encoder", "decoder"):
-        for name, value in (("embed_dim", 256), ("ffn_embed_dim", 1024),
-                            ("attention_heads", 4), ("layers", 3)):
+        for name, value in SMALL_SIZES:
             setattr(args, f"{side}_{name}", getattr(args, f"{side}_{name}", value))
 
 
@@ -88,38 +94,27 @@ def _value(args, dest, default):
     return default if value is None else value
 
 
-def _as_loaded(cls, checkpoint_args, dests):
-    """The checkpoint's options as loading it builds the model: where it does not record one of
-    ``dests`` (it predates the option), the model's ``upgrade_args`` and its arch function fill it
-    in, as for fairseq-generate (a RAN decoder saved before --ran-decoder-initial keeps ``full``,
-    say)."""
-    import argparse
-
-    from fairseq.models import ARCH_CONFIG_REGISTRY
-
-    if not isinstance(checkpoint_args, argparse.Namespace) \
-            or all(hasattr(checkpoint_args, d) for d in dests):
-        return checkpoint_args
-    filled = argparse.Namespace(**vars(checkpoint_args))
-    arch = ARCH_CONFIG_REGISTRY.get(getattr(filled, "arch", None))
-    if arch is not None:
-        try:
-            if hasattr(cls, "upgrade_args"):
-                cls.upgrade_args(filled)
-            arch(filled)
-        except Exception:  # noqa: BLE001  (then the defaults stand in, as below)
-            return checkpoint_args
-    return filled
+def _as_built(cls, args):
+    """A model config (a namespace, a Hydra config or a checkpoint's, of any options version) as
+    building the model reads it (``cls.resolve_args``): a checkpoint that does not record an option
+    (it predates it) takes the value its ``upgrade_args`` and its architecture give it on loading,
+    as for fairseq-generate (a RAN decoder saved before --ran-decoder-initial keeps ``full``, say).
+    A config the model cannot read is compared as it is."""
+    if args is None or not hasattr(cls, "resolve_args"):
+        return args
+    try:
+        return cls.resolve_args(args)
+    except ValueError:
+        return args
 
 
 def changed_flags(cls, checkpoint_args, args):
     """``[(flag, checkpoint's value, this run's value)]`` of the architecture flags of ``cls``
-    (:func:`architecture_flags`) that differ; an option the checkpoint does not record (it
-    predates the option) takes the value its arch function gives it on loading, else its
-    default."""
+    (:func:`architecture_flags`) that differ, both sides read as building the model reads them
+    (:func:`_as_built`)."""
     changed = []
     flags = architecture_flags(cls)
-    checkpoint_args = _as_loaded(cls, checkpoint_args, flags)
+    checkpoint_args, args = _as_built(cls, checkpoint_args), _as_built(cls, args)
     for dest, (flag, default) in sorted(flags.items()):
         old, new = _value(checkpoint_args, dest, default), _value(args, dest, default)
         if old != new:

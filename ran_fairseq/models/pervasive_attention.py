@@ -24,6 +24,7 @@ size (L = 8, g = 16, d = 64, k = 3). :meth:`PervasiveAttentionModel.complexity` 
 and multiply-adds for given sentence lengths (paper Table 2).
 """
 import logging
+from dataclasses import field
 from typing import Dict, Optional
 
 import torch
@@ -35,7 +36,6 @@ from fairseq.models import (
     FairseqEncoder,
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
-    register_model,
     register_model_architecture,
 )
 from fairseq.modules import PositionalEmbedding
@@ -45,7 +45,9 @@ from ..modules.densenet2d import GATINGS, DenseNet2d
 from .options import (
     Option,
     Options,
+    PluginModel,
     add_version_buffer,
+    configured,
     flag_of,
     positive,
     probability,
@@ -217,8 +219,7 @@ class PervasiveAttentionDecoder(FairseqIncrementalDecoder):
         return min(self.max_target_positions, self.embed_positions.max_positions)
 
 
-@register_model("pervasive_attention")
-class PervasiveAttentionModel(FairseqEncoderDecoderModel):
+class PervasiveAttentionModel(PluginModel, FairseqEncoderDecoderModel):
     """Pervasive Attention (Elbayad et al. 2018); see the module docstring."""
 
     @staticmethod
@@ -234,15 +235,8 @@ class PervasiveAttentionModel(FairseqEncoderDecoderModel):
             args.gated_convolutions = "both" if args.gated_convolutions else "none"
 
     @classmethod
-    def build_model(cls, args, task):
-        cls.upgrade_args(args)
-        base_architecture(args)
-        args.max_source_positions = getattr(args, "max_source_positions", 1024)
-        args.max_target_positions = getattr(args, "max_target_positions", 1024)
-        OPTIONS.validate(args)
-        for dest in ("max_source_positions", "max_target_positions"):
-            if getattr(args, dest) < 1:
-                raise ValueError(f"{flag_of(dest)} must be positive, got {getattr(args, dest)}")
+    def build_model(cls, cfg, task):
+        args = cls.checked_args(cfg)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         encoder = SourceEmbedder(
             args, src_dict, Embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad()))
@@ -309,7 +303,13 @@ def _odd(value):
         "must be odd (the masked convolution is centred on the source axis)"
 
 
-OPTIONS = Options(version=2, options=(
+def _check_positions(args):
+    for dest in POSITION_LIMITS:
+        if getattr(args, dest) < 1:
+            raise ValueError(f"{flag_of(dest)} must be positive, got {getattr(args, dest)}")
+
+
+OPTIONS = Options(version=2, rules=(_check_positions,), options=(
     Option("aggregator", "max", choices=AGGREGATORS,
            help="pooling over the source axis: max (Eq. 2), avg (Eq. 3, 1/sqrt|s|), attn (Eqs. "
                 "8-9) or max-attn (both, concatenated)"),
@@ -354,9 +354,29 @@ SMALL = {"num_layers": 8, "growth_rate": 16, "kernel_size": 3, "encoder_embed_di
          "decoder_embed_dim": 64}
 
 
-@register_model_architecture("pervasive_attention", "pervasive_attention")
+# The task's length limits, which the model reads too (the grid's size, positional embeddings).
+POSITION_LIMITS = ("max_source_positions", "max_target_positions")
+DEFAULT_POSITIONS = 1024
+
+# fairseq's config of the model (fairseq-hydra-train's model.<option>): the table above and the
+# length limits
+PervasiveAttentionConfig = OPTIONS.config_dataclass(
+    "PervasiveAttentionConfig", module=__name__,
+    inherited=[(dest, Optional[int], field(default=None, metadata={
+        "help": f"the longest {side} sentence (tokens) trained on; default {DEFAULT_POSITIONS}"}))
+        for dest, side in zip(POSITION_LIMITS, ("source", "target"))])
+
+
 def base_architecture(args, **defaults):
+    """The paper's sizes (``--arch pervasive_attention``)."""
     OPTIONS.fill(args, **defaults)
+    for dest in POSITION_LIMITS:
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, DEFAULT_POSITIONS)
+
+
+PervasiveAttentionModel = configured("pervasive_attention", OPTIONS, PervasiveAttentionConfig,
+                                     base_architecture)(PervasiveAttentionModel)
 
 
 @register_model_architecture("pervasive_attention", "pervasive_attention_small")

@@ -40,7 +40,7 @@ import contextlib
 import logging
 
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
     TransformerDecoderBase,
@@ -63,15 +63,22 @@ from ..modules.positional_attention import (
     PositionalSelfAttention,
     build_positional_matrices,
 )
-from ._common import check_transformer_flags, small_transformer_sizes
+from ._common import (
+    SIZES_SET_BY_ARCHITECTURES,
+    check_transformer_flags,
+    small_transformer_sizes,
+)
 from .options import (
     Option,
     Options,
+    PluginModel,
     above_zero,
     add_version_buffer,
+    configured,
     positive,
     probability,
     saved_version,
+    transformer_fields,
     upgrade_state_dict,
 )
 
@@ -220,8 +227,7 @@ class RanTransformerDecoder(TransformerDecoderBase):
         return _attention_limit(super().max_positions(), self.self_attn_matrices)
 
 
-@register_model("ran_transformer")
-class RanTransformerModel(TransformerModel):
+class RanTransformerModel(PluginModel, TransformerModel):
     """Transformer with Recurrent Attention (Zeng et al. 2021) or another self-attention per side;
     see the module docstring for the flags and the default (RAN-ALL)."""
 
@@ -246,12 +252,8 @@ class RanTransformerModel(TransformerModel):
             args.ran_decoder_initial = "full"
 
     @classmethod
-    def build_model(cls, args, task):
-        cls.upgrade_args(args)
-        ran_base_architecture(args)
-        check_transformer_flags(args)
-        OPTIONS.validate(args)
-        model = super().build_model(args, task)
+    def build_model(cls, cfg, task):
+        model = super().build_model(cls.checked_args(cfg), task)
         add_version_buffer(model, OPTIONS.version)
         return model
 
@@ -294,7 +296,7 @@ def _check_combinations(args):
                          f"{args.decoder_self_attention}")
 
 
-OPTIONS = Options(version=2, rules=(_check_combinations,), options=(
+OPTIONS = Options(version=2, rules=(_check_combinations, check_transformer_flags), options=(
     Option("encoder_self_attention", "ran", choices=SELF_ATTENTION_TYPES,
            help="encoder self-attention: dot, ran, gaussian (HC-SA) or synthesizer (Random "
                 "Synthesizer)"),
@@ -340,10 +342,21 @@ OPTIONS = Options(version=2, rules=(_check_combinations,), options=(
 ))
 
 
-@register_model_architecture("ran_transformer", "ran_transformer")
+# fairseq's config of the model (fairseq-hydra-train's model.<option>): fairseq's transformer
+# options and the table above
+RanTransformerConfig = OPTIONS.config_dataclass(
+    "RanTransformerConfig", inherited=transformer_fields(SIZES_SET_BY_ARCHITECTURES),
+    module=__name__)
+
+
 def ran_base_architecture(args):
+    """The transformer-base sizes (``--arch ran_transformer``)."""
     OPTIONS.fill(args)
     base_architecture(args)
+
+
+RanTransformerModel = configured("ran_transformer", OPTIONS, RanTransformerConfig,
+                                 ran_base_architecture)(RanTransformerModel)
 
 
 @register_model_architecture("ran_transformer", "ran_transformer_iwslt_de_en")

@@ -25,7 +25,7 @@ default; ``--left-pad-target`` is refused).
 import logging
 
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
     TransformerDecoderBase,
@@ -41,13 +41,20 @@ from ..modules.recurrent_cross_attention import (
     KV_VARIANTS,
     RecurrentCrossAttention,
 )
-from ._common import check_transformer_flags, small_transformer_sizes
+from ._common import (
+    SIZES_SET_BY_ARCHITECTURES,
+    check_transformer_flags,
+    small_transformer_sizes,
+)
 from .options import (
     Option,
     Options,
+    PluginModel,
     add_version_buffer,
+    configured,
     finite,
     saved_version,
+    transformer_fields,
     upgrade_state_dict,
 )
 
@@ -113,8 +120,7 @@ class RecurrentCrossTransformerDecoder(TransformerDecoderBase):
         return fsdp_wrap(layer, min_num_params=min_params)
 
 
-@register_model("recurrent_cross_transformer")
-class RecurrentCrossTransformerModel(TransformerModel):
+class RecurrentCrossTransformerModel(PluginModel, TransformerModel):
     """Transformer with recurrent encoder-decoder attention (Rosendahl et al. 2021); see the
     module docstring for the flags."""
 
@@ -137,12 +143,12 @@ class RecurrentCrossTransformerModel(TransformerModel):
                            "(the same outputs and gradients)")
 
     @classmethod
-    def build_model(cls, args, task):
-        cls.upgrade_args(args)
-        recurrent_cross_base_architecture(args)
-        check_transformer_flags(args)
-        OPTIONS.validate(args)
-        if getattr(args, "left_pad_target", False):
+    def build_model(cls, cfg, task):
+        args = cls.checked_args(cfg)
+        # a task option (the namespace of a checkpoint saved before the model had a config
+        # dataclass holds it too)
+        if getattr(getattr(task, "cfg", None), "left_pad_target", False) \
+                or getattr(args, "left_pad_target", False):
             raise ValueError("recurrent_cross_transformer: the cross-attention recurrence runs "
                              "from the first target position, so targets must be right-padded; "
                              "drop --left-pad-target")
@@ -195,7 +201,8 @@ def _integer_window(value):
     return None
 
 
-OPTIONS = Options(version=2, rules=(_check_lambda, _check_kv_sizes), options=(
+RULES = (_check_lambda, _check_kv_sizes, check_transformer_flags)
+OPTIONS = Options(version=2, rules=RULES, options=(
     Option("cross_attention", "prev-weight", choices=CROSS_ATTENTION_VARIANTS,
            help="encoder-decoder attention: dot (Eq. 1), prev-context (Eq. 2), prev-weight "
                 "(Eq. 3), prev-accum-weight (Eq. 4), expand-kv (Eqs. 5-8), continuous (Eq. 9) "
@@ -215,10 +222,22 @@ OPTIONS = Options(version=2, rules=(_check_lambda, _check_kv_sizes), options=(
 ))
 
 
-@register_model_architecture("recurrent_cross_transformer", "recurrent_cross_transformer")
+# fairseq's config of the model (fairseq-hydra-train's model.<option>): fairseq's transformer
+# options and the table above
+RecurrentCrossTransformerConfig = OPTIONS.config_dataclass(
+    "RecurrentCrossTransformerConfig", inherited=transformer_fields(SIZES_SET_BY_ARCHITECTURES),
+    module=__name__)
+
+
 def recurrent_cross_base_architecture(args):
+    """The transformer-base sizes (``--arch recurrent_cross_transformer``)."""
     OPTIONS.fill(args)
     base_architecture(args)
+
+
+RecurrentCrossTransformerModel = configured(
+    "recurrent_cross_transformer", OPTIONS, RecurrentCrossTransformerConfig,
+    recurrent_cross_base_architecture)(RecurrentCrossTransformerModel)
 
 
 @register_model_architecture("recurrent_cross_transformer",

@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from fairseq.models import (
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
-    register_model,
     register_model_architecture,
 )
 from fairseq.models.lstm import Embedding, LSTMCell, LSTMEncoder, Linear
@@ -37,8 +36,10 @@ from ..modules.dynamic_memory_attention import AttentionRows, DynamicMemoryAtten
 from .options import (
     Option,
     Options,
+    PluginModel,
     above_zero,
     add_version_buffer,
+    configured,
     non_negative,
     positive,
     probability,
@@ -190,8 +191,7 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         self.need_attn = need_attn
 
 
-@register_model("rnnsearch_dynmem")
-class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
+class RNNSearchDynamicMemoryModel(PluginModel, FairseqEncoderDecoderModel):
     """RNNSearch with the dynamic-memory attention of Yang et al. 2017 (see the module docstring);
     ``--no-dynamic-memory`` gives plain RNNSearch."""
 
@@ -200,26 +200,18 @@ class RNNSearchDynamicMemoryModel(FairseqEncoderDecoderModel):
         OPTIONS.add_args(parser)
 
     @classmethod
-    def build_model(cls, args, task):
-        rnnsearch_dynmem(args)
-        OPTIONS.validate(args)
+    def build_model(cls, cfg, task):
+        args = cls.checked_args(cfg)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         encoder_embed = Embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad())
         if args.share_all_embeddings:
             if src_dict != tgt_dict:
                 raise ValueError("--share-all-embeddings needs a joined dictionary "
                                  "(fairseq-preprocess --joined-dictionary)")
-            if args.encoder_embed_dim != args.decoder_embed_dim:
-                raise ValueError("--share-all-embeddings needs --encoder-embed-dim = "
-                                 "--decoder-embed-dim")
             decoder_embed = encoder_embed
             args.share_decoder_input_output_embed = True
         else:
             decoder_embed = Embedding(len(tgt_dict), args.decoder_embed_dim, tgt_dict.pad())
-        if args.share_decoder_input_output_embed and \
-                args.decoder_out_embed_dim != args.decoder_embed_dim:
-            raise ValueError("--share-decoder-input-output-embed needs --decoder-out-embed-dim = "
-                             "--decoder-embed-dim")
         encoder = RNNSearchEncoder(src_dict, encoder_embed, args.encoder_hidden_size,
                                    args.encoder_layers, args.dropout)
         attention = DynamicMemoryAttention(
@@ -256,7 +248,16 @@ def _check_memory(args):
                          f"(--no-dynamic-memory turns the memory off)")
 
 
-OPTIONS = Options(version=2, rules=(_check_memory,), options=(
+def _check_shared_sizes(args):
+    if args.share_all_embeddings and args.encoder_embed_dim != args.decoder_embed_dim:
+        raise ValueError("--share-all-embeddings needs --encoder-embed-dim = --decoder-embed-dim")
+    if (args.share_decoder_input_output_embed or args.share_all_embeddings) \
+            and args.decoder_out_embed_dim != args.decoder_embed_dim:
+        raise ValueError("--share-decoder-input-output-embed (and --share-all-embeddings) need "
+                         "--decoder-out-embed-dim = --decoder-embed-dim")
+
+
+OPTIONS = Options(version=2, rules=(_check_memory, _check_shared_sizes), options=(
     Option("dropout", 0.2, type=float, metavar="D", check=probability,
            help="dropout on embeddings, encoder outputs, between LSTM layers and on the "
                 "attentional output s̃"),
@@ -298,11 +299,20 @@ SMALL = {"encoder_embed_dim": 256, "encoder_hidden_size": 256, "decoder_embed_di
          "decoder_hidden_size": 256, "decoder_out_embed_dim": 256, "dynamic_memory_dim": 128}
 
 
-@register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem")
+# fairseq's config of the model (fairseq-hydra-train's model.<option>), from the table above
+RNNSearchDynamicMemoryConfig = OPTIONS.config_dataclass("RNNSearchDynamicMemoryConfig",
+                                                        module=__name__)
+
+
 def rnnsearch_dynmem(args, **defaults):
+    """The paper's sizes (``--arch rnnsearch_dynmem``)."""
     OPTIONS.fill(args, **defaults)
     if args.attention_dim is None:
         args.attention_dim = args.decoder_hidden_size
+
+
+RNNSearchDynamicMemoryModel = configured("rnnsearch_dynmem", OPTIONS, RNNSearchDynamicMemoryConfig,
+                                         rnnsearch_dynmem)(RNNSearchDynamicMemoryModel)
 
 
 @register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem_small")

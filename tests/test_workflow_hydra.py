@@ -1,0 +1,261 @@
+"""fairseq-hydra-train and fairseq-train read one declaration per model (its ``Options`` table,
+from which ran_fairseq/models/options.py makes the fairseq config dataclass): each YAML of
+configs/hydra trains to the same parameters and losses as the same settings given as flags, a
+misspelled model key is refused by name, the named architectures are reachable by
+``model._name``, every option reaches the model through fairseq-train's flags, and a run trained
+from YAML (its checkpoint stores ``cfg.model`` as a dict) resumes under the resume check."""
+import argparse
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+import helpers
+import ran_fairseq  # noqa: F401  (registers the models)
+from fairseq import options as fairseq_options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf, merge_with_parent
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
+
+from ran_fairseq.models.options import UnknownOption
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "hydra"
+MODELS = ("ran_transformer", "recurrent_cross_transformer", "rnnsearch_dynmem",
+          "pervasive_attention")
+
+TINY_SIZES = {"encoder_layers": 2, "decoder_layers": 2, "encoder_embed_dim": 16,
+              "decoder_embed_dim": 16, "encoder_ffn_embed_dim": 32, "decoder_ffn_embed_dim": 32,
+              "encoder_attention_heads": 2, "decoder_attention_heads": 2}
+# tiny sizes of each model, as model keys (the flags are the same with '-' for '_')
+TINY = {
+    "ran_transformer": {**TINY_SIZES, "max_attention_positions": 32},
+    "recurrent_cross_transformer": TINY_SIZES,
+    "rnnsearch_dynmem": {"encoder_embed_dim": 16, "encoder_hidden_size": 16,
+                         "decoder_embed_dim": 16, "decoder_hidden_size": 16,
+                         "decoder_out_embed_dim": 16, "dynamic_memory_dim": 8},
+    "pervasive_attention": {"num_layers": 2, "growth_rate": 4, "encoder_embed_dim": 8,
+                            "decoder_embed_dim": 8},
+}
+# What every run shares, as Hydra overrides and as flags: a few updates on the tiny corpus
+RUN = {"common.cpu": "true", "common.seed": "1", "common.log_interval": "1",
+       "optimization.max_update": "3", "dataset.num_workers": "0", "dataset.data_buffer_size": "0",
+       "dataset.disable_validation": "true", "checkpoint.no_epoch_checkpoints": "true"}
+RUN_FLAGS = ["--cpu", "--seed", "1", "--log-interval", "1", "--log-format", "simple",
+             "--max-update", "3", "--num-workers", "0", "--data-buffer-size", "0",
+             "--disable-validation", "--no-epoch-checkpoints"]
+# The settings of each YAML (the README's examples) as fairseq-train flags, written out here so
+# that a YAML that drifts from them fails the comparison
+TRANSFORMER_RECIPE = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.002",
+                      "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "2",
+                      "--criterion", "label_smoothed_cross_entropy_with_entropy",
+                      "--label-smoothing", "0.1", "--max-tokens", "400"]
+FLAGS = {
+    "ran_transformer": ["--arch", "ran_transformer_small", "--share-all-embeddings",
+                        *TRANSFORMER_RECIPE],
+    "recurrent_cross_transformer": ["--arch", "recurrent_cross_transformer_small",
+                                    "--share-all-embeddings", "--cross-attention", "coverage",
+                                    *TRANSFORMER_RECIPE],
+    "rnnsearch_dynmem": ["--arch", "rnnsearch_dynmem_small", "--dynamic-memory-window", "5",
+                         "--optimizer", "sgd", "--lr", "0.7", "--clip-norm", "3",
+                         "--batch-size", "128", "--lr-scheduler", "fixed", "--force-anneal", "9",
+                         "--lr-shrink", "0.5", "--max-epoch", "12", "--criterion",
+                         "cross_entropy", "--max-source-positions", "51",
+                         "--max-target-positions", "51", "--skip-invalid-size-inputs-valid-test"],
+    "pervasive_attention": ["--arch", "pervasive_attention_small", "--aggregator", "max-attn",
+                            "--share-decoder-input-output-embed", *TRANSFORMER_RECIPE],
+}
+# the YAML's per-run values the tiny runs change (as the flags above do)
+HYDRA_RUN = {"ran_transformer": {"lr_scheduler.warmup_updates": "2", "dataset.max_tokens": "400"},
+             "rnnsearch_dynmem": {}}
+HYDRA_RUN["recurrent_cross_transformer"] = HYDRA_RUN["pervasive_attention"] = \
+    HYDRA_RUN["ran_transformer"]
+
+
+def flag(key):
+    return "--" + key.replace("_", "-")
+
+
+@pytest.fixture(scope="module")
+def joined_databin(tmp_path_factory):
+    """The tiny corpus with one dictionary (the YAMLs share all embeddings)."""
+    root = tmp_path_factory.mktemp("hydra")
+    helpers.make_synthetic_corpus(root / "raw")
+    return helpers.binarize(root / "raw", root / "bin", joined=True)
+
+
+def model_overrides(model, keys):
+    """``model.key=value`` for the YAML's keys, ``+model.key=value`` for the others."""
+    listed = yaml.safe_load((CONFIGS / f"{model}.yaml").read_text())["model"]
+    return [f"{'' if key in listed else '+'}model.{key}={value}" for key, value in keys.items()]
+
+
+def hydra_train(model, data, save_dir, *overrides, check=True):
+    args = ["--config-dir", CONFIGS, "--config-name", model, f"task.data={data}",
+            f"common.user_dir={helpers.USER_DIR}", f"checkpoint.save_dir={save_dir}",
+            *(f"{k}={v}" for k, v in {**RUN, **HYDRA_RUN[model]}.items()),
+            *model_overrides(model, TINY[model]), *overrides]
+    return helpers.run_cli("hydra_train", args, check=check)
+
+
+def flags_train(model, data, save_dir, *extra, check=True):
+    tiny = [a for key, value in TINY[model].items() for a in (flag(key), str(value))]
+    args = [data, "--user-dir", helpers.USER_DIR, "--task", "translation", "-s", "de", "-t", "en",
+            "--save-dir", save_dir, *RUN_FLAGS, *FLAGS[model], *tiny, *extra]
+    return helpers.run_cli("train", args, check=check)
+
+
+def losses(proc):
+    """The logged training losses, update by update."""
+    lines = (proc.stdout + proc.stderr).splitlines()
+    return [line.split(" loss=")[1].split(",")[0] for line in lines if " loss=" in line]
+
+
+def parameters(save_dir):
+    state = torch.load(Path(save_dir) / "checkpoint_last.pt", map_location="cpu",
+                       weights_only=True)
+    return state["model"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_yaml_trains_as_the_same_flags_do(model, joined_databin, tmp_path):
+    from_yaml = hydra_train(model, joined_databin, tmp_path / "hydra")
+    from_flags = flags_train(model, joined_databin, tmp_path / "flags")
+    assert len(losses(from_yaml)) == 3 and losses(from_yaml) == losses(from_flags)
+    yaml_params, flag_params = parameters(tmp_path / "hydra"), parameters(tmp_path / "flags")
+    assert yaml_params.keys() == flag_params.keys()
+    for name in yaml_params:
+        assert torch.equal(yaml_params[name], flag_params[name]), name
+    # both checkpoints record the model's config as a plain dict, with the same options
+    saved = [torch.load(d / "checkpoint_last.pt", weights_only=True)["cfg"]["model"]
+             for d in (tmp_path / "hydra", tmp_path / "flags")]
+    assert all(isinstance(cfg, dict) for cfg in saved)
+    options = MODEL_REGISTRY[model].plugin_options
+    assert {o.dest: saved[0][o.dest] for o in options.options} == \
+        {o.dest: saved[1][o.dest] for o in options.options}
+
+
+def test_a_misspelled_model_key_is_refused_by_name(joined_databin, tmp_path):
+    proc = hydra_train("rnnsearch_dynmem", joined_databin, tmp_path, "+model.dynamic_memry_dim=8",
+                       check=False)
+    assert proc.returncode != 0 and "dynamic_memry_dim" in proc.stderr
+    assert not (tmp_path / "checkpoint_last.pt").exists()
+    # a config that did not pass through fairseq's merge is refused by the model itself
+    cls = MODEL_REGISTRY["recurrent_cross_transformer"]
+    with pytest.raises(UnknownOption, match=r"model\.cross_attenton \(did you mean "
+                                            r"model\.cross_attention\?\)"):
+        cls.resolve_args(OmegaConf.create({"_name": "recurrent_cross_transformer_small",
+                                           "cross_attenton": "coverage"}))
+    with pytest.raises(ValueError, match="not an architecture of rnnsearch_dynmem"):
+        MODEL_REGISTRY["rnnsearch_dynmem"].resolve_args(OmegaConf.create({"_name": "lstm"}))
+
+
+def named_architectures(model):
+    return sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == model)
+
+
+def from_flags(arch, *flags):
+    """The model config fairseq-train makes of ``--arch arch flags``."""
+    args = fairseq_options.parse_args_and_arch(
+        fairseq_options.get_training_parser(),
+        ["unused-data", "--task", "translation", "--arch", arch, *flags])
+    return convert_namespace_to_omegaconf(args).model
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_named_architectures_are_reached_by_model_name(model):
+    """``model._name=ARCH`` in a YAML (merged with the config dataclass, as fairseq-hydra-train
+    does) builds what ``--arch ARCH`` builds."""
+    cls = MODEL_REGISTRY[model]
+    archs = named_architectures(model)
+    assert model in archs and len(archs) >= 2
+    fields = [f for f in cls.plugin_config.__dataclass_fields__ if not f.startswith("_")]
+    for arch in archs:
+        yaml_cfg = merge_with_parent(cls.plugin_config(), OmegaConf.create({"_name": arch}))
+        hydra, flags = cls.checked_args(yaml_cfg), cls.checked_args(from_flags(arch))
+        assert {f: getattr(hydra, f, None) for f in fields} == \
+            {f: getattr(flags, f, None) for f in fields}, arch
+    small = cls.resolve_args(merge_with_parent(cls.plugin_config(),
+                                               OmegaConf.create({"_name": f"{model}_small"})))
+    base = cls.resolve_args(merge_with_parent(cls.plugin_config(),
+                                              OmegaConf.create({"_name": model})))
+    assert small.encoder_embed_dim < base.encoder_embed_dim
+
+
+def other_value(option):
+    """A value of ``option`` other than its default, as a command line gives it."""
+    if option.is_switch:
+        return None
+    if option.choices is not None:
+        return str(next(c for c in option.choices if c != option.default))
+    if option.type is int:
+        return str((option.default or 2) + 1)
+    if option.type is float:
+        return str((option.default or 0.5) / 2)
+    return "0"  # --recurrent-cross-layers: the first layer only
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_option_reaches_the_model_through_the_flags(model):
+    """Each option of the declaration (the docs' option tables list the same, tests/
+    test_options.py) given on fairseq-train's command line arrives in the namespace the model is
+    built from, through fairseq's conversion of the flags to its config."""
+    cls = MODEL_REGISTRY[model]
+    for option in cls.plugin_options.options:
+        value = other_value(option)
+        cfg = from_flags(f"{model}", option.flag, *([] if value is None else [value]))
+        got = getattr(cls.resolve_args(cfg), option.dest)
+        expected = True if value is None else (option.type or option.value_type)(value)
+        assert got == expected, (option.flag, got, expected)
+    if model in ("ran_transformer", "recurrent_cross_transformer"):  # fairseq's own flags too
+        args = cls.resolve_args(from_flags(model, "--share-all-embeddings", "--encoder-layers", "2"))
+        assert args.share_all_embeddings and args.encoder_layers == 2
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_yaml_lists_every_option_of_its_model(model):
+    cfg = yaml.safe_load((CONFIGS / f"{model}.yaml").read_text())
+    cls = MODEL_REGISTRY[model]
+    assert ARCH_MODEL_NAME_REGISTRY[cfg["model"]["_name"]] == model
+    listed = set(cfg["model"]) - {"_name"}
+    assert {o.dest for o in cls.plugin_options.options} <= listed
+    assert listed <= set(cls.plugin_config.__dataclass_fields__)
+    assert cfg["task"]["data"] == "???"  # the user's data-bin, asked for
+
+
+def test_a_yaml_run_resumes_with_flags_and_the_resume_check_reads_its_config(joined_databin,
+                                                                               tmp_path):
+    model = "recurrent_cross_transformer"
+    hydra_train(model, joined_databin, tmp_path)
+    proc = flags_train(model, joined_databin, tmp_path, "--max-update", "4")
+    assert "num_updates=4" in proc.stdout + proc.stderr
+    refused = flags_train(model, joined_databin, tmp_path, "--max-update", "5",
+                          "--rescale-lambda", "0.25", check=False)
+    assert refused.returncode != 0
+    assert "--rescale-lambda (checkpoint: 0.5, this run: 0.25)" in refused.stderr
+    assert torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)[
+        "optimizer_history"][-1]["num_updates"] == 4
+
+
+def test_a_checkpoint_of_options_version_1_resumes(tmp_path):
+    """tests/data/options_v1 (its cfg.model an argparse.Namespace) resumes under fairseq-train
+    with the flags it recorded."""
+    import importlib.util
+
+    v1 = Path(__file__).resolve().parent / "data" / "options_v1"
+    spec = importlib.util.spec_from_file_location("options_v1_make", v1 / "make.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=4, n_test=4)
+    helpers.run_cli("preprocess", ["-s", "de", "-t", "en", "--trainpref", raw / "train",
+                                   "--validpref", raw / "valid", "--destdir", tmp_path / "bin",
+                                   "--srcdict", v1 / "dict.de.txt", "--tgtdict",
+                                   v1 / "dict.en.txt", "--workers", "1"])
+    arch, flags = make.CHECKPOINTS["ran_transformer"]
+    saved = torch.load(v1 / "ran_transformer.pt", map_location="cpu", weights_only=True)
+    assert isinstance(saved["cfg"]["model"], argparse.Namespace)
+    updates = saved["optimizer_history"][-1]["num_updates"]
+    args = helpers.train_args(tmp_path / "bin", tmp_path / "ck", arch, flags,
+                              max_update=updates + 1)
+    proc = helpers.run_cli("train", [*args, "--restore-file", v1 / "ran_transformer.pt"])
+    assert f"num_updates={updates + 1}" in proc.stdout + proc.stderr
