@@ -95,7 +95,8 @@ def hydra_train(model, data, save_dir, *overrides, check=True):
             f"common.user_dir={helpers.USER_DIR}", f"checkpoint.save_dir={save_dir}",
             *(f"{k}={v}" for k, v in {**RUN, **HYDRA_RUN[model]}.items()),
             *model_overrides(model, TINY[model]), *overrides]
-    return helpers.run_cli("hydra_train", args, check=check)
+    # in the folder above the checkpoints: Hydra writes hydra_train.log where it runs
+    return helpers.run_cli("hydra_train", args, check=check, cwd=Path(save_dir).parent)
 
 
 def flags_train(model, data, save_dir, *extra, check=True):
@@ -136,10 +137,10 @@ def test_a_yaml_trains_as_the_same_flags_do(model, joined_databin, tmp_path):
 
 
 def test_a_misspelled_model_key_is_refused_by_name(joined_databin, tmp_path):
-    proc = hydra_train("rnnsearch_dynmem", joined_databin, tmp_path, "+model.dynamic_memry_dim=8",
-                       check=False)
+    proc = hydra_train("rnnsearch_dynmem", joined_databin, tmp_path / "ck",
+                       "+model.dynamic_memry_dim=8", check=False)
     assert proc.returncode != 0 and "dynamic_memry_dim" in proc.stderr
-    assert not (tmp_path / "checkpoint_last.pt").exists()
+    assert not (tmp_path / "ck" / "checkpoint_last.pt").exists()
     # a config that did not pass through fairseq's merge is refused by the model itself
     cls = MODEL_REGISTRY["recurrent_cross_transformer"]
     with pytest.raises(UnknownOption, match=r"model\.cross_attenton \(did you mean "
@@ -227,6 +228,7 @@ def test_a_yaml_run_resumes_with_flags_and_the_resume_check_reads_its_config(joi
                                                                                tmp_path):
     model = "recurrent_cross_transformer"
     hydra_train(model, joined_databin, tmp_path)
+    assert (tmp_path.parent / "hydra_train.log").is_file()  # not in the checkout
     proc = flags_train(model, joined_databin, tmp_path, "--max-update", "4")
     assert "num_updates=4" in proc.stdout + proc.stderr
     refused = flags_train(model, joined_databin, tmp_path, "--max-update", "5",
