@@ -95,6 +95,10 @@ def git(repo, *args):
 def repo(tmp_path):
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "table.py").write_text(STAND_IN)
+    # a paper "t" whose reproduction command runs the stand-in (a manifest names nothing else)
+    (tmp_path / "scripts" / "reproduce-t.sh").write_text('"$PYTHON" scripts/table.py "$@"\n')
+    (tmp_path / "configs" / "t").mkdir(parents=True)
+    (tmp_path / "configs" / "t" / "reproduce.json").write_text("{}\n")
     for folder in ("results/t", "results/t/inner"):
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "TABLE.md").write_text("the table\n")
@@ -106,10 +110,10 @@ def repo(tmp_path):
 
 
 def write_manifest(root, outer_text):
-    entries = [{"folder": "results/t", "argv": ["scripts/table.py", "results/t", outer_text],
+    entries = [{"folder": "results/t", "argv": ["scripts/reproduce-t.sh", "results/t", outer_text],
                 "note": ""},
                {"folder": "results/t/inner",
-                "argv": ["scripts/table.py", "results/t/inner", "same"], "note": ""}]
+                "argv": ["scripts/reproduce-t.sh", "results/t/inner", "same"], "note": ""}]
     (root / "results" / "REMAKE.json").write_text(json.dumps(entries))
 
 
@@ -171,15 +175,16 @@ def test_uncommitted_changes_are_not_remade(repo, capsys):
 
 def test_list_and_unknown_folder(repo, capsys):
     assert check(repo, "--list") == 0
-    assert "scripts/table.py results/t same" in capsys.readouterr().out
+    assert "scripts/reproduce-t.sh results/t same" in capsys.readouterr().out
     assert "not in the manifest: results/x" in str(check(repo, "--only", "results/x"))
 
 
 @pytest.mark.parametrize("text, message", [
     ('{"folder": "results/t"}', "a list of"),
     ('[{"folder": "results/t", "argv": []}]', "'argv' must be"),
-    ('[{"folder": "/abs", "argv": ["s.py"]}]', "'folder' must be"),
-    ('[{"folder": "a", "argv": ["s.py"]}, {"folder": "a/", "argv": ["s.py"]}]', "listed twice"),
+    ('[{"folder": "/abs", "argv": ["scripts/reproduce-ran.sh"]}]', "'folder' must be"),
+    ('[{"folder": "a", "argv": ["scripts/reproduce-ran.sh"]}, '
+     '{"folder": "a/", "argv": ["scripts/reproduce-ran.sh"]}]', "listed twice"),
 ])
 def test_a_malformed_manifest_is_refused(tmp_path, text, message):
     path = tmp_path / "REMAKE.json"
@@ -250,3 +255,27 @@ def test_results_folders_are_named_for_what_they_hold_and_indexed():
     for folder in tables:
         link = folder[len("results/"):]
         assert f"]({link}/TABLE.md)" in index, f"results/README.md does not index {folder}"
+
+
+MARKER = "ran-remake-ran-foreign-code"
+
+
+@pytest.mark.parametrize("argv", [
+    ["-c", f"open('{MARKER}', 'w')"],  # Python's -c
+    ["../elsewhere/run.py"],  # a script outside the checkout
+    ["scripts/table.py", "results/t", "same"],  # a script of the checkout that is not a command
+    ["scripts/reproduce-x.sh"],  # a reproduction script of no paper
+    ["-m", "ran_fairseq.lab.remake"],
+])
+def test_a_manifest_runs_nothing_but_a_reproduction_command(repo, capsys, argv):
+    """A manifest is data: whatever its argv, only a paper's reproduction script runs (the probe's
+    ``-c`` and relative-path manifests ran their code, then reported the folders remade)."""
+    (repo / "scripts" / "reproduce-x.sh").write_text(f"touch {MARKER}\n")
+    manifest = repo / "foreign.json"
+    manifest.write_text(json.dumps([{"folder": "results/t", "argv": argv, "note": ""}]))
+    status = check(repo, "--manifest", "foreign.json")
+    assert status not in (0, None) and "nothing was run" in str(status)
+    assert not (repo / MARKER).exists()
+    with pytest.raises(remake.ManifestError, match="not"):
+        remake.run_command(repo, argv, sys.executable, remake.Outcome("results/t"))
+    assert not (repo / MARKER).exists()

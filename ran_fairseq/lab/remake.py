@@ -2,8 +2,10 @@
 
 ``results/REMAKE.json`` lists, for each table folder the reproduction engine wrote under
 ``results/``, the one command that remakes it from the runs stored in it: a list of
-``{"folder", "argv", "note"}``, ``argv`` a script of the checkout and its arguments, relative to
-the checkout's root, with ``--resume`` (every run's result is found, nothing is trained; the
+``{"folder", "argv", "note"}``, ``argv`` one of the project's reproduction commands
+(``scripts/reproduce-PAPER.sh`` of a paper with ``configs/PAPER/reproduce.json``; nothing else is
+ever run, whatever a manifest says) and its arguments, relative to the checkout's root, with
+``--resume`` (every run's result is found, nothing is trained; the
 engine re-tabulates and recomputes the paired bootstrap). This module runs those commands one at
 a time with this Python and compares each folder's files with git's
 (``git status --porcelain``): a folder whose tracked files changed, or that gained a file git
@@ -68,9 +70,29 @@ class Outcome:
                 and not self.dirty_before)
 
 
-def load_manifest(path: Path) -> List[Entry]:
+# the commands a manifest may name: the reproduction script of a paper of configs/
+ENTRY_POINT = re.compile(r"^scripts/reproduce-(?P<paper>[A-Za-z0-9_]+)\.sh$")
+
+
+def entry_point_problem(repo: Path, command: str) -> Optional[str]:
+    """Why ``command`` is not one of the project's reproduction commands (None if it is): a
+    manifest is data, so it names one of them, never Python's ``-c``, a module or another
+    script."""
+    found = ENTRY_POINT.match(command)
+    if found is None:
+        return (f"{command!r} is not a reproduction command of the project; a manifest names "
+                f"scripts/reproduce-PAPER.sh")
+    script = Path(repo) / command
+    if not (Path(repo) / "configs" / found["paper"] / "reproduce.json").is_file() \
+            or script.is_symlink() or not script.is_file():
+        return f"{command} is not the reproduction script of a paper of configs/"
+    return None
+
+
+def load_manifest(path: Path, repo: Optional[Path] = None) -> List[Entry]:
     """The manifest's entries, checked: each folder once, each argv a non-empty list of strings
-    whose first item is a script path relative to the checkout."""
+    whose first item is a reproduction command of the project (:func:`entry_point_problem`; of
+    ``repo``, the manifest's checkout, when given)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -89,6 +111,11 @@ def load_manifest(path: Path) -> List[Entry]:
                 or Path(argv[0]).is_absolute()):
             raise ManifestError(f"{where} ({folder}): 'argv' must be a list of strings, a "
                                 f"script relative to the checkout first")
+        problem = entry_point_problem(repo, argv[0]) if repo is not None else \
+            (None if ENTRY_POINT.match(argv[0]) else f"{argv[0]!r} is not a reproduction command "
+             f"of the project; a manifest names scripts/reproduce-PAPER.sh")
+        if problem:
+            raise ManifestError(f"{where} ({folder}): {problem}; nothing was run")
         folder = folder.rstrip("/")
         if folder in seen:
             raise ManifestError(f"{where}: {folder} is listed twice")
@@ -127,9 +154,10 @@ def run_command(repo: Path, argv: Sequence[str], python: str, outcome: Outcome):
     its stdout discarded and its stderr kept (the last lines in ``outcome.tail``); stop it, and
     what it started, at a run's start."""
     tail = collections.deque(maxlen=TAIL_LINES)
-    cmd, env = [python, *argv], None
-    if argv[0].endswith(".sh"):
-        cmd, env = ["bash", *argv], dict(os.environ, PYTHON=python)
+    problem = entry_point_problem(repo, argv[0])
+    if problem:  # load_manifest refuses it already; a caller's own entry is checked here
+        raise ManifestError(f"{problem}; nothing was run")
+    cmd, env = ["bash", *argv], dict(os.environ, PYTHON=python)
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
@@ -220,7 +248,7 @@ def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.
     args = parse_args(sys.argv[1:] if argv is None else argv)
     repo = Path(repo)
     try:
-        entries = load_manifest(repo / args.manifest)
+        entries = load_manifest(repo / args.manifest, repo)
         chosen = select(entries, args.only)
     except ManifestError as e:
         sys.exit(f"remake-tables: error: {e}")

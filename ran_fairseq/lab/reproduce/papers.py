@@ -63,13 +63,30 @@ def _column(spec, where):
     return Column(spec["title"], lambda r: fmt(r.get(field), spec_format))
 
 
+# the packages whose functions a paper file may name (a paper file is data: it never makes the
+# engine import or call code from elsewhere)
+PROJECT_PACKAGES = ("ran_fairseq",)
+
+
+def _of_the_project(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in PROJECT_PACKAGES)
+
+
 def _measure(name, where, key="measure"):
     module, _, function = str(name).partition(":")
+    if not _of_the_project(module) or not function.isidentifier() or function.startswith("_"):
+        raise PaperFileError(f"{where}: '{key}' {name!r} must name a public function of the "
+                             f"project's packages ({', '.join(PROJECT_PACKAGES)}) as "
+                             f"module:function; nothing else is imported")
     try:
-        return getattr(importlib.import_module(module), function)
+        found = getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError, ValueError) as e:
         raise PaperFileError(f"{where}: '{key}' {name!r} is not an importable "
                              f"module:function ({e})") from None
+    if not callable(found) or not _of_the_project(getattr(found, "__module__", None) or ""):
+        raise PaperFileError(f"{where}: '{key}' {name!r} is not a function defined in the "
+                             f"project's packages ({', '.join(PROJECT_PACKAGES)})")
+    return found
 
 
 def load_paper(folder: Path) -> Paper:

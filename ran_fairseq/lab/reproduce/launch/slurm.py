@@ -8,6 +8,7 @@ on from checkpoint_last.pt to the exact --max-update. Multi-GPU and multi-node t
 fairseq's own distributed training under srun (its Slurm detection, ``--distributed-port``). The
 jobs' states come from ``scontrol`` and ``squeue``, which need no accounting database."""
 import os
+import re
 import sys
 import time
 import zlib
@@ -235,19 +236,31 @@ class Cluster:
 
 def failure(run, job_id, state):
     """Why job ``job_id`` of ``run`` left no result: its Slurm state and exit code, and the last
-    line of the error its Python process sent back (submitit's result pickle), with its log."""
+    line of its error log (text, where its Python process printed the error), with its log.
+    submitit's result pickle is never read: a run folder may come from elsewhere, and unpickling
+    a file of it could run code."""
     why = (f"ended {state[0]}" + (f" (exit code {state[1]})" if state[1] else "")
            if state else "ended without a result (cancelled or killed; gone from Slurm)")
     job = submitit.SlurmJob(folder=run.dir / "slurm", job_id=job_id)
-    try:
-        outcome, payload = job.paths.result_pickle.exists() and submitit.core.utils.pickle_load(
-            job.paths.result_pickle) or (None, None)
-    except Exception:  # noqa: BLE001  (a broken pickle: the state says enough)
-        outcome, payload = None, None
-    if outcome == "error":
-        lines = [line for line in str(payload).strip().splitlines() if line.strip()]
-        why += f": {lines[-1][:300]}" if lines else ""
+    last = last_error_line(job.paths.stderr)
+    if last:
+        why += f": {last[:300]}"
     return why + f"; log {paths.shown(job.paths.stdout)}"
+
+
+def last_error_line(path, tail_bytes=65536):
+    """The last line of an exception in the job's error log ``path`` (a line such as
+    ``ValueError: ...``), or None (no log, or no such line in its last ``tail_bytes``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    errors = [line.strip() for line in lines
+              if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line.strip())]
+    return errors[-1] if errors else None
 
 
 def label(run):
