@@ -271,3 +271,7 @@ def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.
         sys.exit(1)
     print(f"remake-tables: all {len(chosen)} folder(s) remade byte for byte")
     return 0
+
+
+if __name__ == "__main__":  # python -m ran_fairseq.lab.remake: as its console script
+    main()

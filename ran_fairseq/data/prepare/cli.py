@@ -193,3 +193,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"prepare: error: {err}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+if __name__ == "__main__":  # python -m ran_fairseq.data.prepare.cli: as its console script
+    main()

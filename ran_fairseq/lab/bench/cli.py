@@ -182,3 +182,7 @@ def main(argv=None, prog=None):
         run_parent(parse_cli(argv, prog))
     except BenchError as e:
         sys.exit(f"bench.py: error: {e}")
+
+
+if __name__ == "__main__":  # python -m ran_fairseq.lab.bench.cli: as its console script
+    main()

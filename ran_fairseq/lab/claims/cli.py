@@ -114,3 +114,7 @@ def main(argv=None):
     if stale:
         sys.exit("claims: not what the engine computes (rerun without --check): " +
                  ", ".join(stale))
+
+
+if __name__ == "__main__":  # python -m ran_fairseq.lab.claims.cli: as its console script
+    main()

@@ -256,3 +256,7 @@ def main(argv: Optional[List[str]] = None):
         p.parse_args(argv)  # the help, or an error naming the papers
     key = argv[0]
     run_paper(PAPERS[key], argv[1:], prog=f"ran-reproduce {key}")
+
+
+if __name__ == "__main__":  # python -m ran_fairseq.lab.reproduce.cli: as its console script
+    main()
