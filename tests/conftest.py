@@ -59,7 +59,7 @@ GROUPS = {
                "test_pervasive_attention.py", "test_hub.py", "test_checkpoint_loading.py",
                "test_reliability.py", "test_package.py", "test_quiet.py",
                "test_saved_tensors.py", "test_wheel.py", "test_options.py",
-               "test_workflow_hydra.py"],
+               "test_workflow_hydra.py", "test_workflow_decoding.py"],
     "lab": ["test_reproduce.py", "test_adding_a_paper.py", "test_reproduce_recurrent_cross.py",
             "test_reproduce_dynmem.py", "test_reproduce_pervasive.py", "test_bench.py",
             "test_kernels.py", "test_faults.py", "test_claims.py", "test_gpu_plans.py",

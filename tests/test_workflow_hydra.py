@@ -131,6 +131,11 @@ def test_a_yaml_trains_as_the_same_flags_do(model, joined_databin, tmp_path):
     saved = [torch.load(d / "checkpoint_last.pt", weights_only=True)["cfg"]["model"]
              for d in (tmp_path / "hydra", tmp_path / "flags")]
     assert all(isinstance(cfg, dict) for cfg in saved)
+    # nothing that torch's plain weights-only load refuses (so fairseq's own
+    # scripts/average_checkpoints.py reads them; older checkpoints hold an argparse.Namespace)
+    for folder in (tmp_path / "hydra", tmp_path / "flags"):
+        assert torch.serialization.get_unsafe_globals_in_checkpoint(
+            folder / "checkpoint_last.pt") == [], folder.name
     options = MODEL_REGISTRY[model].plugin_options
     assert {o.dest: saved[0][o.dest] for o in options.options} == \
         {o.dest: saved[1][o.dest] for o in options.options}
