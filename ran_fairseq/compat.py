@@ -462,22 +462,29 @@ def architecture_checked_on_resume():
     ``Trainer.load_checkpoint`` resumes a model of this plugin (not with ``--reset-optimizer``,
     which starts a new training from a checkpoint's weights), the model's own architecture flags
     are compared with the checkpoint's (``ran_fairseq.models._common.check_resumed_flags``), and
-    a difference stops training before its first update with an error naming the flags."""
+    a difference stops training before its first update with an error naming the flags. In a
+    multi-process run every rank checks, the ranks other than rank 0 on the state rank 0 sends
+    them (fairseq reads the file on rank 0 only): they all stop with that error, none is left
+    waiting for the others in its first update."""
     from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
     from fairseq.trainer import Trainer
 
     original = Trainer.load_checkpoint
     if getattr(original, "_ran_fairseq_checked", False):
         return
     load_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
+    broadcast = distributed_utils.broadcast_object
 
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         state = load_to_cpu(path, *args, **kwargs)
-        if _RESUMING.active and isinstance(state, dict):
-            cfg = state.get("cfg") or {}
-            model = cfg.get("model") if hasattr(cfg, "get") else None
-            _RESUMING.model_args = model if model is not None else state.get("args")
+        _remember_model_args(state)
         return state
+
+    def broadcast_object(obj, *args, **kwargs):
+        obj = broadcast(obj, *args, **kwargs)
+        _remember_model_args(obj)
+        return obj
 
     def load_checkpoint(self, filename, reset_optimizer=False, *args, **kwargs):
         _RESUMING.active, _RESUMING.model_args = True, None
@@ -495,7 +502,19 @@ def architecture_checked_on_resume():
     load_checkpoint_to_cpu._ran_fairseq_named = getattr(load_to_cpu, "_ran_fairseq_named", False)
     load_checkpoint._ran_fairseq_checked = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    distributed_utils.broadcast_object = broadcast_object
     Trainer.load_checkpoint = load_checkpoint
+
+
+def _remember_model_args(state):
+    """While ``Trainer.load_checkpoint`` runs, keep the model options of a checkpoint's state
+    (as read from the file, or as received from rank 0)."""
+    if not _RESUMING.active or not isinstance(state, dict) \
+            or not ("cfg" in state or "args" in state):
+        return
+    cfg = state.get("cfg") or {}
+    model = cfg.get("model") if hasattr(cfg, "get") else None
+    _RESUMING.model_args = model if model is not None else state.get("args")
 
 
 def _xla_installed():
