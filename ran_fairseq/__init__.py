@@ -3,10 +3,11 @@
 Importing the package registers its models, criterions, optimizers and the ``ter`` scorer with
 fairseq and makes fairseq checkpoints loadable under torch's safe (weights-only) unpickling; it
 also corrects, in ``compat``, fairseq 0.12 behaviours: the dropped last batch, non-atomic
-checkpoint copies, multi-process training on CPUs, checkpoint saves under names unique to the
-writer, errors for too-long sentences, truncated checkpoints and damaged data-bins that name the
-problem, a resume that stops when the model's architecture flags differ from the checkpoint's,
-and ``--bf16`` taken for a TPU's flag where there is no TPU. Before fairseq is imported,
+checkpoint copies, multi-process training on CPUs, a multi-process run's resume (the state rank
+0 sends the other ranks), checkpoint saves under names unique to the writer, errors for
+too-long sentences, truncated checkpoints and damaged data-bins that name the problem, a resume
+that stops when the model's architecture flags differ from the checkpoint's, and ``--bf16``
+taken for a TPU's flag where there is no TPU. Before fairseq is imported,
 ``quiet`` silences the noise its import prints (tensorboardX, hydra's deprecation warnings, the
 root logger set to DEBUG). Nothing else.
 
@@ -46,6 +47,7 @@ def register() -> None:
         compat.keep_last_batch()
         compat.atomic_checkpoint_copies()
         compat.cpu_data_parallel()
+        compat.objects_broadcast_between_ranks()
         compat.named_length_errors()
         compat.named_checkpoint_errors()
         compat.one_line_file_faults()

@@ -2,7 +2,9 @@
 one named fairseq function, only in the case described. Loading fairseq checkpoints under torch's
 weights-only unpickler is ``safe_checkpoints``.
 """
+import io
 import os
+import pickle
 import struct
 import subprocess
 import threading
@@ -163,6 +165,63 @@ def cpu_data_parallel():
 
         infer_init_method._ran_fairseq_cpu = True
         distributed_utils.infer_init_method = infer_init_method
+
+
+def objects_broadcast_between_ranks():
+    """A multi-process run resumes. fairseq's ``Trainer.load_checkpoint`` reads the checkpoint on
+    rank 0 only (without ``--load-checkpoint-on-all-dp-ranks``) and sends the state it loaded to
+    the other ranks with ``distributed_utils.broadcast_object``: the tensors as tensors, the rest
+    through ``_broadcast_object_slow``, which ``torch.save``-s it to bytes and ``torch.load``-s
+    them on the other ranks. Under torch >= 2.6 that load is weights-only, and the state holds
+    objects of the run itself (the ``cfg`` that ``load_checkpoint_to_cpu`` made an omegaconf
+    DictConfig, fairseq's placeholders for the tensors sent apart): every rank but rank 0 stopped
+    with "Unsupported global: GLOBAL omegaconf.dictconfig.DictConfig". These bytes are no file:
+    rank 0 of the same run made them in memory (what it read from the checkpoint went through
+    weights-only loading there), and the ranks of a run already unpickle what the others send
+    (fairseq's ``all_gather_list`` sends every update's logging outputs so, as torch's own
+    object collectives do). The replacement sends them as a pickle and the other ranks unpickle
+    it: what a checkpoint file holds is still loaded weights-only on every rank, and torch's
+    allow-list of classes is unchanged. A tensor that is not on the CPU is sent as a CPU tensor
+    (fairseq's load mapped the bytes to the CPU). Every rank of a run applies it (the plugin is
+    imported by each), so sender and receivers agree on the format."""
+    from fairseq.distributed import utils as distributed_utils
+
+    original = distributed_utils._broadcast_object_slow
+    if getattr(original, "_ran_fairseq_run_state", False):
+        return
+
+    def _broadcast_object_slow(obj, src_rank, group, dist_device):
+        if distributed_utils.get_rank(group) == src_rank:
+            data = _pickled_on_cpu(obj)
+            length = torch.tensor([len(data)], dtype=torch.long).to(dist_device)
+            buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dist_device)
+            distributed_utils.broadcast(length, src=src_rank, group=group)
+            distributed_utils.broadcast(buffer, src=src_rank, group=group)
+            return obj
+        length = torch.zeros(1, dtype=torch.long).to(dist_device)
+        distributed_utils.broadcast(length, src=src_rank, group=group)
+        buffer = torch.empty(int(length.item()), dtype=torch.uint8).to(dist_device)
+        distributed_utils.broadcast(buffer, src=src_rank, group=group)
+        return pickle.loads(buffer.cpu().numpy().tobytes())
+
+    _broadcast_object_slow._ran_fairseq_run_state = True
+    _broadcast_object_slow.__doc__ = original.__doc__
+    distributed_utils._broadcast_object_slow = _broadcast_object_slow
+
+
+class _CpuPickler(pickle.Pickler):
+    """A pickler that writes a tensor on another device as the same tensor on the CPU."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+            return obj.detach().cpu().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        return NotImplemented
+
+
+def _pickled_on_cpu(obj):
+    out = io.BytesIO()
+    _CpuPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return out.getvalue()
 
 
 def _started_by_srun(cfg):
@@ -403,22 +462,29 @@ def architecture_checked_on_resume():
     ``Trainer.load_checkpoint`` resumes a model of this plugin (not with ``--reset-optimizer``,
     which starts a new training from a checkpoint's weights), the model's own architecture flags
     are compared with the checkpoint's (``ran_fairseq.models._common.check_resumed_flags``), and
-    a difference stops training before its first update with an error naming the flags."""
+    a difference stops training before its first update with an error naming the flags. In a
+    multi-process run every rank checks, the ranks other than rank 0 on the state rank 0 sends
+    them (fairseq reads the file on rank 0 only): they all stop with that error, none is left
+    waiting for the others in its first update."""
     from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
     from fairseq.trainer import Trainer
 
     original = Trainer.load_checkpoint
     if getattr(original, "_ran_fairseq_checked", False):
         return
     load_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
+    broadcast = distributed_utils.broadcast_object
 
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         state = load_to_cpu(path, *args, **kwargs)
-        if _RESUMING.active and isinstance(state, dict):
-            cfg = state.get("cfg") or {}
-            model = cfg.get("model") if hasattr(cfg, "get") else None
-            _RESUMING.model_args = model if model is not None else state.get("args")
+        _remember_model_args(state)
         return state
+
+    def broadcast_object(obj, *args, **kwargs):
+        obj = broadcast(obj, *args, **kwargs)
+        _remember_model_args(obj)
+        return obj
 
     def load_checkpoint(self, filename, reset_optimizer=False, *args, **kwargs):
         _RESUMING.active, _RESUMING.model_args = True, None
@@ -436,7 +502,19 @@ def architecture_checked_on_resume():
     load_checkpoint_to_cpu._ran_fairseq_named = getattr(load_to_cpu, "_ran_fairseq_named", False)
     load_checkpoint._ran_fairseq_checked = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    distributed_utils.broadcast_object = broadcast_object
     Trainer.load_checkpoint = load_checkpoint
+
+
+def _remember_model_args(state):
+    """While ``Trainer.load_checkpoint`` runs, keep the model options of a checkpoint's state
+    (as read from the file, or as received from rank 0)."""
+    if not _RESUMING.active or not isinstance(state, dict) \
+            or not ("cfg" in state or "args" in state):
+        return
+    cfg = state.get("cfg") or {}
+    model = cfg.get("model") if hasattr(cfg, "get") else None
+    _RESUMING.model_args = model if model is not None else state.get("args")
 
 
 def _xla_installed():

@@ -2,11 +2,11 @@
 munge from the distribution's packages) that scripts/slurm-local.sh starts for this file and stops
 after it. A short two-system table gives the fields a local run gives; a job of two tasks trains
 with world size 2 (gloo, CPU) through fairseq's Slurm detection; a run with a 2-minute limit is
-requeued and finishes at exactly its budget; a cancelled run is reported, then resubmitted by
---resume. These runs mostly wait (for Slurm, a job's start, a time limit), so they go on side by
-side, started with the first cluster test. Without Slurm (or submitit, or root) the cluster tests are
-skipped, saying why; under CI=true they fail instead. The Slurm variant of
-compat.cpu_data_parallel is checked without a cluster."""
+requeued and finishes at exactly its budget, at world size 1 and (resuming across ranks) 2; a
+cancelled run is reported, then resubmitted by --resume. These runs mostly wait (for Slurm, a
+job's start, a time limit), so they go on side by side, started with the first cluster test.
+Without Slurm (or submitit, or root) the cluster tests are skipped, saying why; under CI=true they
+fail instead. The Slurm variant of compat.cpu_data_parallel is checked without a cluster."""
 import json
 import os
 import re
@@ -23,9 +23,10 @@ import pytest
 import helpers
 
 SYSTEMS = ["TransF", "RAN-ALL"]
-# the node's CPUs: two for each of the table's, the two-task and the cancelled runs, one for the
-# requeued run (more than the machine has: the jobs mostly wait, see scripts/slurm-local.sh)
-NODE_CPUS = 7
+# the node's CPUs: two for each of the table's, the two-task, the cancelled and the two-task
+# requeued runs, one for the requeued run (more than the machine has: the jobs mostly wait, see
+# scripts/slurm-local.sh)
+NODE_CPUS = 9
 # the requeued run's budget: its first job is paused after its first save (one epoch of the test
 # corpus is one update), so the budget is left to a later job on any machine
 REQUEUE_BUDGET = 8
@@ -361,12 +362,12 @@ def pause_after_first_save(save_dir, stop):
     return None
 
 
-def requeue_flow(env, corpus):
-    """A run with a 2-minute limit, the job told 10 s before it, submitted with --submit-only
-    (a local engine then finds it in use), its first job paused after its first save; --resume
-    waits for it and collects it. Returns what the test checks."""
-    name = "requeue"
-    limit = ["--time-limit", "2", "--requeue-signal", "10"]
+def requeue_flow(env, corpus, name, tasks=1):
+    """A run of ``tasks`` tasks (the training's world size) with a 2-minute limit, the job told
+    10 s before it, submitted with --submit-only (a local engine then finds it in use), its first
+    job paused after its first save; --resume waits for it and collects it. Returns what the test
+    checks."""
+    limit = ["--time-limit", "2", "--requeue-signal", "10", "--tasks-per-run", tasks]
     run = ["--systems", "TransF", "--max-update", REQUEUE_BUDGET]
     save_dir = corpus / f"ckpt-{name}" / "de-en" / "TransF" / "seed1"
     out = {"submitted": reproduce(env, corpus, name, *run, *SLURM, *limit, "--submit-only")}
@@ -394,14 +395,14 @@ def background(cluster, corpus):
     """The cluster tests' runs other than the table's, started beside it: they mostly wait (for
     Slurm, for a job's start, for a time limit), so side by side they take little more than the
     longest of them."""
-    with ThreadPoolExecutor(3) as pool:
-        yield {"requeue": pool.submit(requeue_flow, cluster, corpus),
+    with ThreadPoolExecutor(4) as pool:
+        yield {"requeue": pool.submit(requeue_flow, cluster, corpus, "requeue"),
+               "requeue2": pool.submit(requeue_flow, cluster, corpus, "requeue2", 2),
                "world2": pool.submit(world2_flow, cluster, corpus),
                "cancel": pool.submit(cancel_flow, cluster, corpus)}
 
 
-def test_time_limit_requeues_to_the_exact_budget(cluster, corpus, background):
-    out = background["requeue"].result(timeout=1500)
+def check_requeued(out, corpus, name):
     assert out["submitted"].returncode == 0, out["submitted"].stderr[-4000:]
     job = out["job"]
     assert job and "submitted as Slurm job" in out["submitted"].stderr
@@ -411,7 +412,30 @@ def test_time_limit_requeues_to_the_exact_budget(cluster, corpus, background):
     # resumed from checkpoint_last.pt and stopped at exactly the budget
     assert out["first_job_updates"] is not None and 1 <= out["first_job_updates"] < REQUEUE_BUDGET
     assert out["restarts"] >= 1
-    log = next((run_dir(corpus, "requeue", "TransF") / "slurm").glob("*_log.out")).read_text()
+    # task 0's submitit log (a two-task job has one per task)
+    log = next((run_dir(corpus, name, "TransF") / "slurm").glob("*_0_log.out")).read_text()
     assert "Requeued job" in log
-    assert out["updates"] == REQUEUE_BUDGET
-    assert report(corpus, "requeue")["results"][0]["selected"]["num_updates"] <= REQUEUE_BUDGET
+    assert out["updates"] == REQUEUE_BUDGET, out["collected"].stderr[-3000:]
+    result = report(corpus, name)["results"][0]
+    assert result["selected"]["num_updates"] <= REQUEUE_BUDGET
+    return result
+
+
+def test_time_limit_requeues_to_the_exact_budget(cluster, corpus, background):
+    out = background["requeue"].result(timeout=1500)
+    assert check_requeued(out, corpus, "requeue")["machine"]["slurm"]["world_size"] == 1
+
+
+def test_two_task_run_requeues_to_the_exact_budget(cluster, corpus, background):
+    """World size 2: after the requeue rank 0 reads checkpoint_last.pt and sends its state to
+    rank 1 (which refused it under torch >= 2.6 before ran_fairseq.compat's fix)."""
+    out = background["requeue2"].result(timeout=1500)
+    assert check_requeued(out, corpus, "requeue2")["machine"]["slurm"]["world_size"] == 2
+    run = run_dir(corpus, "requeue2", "TransF")
+    log = (run / "train.log").read_text()
+    assert re.search(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ "
+                     rf"{out['first_job_updates']} updates\)", log), log[-3000:]
+    assert f"num_updates {REQUEUE_BUDGET}" in log or f"num_updates={REQUEUE_BUDGET}" in log
+    # rank 1 joined both jobs' trainings (its log is appended to) and ended without an error
+    rank1 = (run / "train.rank1.log").read_text()
+    assert rank1.count("distributed init (rank 1)") >= 2 and "Error" not in rank1, rank1[-3000:]
