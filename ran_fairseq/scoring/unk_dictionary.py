@@ -22,12 +22,13 @@ hashes, the links and eflomal's version), and a result records the dictionary's 
 import argparse
 import hashlib
 import json
-import os
 import sys
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from ..textio import atomic_write, write_text_atomic
 
 LINKS = ("intersection", "forward", "reverse")
 INSTALL = ("pip install 'ran_fairseq[align]' (or pip install eflomal); --method copy needs "
@@ -108,13 +109,12 @@ def align(source_path, target_path) -> Tuple[List[str], List[str]]:
 def write_table(path, table: Dict[str, Tuple[str, int, int]]):
     """Lines ``SOURCE TARGET LINKS SOURCE_LINKS`` sorted by source word (what
     ``replace_unk.load_dictionary`` reads), written atomically."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    def lines(f):
         for word in sorted(table):
             target, links, total = table[word]
             f.write(f"{word}\t{target}\t{links}\t{total}\n")
-    os.replace(tmp, path)
+
+    atomic_write(path, lines)
 
 
 def file_digest(path) -> str:
@@ -186,9 +186,7 @@ def cached(data, src, tgt, train_prefix=None, links: str = "intersection", cache
     except OSError as e:
         raise DictionaryError(f"cannot write the dictionary {path} ({e.strerror}): give --cache "
                               f"a writable path") from e
-    tmp = stamp_path.with_name(stamp_path.name + ".tmp")
-    tmp.write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, stamp_path)
+    write_text_atomic(stamp_path, json.dumps(stamp, indent=1) + "\n")
     return path
 
 

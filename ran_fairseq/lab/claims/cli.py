@@ -1,10 +1,11 @@
-"""``scripts/claims.py``: write CLAIMS.md for results folders, and fill the pages that quote them.
+"""``ran-claims`` (or ``scripts/claims.py``): write CLAIMS.md for results folders, and fill the
+pages that quote them.
 
-    python scripts/claims.py --results results/ran/long          # one folder (its paper's claims)
-    python scripts/claims.py --all                               # every folder with a results.json
-    python scripts/claims.py --all --fill README.md docs/results.md
-    python scripts/claims.py --all --fill README.md docs/results.md --check   # change nothing
-    python scripts/claims.py --all --recheck 54321 > results/SIGNIFICANCE.md  # near p, redrawn
+    ran-claims --results results/ran/long          # one folder (its paper's claims)
+    ran-claims --all                               # every folder with a results.json
+    ran-claims --all --fill README.md docs/results.md
+    ran-claims --all --fill README.md docs/results.md --check   # change nothing
+    ran-claims --all --recheck 54321 > results/SIGNIFICANCE.md  # near p, redrawn
 """
 import argparse
 import sys
@@ -38,7 +39,7 @@ def parse_refs(items):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="claims.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="ran-claims", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", action="append", type=Path, default=[],
                    help="a results folder (with results.json); repeat for several")

@@ -3,7 +3,6 @@
 import concurrent.futures
 import functools
 import gzip
-import os
 import shutil
 import sys
 import threading
@@ -162,11 +161,12 @@ def postprocess_record(output):
 def keep_generate_output(plain, kept):
     """``plain`` (fairseq-generate's output) gzip'd into ``kept`` (byte-stable: no name, no time
     in the header), written atomically; ``plain`` is then removed."""
-    tmp = kept.with_name(kept.name + ".tmp")
-    with open(plain, "rb") as src, open(tmp, "wb") as raw:
-        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+    def gzipped(raw):
+        with open(plain, "rb") as src, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
             shutil.copyfileobj(src, gz)
-    os.replace(tmp, kept)
+
+    textio.atomic_write(kept, gzipped, binary=True)
     plain.unlink()
 
 

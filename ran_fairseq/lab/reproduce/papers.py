@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
+from ...textio import read_lines
 from ..common.paths import REPO
 from .config import Column, FullSetting, Paper
 from .markdown import fmt
@@ -39,7 +40,7 @@ def read_notes(path: Path) -> List[str]:
     goes on with it (joined with a space); anything before the first bullet is a heading or
     preamble, and a line that is neither ends the bullet."""
     notes, current = [], None
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_lines(path):
         if line.startswith("- "):
             current = [line[2:].strip()]
             notes.append(current)
