@@ -68,3 +68,72 @@ def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeyp
     assert slurm.failure(SimpleNamespace(dir=tmp_path / "run"), job_id, None).startswith(
         "ended without a result (cancelled or killed; gone from Slurm); log ")
     assert not (tmp_path / MARKER).exists()
+
+
+CHILD_OF_A_KILLED_PARENT = """
+import subprocess, sys, time
+from ran_fairseq.data import tied
+proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                        preexec_fn=tied.tied_to_this_process())
+print(proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_child_ends_with_its_killed_parent():
+    """Data preparation starts fairseq-preprocess (and its pool workers) tied to itself
+    (``ran_fairseq.data.tied``): a preparation killed by SIGKILL left fairseq-preprocess running,
+    re-parented to PID 1, writing a data-bin every rerun then refused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if tied_prctl() is None:
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    parent = subprocess.Popen([sys.executable, "-c", CHILD_OF_A_KILLED_PARENT],
+                              stdout=subprocess.PIPE, text=True, cwd=REPO)
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        if open(f"/proc/{child}/stat").read().split()[2] == "Z":  # ended, not yet reaped
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child outlived its SIGKILLed parent")
+
+
+def tied_prctl():
+    from ran_fairseq.data import tied
+
+    return tied._PRCTL
+
+
+def test_preparation_starts_fairseq_preprocess_tied(monkeypatch, tmp_path):
+    """fairseq-preprocess goes through ``tied.run`` (whose behaviour the test above checks)."""
+    from ran_fairseq.data import tied
+    from ran_fairseq.data.prepare import steps
+
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        return subprocess_result()
+
+    monkeypatch.setattr(tied, "run", run)
+    prefixes = {s: tmp_path / s for s in ("train", "valid", "test")}
+    steps.binarize(prefixes, "de", "en", tmp_path / "bin", 1, joined=True)
+    assert calls and "fairseq_cli.preprocess" in calls[0]
+
+
+def subprocess_result():
+    import subprocess
+
+    return subprocess.CompletedProcess([], 0, "", "")

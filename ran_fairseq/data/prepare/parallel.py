@@ -2,11 +2,13 @@
 and the chunking of text into jobs."""
 import contextlib
 import multiprocessing
+import os
 import signal
 from itertools import islice
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Sequence
 
+from .. import tied
 from .langid import language_filter
 
 CHUNK_LINES = 2000  # sentences per job sent to a worker process
@@ -51,7 +53,7 @@ def _bpe_chunk(job) -> List[str]:
     return [bpe.segment(line) for line in lines]
 
 
-def _worker_signals():
+def _worker_signals(parent: int):
     """A worker ends at once on SIGTERM and SIGINT (the kernel's default action), whatever Python
     handlers it inherited from its parent (the reproduction engine's): a Python handler runs only
     between bytecodes, so a signal that comes as a worker enters its blocking wait for the next
@@ -59,6 +61,7 @@ def _worker_signals():
     on the worker forever."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    tied.tie_to_parent(parent)  # and ends with the preparation, even one killed by SIGKILL
 
 
 @contextlib.contextmanager
@@ -69,7 +72,7 @@ def _pool(workers: int):
     # fork: workers inherit the imported modules instead of re-importing torch/fairseq.
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ctx.Pool(workers, initializer=_worker_signals) as pool:
+    with ctx.Pool(workers, initializer=_worker_signals, initargs=(os.getpid(),)) as pool:
         yield pool
 
 

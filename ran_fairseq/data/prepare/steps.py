@@ -3,7 +3,6 @@ binarize."""
 import contextlib
 import io
 import os
-import subprocess
 import sys
 from collections import Counter, deque
 from itertools import zip_longest
@@ -12,6 +11,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 from ..corpora import Part
 from .langid import language_filter
+from .. import tied
 from .options import EXTRA_TESTS, Cleaning, Options, PrepareError, say
 from .parallel import (_bpe_chunk, _chunks, _count_lines, _langid_chunk, _run_jobs,
                        _tokenize_chunk, _write_lines)
@@ -167,7 +167,8 @@ def binarize(prefixes: Dict[str, Path], src: str, tgt: str, dest: Path, workers:
     cmd += ["--nwordstgt", str(nwords_tgt)] if nwords_tgt > 0 else []
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=folder)
+    # tied to this process: a killed preparation leaves no fairseq-preprocess writing
+    proc = tied.run(cmd, env=env, capture_output=True, text=True, cwd=folder)
     log = (proc.stdout + proc.stderr).split("\n")
     if proc.returncode != 0:
         tail = "\n".join(log[-30:])

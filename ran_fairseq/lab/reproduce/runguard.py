@@ -6,40 +6,13 @@
   (Linux's ``PR_SET_PDEATHSIG``), and the engine's SIGTERM and SIGINT are passed on to every group
   before the engine stops.
 """
-import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-# ---- children ----------------------------------------------------------------------------------
-
-def _prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _prctl()  # looked up here, not in the forked child
-
-
-def _tie_to_parent(parent):
-    """Run in the child between fork and exec: SIGTERM when the thread that started it ends (its
-    engine's, which waits for it), and an exit if that parent is already gone."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
+from ran_fairseq.data.tied import tie_to_parent
 
 
 class Children:
@@ -60,7 +33,7 @@ class Children:
             if self.stopped_by is not None:
                 raise Stopped(self.stopped_by)
             proc = subprocess.Popen(cmd, process_group=0,
-                                    preexec_fn=lambda: _tie_to_parent(parent), **popen_kwargs)
+                                    preexec_fn=lambda: tie_to_parent(parent), **popen_kwargs)
             self._procs.add(proc)
         try:
             if self.stopped_by is not None:  # a signal came while it started
