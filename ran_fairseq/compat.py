@@ -3,6 +3,7 @@ one named fairseq function, only in the case described. Loading fairseq checkpoi
 weights-only unpickler is ``safe_checkpoints``.
 """
 import io
+import logging
 import os
 import pickle
 import struct
@@ -19,6 +20,8 @@ from .textio import FileFault
 # ---- fairseq 0.12 behaviours the plugin corrects at import time -------------------------------
 # Each function below changes one named fairseq function, only in the case described, and is
 # idempotent; ran_fairseq/__init__.py applies them all. tests/test_reliability.py checks each.
+
+logger = logging.getLogger(__name__)
 
 
 def keep_last_batch():
@@ -278,7 +281,9 @@ def named_length_errors():
     """A sentence longer than the model takes stops fairseq-generate, fairseq-interactive and the
     hub's ``translate`` with fairseq's "Size of sample #0 is invalid ... max_positions=(256, 256)".
     We raise a ValueError instead that names the sentence, its length, the limit and the flag that
-    sets it, and how to go on. Only that exception is replaced."""
+    sets it, and how to go on; fairseq-interactive instead logs that error for each such input
+    line and translates the others (fairseq's loop would end the session at the first). Only that
+    exception is replaced."""
     from fairseq.tasks.fairseq_task import FairseqTask
 
     original = FairseqTask.filter_indices_by_size
@@ -293,12 +298,17 @@ def named_length_errors():
             if ignore_invalid_inputs or max_positions is None \
                     or not str(error).startswith("Size of sample #"):
                 raise
-            _, too_long = dataset.filter_indices_by_size(indices, max_positions)
+            kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
             # fairseq-interactive builds a dataset per --buffer-size lines: number the sentence
             # by its line in the input, as the user counts, not by its place in the buffer
             offset = getattr(self, "_ran_fairseq_input_offset", None)
-            raise ValueError(_too_long_message(dataset, too_long, max_positions, offset)) \
-                from error
+            if offset is None:
+                raise ValueError(_too_long_message(dataset, too_long, max_positions)) from error
+            # an interactive session names each such line and goes on with the others
+            for index in too_long:
+                logger.error(_too_long_message(dataset, [index], max_positions, offset,
+                                               interactive=True))
+            return kept
 
     filter_indices_by_size._ran_fairseq_named = True
     FairseqTask.filter_indices_by_size = filter_indices_by_size
@@ -317,7 +327,7 @@ def named_length_errors():
     FairseqTask.get_interactive_tokens_and_lengths = get_interactive_tokens_and_lengths
 
 
-def _too_long_message(dataset, too_long, max_positions, input_offset=None):
+def _too_long_message(dataset, too_long, max_positions, input_offset=None, interactive=False):
     first = too_long[0]
     name = (f"sentence {first}" if input_offset is None else
             f"input line {input_offset + int(first) + 1} (id {input_offset + int(first)} in the "
@@ -337,6 +347,10 @@ def _too_long_message(dataset, too_long, max_positions, input_offset=None):
         parts.append(f"{n} {side} tokens (end of sentence included), more than the {int(limit)} "
                      f"this model takes ({flag})")
     others = f" ({len(too_long)} sentences of this set are too long)" if len(too_long) > 1 else ""
+    if interactive:
+        return (f"{name} is too long: {'; '.join(parts)}. It is left untranslated and the next "
+                f"lines are translated (the limit was set when the model was trained: split the "
+                f"sentence to translate it)")
     return (f"{name} is too long: {'; '.join(parts)}{others}. The limit was set when the "
             f"model was trained; split the sentence, or pass "
             f"--skip-invalid-size-inputs-valid-test to leave such sentences untranslated "

@@ -706,15 +706,23 @@ def test_offline_gpu_uses_private_folders(tmp_path):
 # ---- 11. interactive's numbering, weights-only loading ---------------------------------------
 
 def test_interactive_numbers_a_too_long_line_as_the_user_counts(ran_checkpoint, data, tmp_path):
+    """...and goes on with the next lines (fairseq's loop ended the session at the first)."""
     long = " ".join(f"w{i % 24}" for i in range(40))  # TINY_RAN takes 32 positions
-    (tmp_path / "in.txt").write_text("\n".join(["w1 w2"] * 5 + [long]) + "\n")
-    proc = run_cli("interactive", [data, "--user-dir", USER_DIR, "--path", ran_checkpoint, "-s",
-                                   SRC, "-t", TGT, "--cpu", "--beam", "2", "--input",
-                                   tmp_path / "in.txt", "--buffer-size", "1"], check=False)
-    assert proc.returncode != 0
-    assert re.search(r"input line 6 \(id 5 in the S-/H- lines\) is too long: 41 source tokens",
-                     proc.stderr), proc.stderr[-2000:]
-    assert "sentence 0 is too long" not in proc.stderr
+    lines = ["w1 w2"] * 5 + [long, "w3 w4", long, "w5"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    for buffer in ("1", "4"):
+        proc = run_cli("interactive", [data, "--user-dir", USER_DIR, "--path", ran_checkpoint,
+                                       "-s", SRC, "-t", TGT, "--cpu", "--beam", "2", "--input",
+                                       tmp_path / "in.txt", "--buffer-size", buffer,
+                                       "--batch-size", buffer])
+        for line in (6, 8):
+            assert re.search(rf"input line {line} \(id {line - 1} in the S-/H- lines\) is too "
+                             rf"long: 41 source tokens .* left untranslated", proc.stderr), \
+                proc.stderr[-2000:]
+        assert "sentence 0 is too long" not in proc.stderr
+        translated = sorted(int(line.split("\t")[0][2:]) for line in proc.stdout.splitlines()
+                            if line.startswith("H-"))
+        assert translated == [0, 1, 2, 3, 4, 6, 8], (buffer, translated)
 
 
 def test_interactive_drops_a_leading_byte_order_mark(ran_checkpoint, data, tmp_path):
