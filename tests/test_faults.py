@@ -752,3 +752,31 @@ def test_the_plugins_own_loads_ask_for_weights_only(tmp_path, monkeypatch):
     checkpoints.selected_checkpoint(tmp_path / "checkpoint_last.pt")
     logs.training_seconds(tmp_path, [], 1.0)
     assert len(calls) == 4 and all(k.get("weights_only") is True for k in calls), calls
+
+
+def test_a_slurm_table_whose_jobs_all_failed_is_an_error(tmp_path, monkeypatch):
+    """--launcher slurm with every job failed: the engine said "no run finished yet" and exited
+    0, so a failed job went unseen (it now names the runs and their jobs' errors, as it does
+    when some runs finished)."""
+    from ran_fairseq.lab.reproduce import cli
+    from ran_fairseq.lab.reproduce.errors import ReproError
+
+    args = cli.parse_cli(reproduce_paper(), [
+        "--config", str(CONFIG), "--pairs", "de-en", "--systems", "TransF",
+        "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ckpt"),
+        "--launcher", "slurm"])
+    reason = "de-en TransF seed 1 (Slurm job 7 ended FAILED: ValueError: boom; --resume ...)"
+
+    def execute_all(runs, args, *_):
+        args.cluster_failures = [reason]
+        return [], [reason]
+
+    monkeypatch.setattr(cli, "prepare", lambda *_: None)
+    monkeypatch.setattr(cli, "check_jobs", lambda *_: None)
+    monkeypatch.setattr(cli, "execute_all", execute_all)
+    with pytest.raises(ReproError, match=r"1 run\(s\) without a result: .*ValueError: boom"):
+        cli.run_all(reproduce_paper(), args)
+    # jobs still under way (none failed): collected later, no error
+    monkeypatch.setattr(cli, "execute_all", lambda runs, args, *_: ([], ["under way"]))
+    args.cluster_failures = None
+    assert cli.run_all(reproduce_paper(), args) is None

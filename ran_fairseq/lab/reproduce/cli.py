@@ -183,7 +183,10 @@ def run_all(paper, args):
                 print(f"{name}: preparing {pair[0]}-{pair[1]}", file=sys.stderr, flush=True)
                 prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
         results, not_run = execute_all(runs, args, config, env, paper, name)
+        failed = getattr(args, "cluster_failures", None)  # --launcher slurm: jobs that failed
         if not results and args.launcher == "slurm" and not_run:
+            if failed:  # no table to write, and an error, as below
+                raise ReproError(f"{len(failed)} run(s) without a result: {'; '.join(failed)}")
             print(f"{name}: no run finished yet; rerun with --resume to collect them",
                   file=sys.stderr)
             return
@@ -193,9 +196,8 @@ def run_all(paper, args):
         with FolderLock(args.out, "the results folder's table",
                         lock_file=args.out / ".table.lock").acquire(wait=True):
             tabulate(paper, args, config, runs, results, not_run, data_template, name)
-        if getattr(args, "cluster_failures", None):  # --launcher slurm: reported, then an error
-            raise ReproError(f"{len(args.cluster_failures)} run(s) without a result: "
-                             f"{'; '.join(args.cluster_failures)}")
+        if failed:  # reported in the table, then an error
+            raise ReproError(f"{len(failed)} run(s) without a result: {'; '.join(failed)}")
     finally:
         CHILDREN.wait_all()
         if restore is not None:
