@@ -18,7 +18,12 @@ setup(
     # The ranges below are those scripts/check-environments.sh builds and tests (its last table:
     # results/environments/). The demo and CI install the exact versions of requirements-lock.txt.
     python_requires=">=3.10",
-    packages=find_packages(include=["ran_fairseq", "ran_fairseq.*"]),
+    # Three top-level packages: ran_fairseq, the plugin (importing it registers with fairseq);
+    # ran_io, the file and process handling it shares with the lab, which imports neither torch
+    # nor fairseq; ran_lab, the reproduction lab (engine, claims, benchmark, analyses), which
+    # imports the plugin and which the plugin never imports (docs/houses.md).
+    packages=find_packages(include=["ran_fairseq", "ran_fairseq.*", "ran_io", "ran_lab",
+                                    "ran_lab.*"]),
     install_requires=[
         # The oldest torch tested; `pip install .` into an environment that has a torch in range
         # keeps it (no second multi-GB CUDA build).
@@ -32,17 +37,17 @@ setup(
         "subword-nmt>=0.3.8",
         "sacremoses>=0.0.53",
     ],
-    # matplotlib: the analyses' plots (ran_fairseq/analysis), exercised by the tests; ruff: `make lint`;
+    # matplotlib: the analyses' plots (ran_lab/analysis), exercised by the tests; ruff: `make lint`;
     # pytest-xdist: `make test` runs the test files on every core (up to 4), which halves the suite
     # on 2 cores.
     # The lab's commands (each also `python -m` its module, and `scripts/` keeps thin entry points).
     entry_points={"console_scripts": [
         "ran-prepare = ran_fairseq.data.prepare.cli:main",
-        "ran-reproduce = ran_fairseq.lab.reproduce.cli:main",
-        "ran-bench = ran_fairseq.lab.bench.cli:main",
-        "ran-claims = ran_fairseq.lab.claims.cli:main",
-        "ran-analyze = ran_fairseq.analysis.cli:main",
-        "ran-remake = ran_fairseq.lab.remake:main",
+        "ran-reproduce = ran_lab.reproduce.cli:main",
+        "ran-bench = ran_lab.bench.cli:main",
+        "ran-claims = ran_lab.claims.cli:main",
+        "ran-analyze = ran_lab.analysis.cli:main",
+        "ran-remake = ran_lab.remake:main",
         "ran-evaluate = ran_fairseq.scoring.evaluate:main",
     ]},
     # py3langid: `ran-prepare --lang-filter` (Yang et al. 2017's WMT data). An extra, not a

@@ -1,6 +1,8 @@
-"""Version shims between torch and fairseq 0.12, kept in one place: each function below changes
-one named fairseq function, only in the case described. Loading fairseq checkpoints under torch's
-weights-only unpickler is ``safe_checkpoints``.
+"""The changes the plugin can make to fairseq 0.12: each function below replaces named fairseq
+functions, only in the case its docstring describes, and is idempotent. ``fixes`` lists them,
+says which importing the plugin makes (the default ones) and which only where asked (opt-in),
+and makes them. Loading fairseq checkpoints under torch's weights-only unpickler is
+``safe_checkpoints``.
 """
 import io
 import logging
@@ -14,12 +16,10 @@ import numpy as np
 import torch
 
 from .safe_checkpoints import BadCheckpoint, checkpoint_error, weights_only_forced_off
-from .textio import FileFault
 
 
-# ---- fairseq 0.12 behaviours the plugin corrects at import time -------------------------------
-# Each function below changes one named fairseq function, only in the case described, and is
-# idempotent; ran_fairseq/__init__.py applies them all. tests/test_reliability.py checks each.
+# ---- fairseq 0.12 behaviours the plugin corrects ----------------------------------------------
+# ran_fairseq/fixes.py applies them; tests/test_reliability.py checks each.
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def atomic_checkpoint_copies():
     file. Paths handled by ioPath (``s3://``, ``manifold://``, ...) keep fairseq's behaviour."""
     from fairseq.file_io import PathManager
 
-    from .textio import copy_atomic
+    from ran_io.textio import copy_atomic
 
     original = PathManager.copy
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -100,7 +100,7 @@ def atomic_checkpoint_saves():
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from .textio import atomic_write
+    from ran_io.textio import atomic_write
 
     original = checkpoint_utils.torch_persistent_save
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -393,28 +393,6 @@ def named_checkpoint_errors():
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
 
 
-def one_line_file_faults():
-    """A file fault (:class:`ran_fairseq.textio.FileFault`: a refused or truncated checkpoint, a
-    damaged file) that no one catches ends the process with one line, ``COMMAND: error: ...``,
-    instead of a traceback: in fairseq's own commands (fairseq-generate on a refused checkpoint)
-    as in the plugin's. Every other exception keeps Python's report."""
-    import sys
-
-    previous = sys.excepthook
-    if getattr(previous, "_ran_fairseq_one_line", False):
-        return
-
-    def excepthook(kind, value, tb):
-        if isinstance(value, FileFault):
-            prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-            print(f"{prog}: error: {value}", file=sys.stderr, flush=True)
-            return
-        previous(kind, value, tb)
-
-    excepthook._ran_fairseq_one_line = True
-    sys.excepthook = excepthook
-
-
 def named_data_bin_errors():
     """A truncated or damaged data-bin file (``.idx``, ``.bin``) makes fairseq fail with numpy's
     "offset must be non-negative" or "buffer is smaller than requested size", an AssertionError,
@@ -559,3 +537,4 @@ def bf16_without_tpu():
 
     __init__._ran_fairseq_bf16 = True
     Trainer.__init__ = __init__
+

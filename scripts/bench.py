@@ -3,7 +3,7 @@
 
 A systems file (JSON) lists the systems: ``{"baseline": NAME, "common_flags": [...], "systems":
 [{"name": ..., "arch": ..., "flags": [...]}, ...]}``, where flags are fairseq-train flags. Each
-system runs in its own worker subprocess (``python -m ran_fairseq.lab.bench.worker SPEC``), so
+system runs in its own worker subprocess (``python -m ran_lab.bench.worker SPEC``), so
 peak memory and fairseq's registries belong to that system alone. The worker builds task, model,
 criterion and ``fairseq.trainer.Trainer`` exactly as fairseq-train does, times
 ``--train-updates`` calls of ``Trainer.train_step`` after ``--warmup-updates`` untimed ones, then
@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ran_fairseq.lab.bench.cli import main  # noqa: E402
+from ran_lab.bench.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

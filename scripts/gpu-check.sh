@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check in one job that ends by a deadline (ran_fairseq/lab/gpucheck):
+# The GPU check in one job that ends by a deadline (ran_lab/gpucheck):
 #   scripts/gpu-check.sh SECONDS|@EPOCH OUT [--device cpu] [--steps tests,training,speed]
 #                        [--systems A,B] [--dtypes float32,float16] [--updates N] [--plan]
 # In order of importance, each step started only with time left for it:
@@ -16,4 +16,4 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-exec "${PYTHON:-python3}" -m ran_fairseq.lab.gpucheck "$@"
+exec "${PYTHON:-python3}" -m ran_lab.gpucheck "$@"

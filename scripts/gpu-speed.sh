@@ -93,6 +93,6 @@ bench pervasive 60 --systems configs/bench/pervasive.json --train-updates 20 --w
     --beam 4 --decode-batch-size 100 --decode-sentences 200 --max-len-a 0 --max-len-b 40
 
 # the logs name this machine's folders: record them relative to the checkout, as bench.json does
-"$python" -m ran_fairseq.lab.portable "$work" "$log" > /dev/null 2>&1 || say "paths left as they are"
+"$python" -m ran_lab.portable "$work" "$log" > /dev/null 2>&1 || say "paths left as they are"
 tar -czf "$out/speed.tgz" -C "$work" --exclude=prepare.log . && say "packed $out/speed.tgz"
 say "done in $(( $(date +%s) - start )) s"

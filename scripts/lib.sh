@@ -5,6 +5,11 @@ if [ -z "$python" ]; then
     if [ -x "$root/.venv/bin/python" ]; then python=$root/.venv/bin/python; else python=python3; fi
 fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+# the offline copy of Multi30k beside the checkout, where there is one (docs/data.md)
+if [ -z "${MULTI30K_DIR:-}" ] && [ -d "$root/../shared/data/multi30k" ]; then
+    MULTI30K_DIR=$(cd "$root/../shared/data/multi30k" && pwd)
+    export MULTI30K_DIR
+fi
 
 fetch() {  # fetch URL FILE: download to FILE (through FILE.part) unless it is there already
     local url=$1 dest=$2

@@ -40,9 +40,11 @@ def child(request):
 
 
 def main():
-    import fairseq_cli.generate  # noqa: F401  (imports torch, fairseq and their registries)
+    from ran_lab import plugin
+
+    plugin.load()  # the plugin as the lab's fairseq commands load it (RAN_FAIRSEQ_FIXES)
+    import fairseq_cli.generate  # noqa: F401  (imports the registries of fairseq's commands)
     import fairseq_cli.train  # noqa: F401
-    import ran_fairseq  # noqa: F401  (the plugin, as --user-dir would load it)
 
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything the server itself prints goes to stderr, not into the replies

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +8,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import helpers  # noqa: E402
+from ran_lab.common import paths  # noqa: E402
+
+# The tests run fairseq as the reproduction engine does: with every fix of ran_fairseq.fixes, the
+# opt-in ones too (tests/test_package.py checks the plugin without them), and Multi30k read from
+# the offline copy beside the checkout where there is one.
+os.environ.setdefault("RAN_FAIRSEQ_FIXES", "all")
+os.environ.update(paths.multi30k_environment())
 
 # Model-level tests compare float32 results at a tight tolerance; one thread keeps runs repeatable
 # and leaves the second core to the fairseq subprocesses.

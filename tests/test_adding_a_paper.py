@@ -95,6 +95,6 @@ def test_a_fifth_paper_is_one_folder_and_runs_end_to_end(tmp_path):
     assert [rows[s]["params again"] for s in SYSTEMS] == [f"{results[s]['params']:,d}"
                                                          for s in SYSTEMS]
     # the toy is the only paper of its checkout: ran-reproduce lists it, and none of the four
-    listing = subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "--help"],
+    listing = subprocess.run([sys.executable, "-m", "ran_lab.reproduce", "--help"],
                              cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert "toy" in listing.stdout and "recurrent_cross" not in listing.stdout, listing.stdout

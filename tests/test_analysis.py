@@ -1,4 +1,4 @@
-"""The analyses of Zeng et al. 2021 §4 (ran_fairseq.analysis) and scripts/analyze-ran.py, on tiny
+"""The analyses of Zeng et al. 2021 §4 (ran_lab.analysis) and scripts/analyze-ran.py, on tiny
 checkpoints of ran_transformer (RAN-ALL) and fairseq's transformer trained for 2 updates."""
 import csv
 import json
@@ -11,8 +11,7 @@ import sacrebleu
 import torch
 
 import helpers
-from ran_fairseq.analysis import (attention_stats, checkpoints, heatmaps, histograms,
-                                  length_bins, results)
+from ran_lab.analysis import attention_stats, checkpoints, heatmaps, histograms, length_bins, results
 from systems import TINY_LSTM, TINY_RAN, TINY_TRANSFORMER
 
 SCRIPT = helpers.REPO / "scripts" / "analyze-ran.py"
@@ -334,7 +333,7 @@ def analyze(*args):
 
 def script_main():
     """``ran-analyze ran`` in-process (``scripts/analyze-ran.py`` runs it with its paper fixed)."""
-    from ran_fairseq.analysis import cli
+    from ran_lab.analysis import cli
 
     return lambda argv: cli.main(["ran", *argv])
 
@@ -409,10 +408,10 @@ def test_cli_writes_csv_and_png_for_every_analysis(tiny_checkpoints, loaded, tmp
 
 
 def test_validation_curves_of_a_reproduction(tmp_path):
-    """ran_fairseq.analysis.curves: every validation of every training in results.json, one per
+    """ran_lab.analysis.curves: every validation of every training in results.json, one per
     update (a resumed training logs its last validation again), none for a system that decodes
     another's checkpoint; a CSV and a PNG from the command line; a missing system is named."""
-    from ran_fairseq.analysis import curves
+    from ran_lab.analysis import curves
 
     def curve(losses, updates):
         return [{"epoch": i + 1, "num_updates": u, "loss": x}
@@ -434,7 +433,7 @@ def test_validation_curves_of_a_reproduction(tmp_path):
         ["B", "B", "A", "A", "A", "A"]
     with pytest.raises(ValueError, match="no result for 'C' on de-en"):
         curves.validation_curves(tmp_path, "de-en", ["A", "C"])
-    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.analysis.curves", "--results",
+    proc = subprocess.run([sys.executable, "-m", "ran_lab.analysis.curves", "--results",
                            str(tmp_path), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=helpers.REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -446,7 +445,7 @@ def test_validation_curves_of_a_reproduction(tmp_path):
 def test_validation_curves_tell_every_line_apart(tmp_path, monkeypatch):
     """More systems than the colour cycle has colours: each line still has its own colour and
     style, and the long legend stands beside the panel, not over the curves."""
-    from ran_fairseq.analysis import plots
+    from ran_lab.analysis import plots
 
     saved = {}
     monkeypatch.setattr(plots, "_save", lambda fig, path: saved.setdefault("fig", fig) and path)

@@ -1,4 +1,4 @@
-"""scripts/analyze-pervasive.py and ran_fairseq.analysis.sweeps (Elbayad et al. 2018, Figs. 4-5)
+"""scripts/analyze-pervasive.py and ran_lab.analysis.sweeps (Elbayad et al. 2018, Figs. 4-5)
 on a hand-made results folder: the swept values read from flags or arch defaults, mean ± std over
 seeds, BLEU by source length averaged over seeds, CSV and PNG outputs, and errors."""
 import csv
@@ -11,7 +11,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 import helpers
-from ran_fairseq.analysis import sweeps
+from ran_lab.analysis import sweeps
 
 SCRIPT = helpers.REPO / "scripts" / "analyze-pervasive.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -124,9 +124,9 @@ def test_cli_writes_csv_and_png(results_folder, tmp_path):
 
 
 def test_ran_analyze_names_the_papers_and_runs_each(results_folder, tmp_path, capsys):
-    """``ran-analyze PAPER ...`` (ran_fairseq.analysis.cli): --help lists the papers, an unknown
+    """``ran-analyze PAPER ...`` (ran_lab.analysis.cli): --help lists the papers, an unknown
     one is an error naming them, and a paper's commands run as through its script."""
-    from ran_fairseq.analysis import cli
+    from ran_lab.analysis import cli
 
     with pytest.raises(SystemExit) as done:
         cli.main(["--help"])

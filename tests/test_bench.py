@@ -1,4 +1,4 @@
-"""scripts/bench.py (ran_fairseq.lab.bench): one run of the harness on the synthetic data-bin with
+"""scripts/bench.py (ran_lab.bench): one run of the harness on the synthetic data-bin with
 a tiny transformer (baseline) and a tiny LSTM, checked for complete, finite, consistent figures;
 and its errors."""
 import csv
@@ -235,7 +235,7 @@ def test_cuda_peak_survives_the_resets_of_fairseqs_trainer(monkeypatch):
     the probe must still report the largest peak of the phase (a fake CUDA allocator here)."""
     import torch
 
-    from ran_fairseq.lab.bench.worker import MemoryProbe
+    from ran_lab.bench.worker import MemoryProbe
 
     allocator = {"now": 100 * 2**20, "peak": 100 * 2**20}
 
@@ -324,7 +324,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     """--train-flags-of: the config's training flags (its base and set_train_flags applied) reach
     every worker, without the flags the harness sets or a timed step does not use; the config's
     --max-tokens becomes the default of --max-tokens."""
-    from ran_fairseq.lab.bench.systems import train_flags_of
+    from ran_lab.bench.systems import train_flags_of
 
     flags, max_tokens, arch = train_flags_of(
         str(helpers.REPO / "configs/recurrent_cross/cpu.json"))
@@ -401,7 +401,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
 def test_worker_files_take_any_system_name(tmp_path):
     """A system's name becomes part of its worker's file names: one with '/' (Zeng et al.'s
     'RAN-ALL w/o LN&RES') stays a file inside the work folder, and distinct names stay distinct."""
-    from ran_fairseq.lab.bench.harness import worker_files
+    from ran_lab.bench.harness import worker_files
 
     names = ["RAN-ALL w/o LN&RES", "RAN-ALL w-o LN-RES", "TransF", "−Pos-E"]
     paths = [worker_files(tmp_path, name) for name in names]
@@ -412,8 +412,8 @@ def test_worker_files_take_any_system_name(tmp_path):
 
 
 def test_a_running_mps_daemon_is_named_in_the_report(tmp_path):
-    from ran_fairseq.lab.bench.report import settings_lines
-    from ran_fairseq.lab.common.machine import cuda_mps_running
+    from ran_lab.bench.report import settings_lines
+    from ran_lab.common.machine import cuda_mps_running
 
     proc = tmp_path / "proc"
     for pid, name in (("1", "systemd"), ("77", "python3"), ("self", "x")):

@@ -1,4 +1,4 @@
-"""Claims as data (ran_fairseq.lab.claims): the verdict rule on synthetic inputs, the claims
+"""Claims as data (ran_lab.claims): the verdict rule on synthetic inputs, the claims
 files, the analysis measures, and the committed CLAIMS.md files against what the engine computes
 from the committed results."""
 import json
@@ -8,9 +8,9 @@ import re
 import pytest
 
 import helpers
-from ran_fairseq.lab import claims as lab
-from ran_fairseq.lab.claims import analysis, report, rule, spec
-from ran_fairseq.lab.claims.results import Folder, ResultsError
+from ran_lab import claims as lab
+from ran_lab.claims import analysis, report, rule, spec
+from ran_lab.claims.results import Folder, ResultsError
 
 REPO = helpers.REPO
 PAPERS = ["ran", "recurrent_cross", "dynmem", "pervasive"]
@@ -304,7 +304,7 @@ def test_engine_tests_every_pair_on_the_hypotheses_and_keeps_the_tests(tmp_path)
     assert by["c1@de-en"].comparisons[0][1].difference == pytest.approx(3.0)
     assert by["c4@de-en"].verdict == rule.NOT_RUN
     # a against b is tested on the hypotheses: with the table's resamples, sacreBLEU's own p
-    from ran_fairseq.lab.reproduce.scores import paired_bootstrap
+    from ran_lab.reproduce.scores import paired_bootstrap
     expected, _, _ = paired_bootstrap(HYPS["b"], HYPS["a"], REFS, 100)
     seed = by["c3@de-en"].comparisons[0][1].seeds[0]
     if seed.samples == 100:
@@ -507,7 +507,7 @@ FOLDERS = [p.parent for p in sorted((REPO / "results").rglob("results.json"))]
 
 
 def test_every_results_folder_has_a_claims_report():
-    from ran_fairseq.lab.claims.cli import folders_with_claims
+    from ran_lab.claims.cli import folders_with_claims
     assert folders_with_claims(REPO) == FOLDERS
     assert len(FOLDERS) >= 9
 
@@ -638,7 +638,7 @@ def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path):
 
 
 def test_holds_names_every_run_of_the_grid_that_was_not_made():
-    from ran_fairseq.lab.claims import provenance
+    from ran_lab.claims import provenance
     run = {"machine": {"device": "cpu", "device_name": "x", "threads": 1}, "train_argv": []}
     report_ = {"settings": {"pairs": ["en-de", "de-en"], "systems": ["A", "B"], "seeds": [1, 2],
                             "not_run": []},

@@ -110,7 +110,7 @@ def workdir(tmp_path_factory):
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("ran_fairseq", "scripts", "configs"):
         shutil.copytree(REPO / name, root / name, ignore=ignore)
-    shutil.copy2(REPO / "setup.py", root / "setup.py")  # a checkout's mark (ran_fairseq.checkout)
+    shutil.copy2(REPO / "setup.py", root / "setup.py")  # a checkout's mark (ran_lab.checkout)
     # the quiet benchmark runs that configs name as their speed_bench
     for bench in REPO.glob("results/*/speed-cpu"):
         shutil.copytree(bench, root / bench.relative_to(REPO), ignore=ignore)

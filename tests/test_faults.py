@@ -68,11 +68,11 @@ def test_make_clean_keeps_results_and_every_tracked_file(tmp_path):
 def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
     """A stored result made by other commands (here: fewer updates) is neither replaced nor left
     out of the table without --force; the error names it, what differs and what to do."""
-    from ran_fairseq.lab.reproduce.cli import parse_cli
-    from ran_fairseq.lab.reproduce.config import load_config
-    from ran_fairseq.lab.reproduce.errors import ReproError
-    from ran_fairseq.lab.reproduce.runs import Run
-    from ran_fairseq.lab.reproduce.store import check_stored
+    from ran_lab.reproduce.cli import parse_cli
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.runs import Run
+    from ran_lab.reproduce.store import check_stored
 
     run_dir = tmp_path / "out" / "de-en" / "TransF" / "seed1"
     run_dir.mkdir(parents=True)
@@ -114,9 +114,9 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
     the pairs they train): the engine prepares en-de too, or a fresh checkout's table would lose
     those runs' p-values; a table without a pair's references says so instead of leaving them
     empty in silence."""
-    from ran_fairseq.lab.reproduce import cli, scores
-    from ran_fairseq.lab.reproduce.config import load_config
-    from ran_fairseq.lab.reproduce.runs import Run
+    from ran_lab.reproduce import cli, scores
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.runs import Run
 
     args = cli.parse_cli(reproduce_paper(), [
         "--config", str(CONFIG), "--pairs", "de-en", "--systems", "TransF", "--resume",
@@ -157,7 +157,7 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
 
 
 def reproduce_paper():
-    from ran_fairseq.lab.reproduce.papers import paper_of
+    from ran_lab.reproduce.papers import paper_of
 
     return paper_of(SCRIPT)
 
@@ -183,7 +183,7 @@ def test_documented_small_runs_write_to_a_scratch_folder():
 HOLD = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from ran_fairseq.textio import FolderLock
+from ran_io.textio import FolderLock
 from pathlib import Path
 folder = Path(sys.argv[1])
 lock = FolderLock(folder, "the run folder", lock_file=folder.parent / f".{{folder.name}}.lock").acquire()
@@ -212,7 +212,7 @@ def test_a_second_engine_refuses_a_run_another_one_holds(tmp_path):
         holder.kill()
         holder.wait()
     # a dead holder's lock is free: the engine gets past it (to the missing data-bin)
-    from ran_fairseq.textio import FolderLock
+    from ran_io.textio import FolderLock
 
     with FolderLock(run_dir, lock_file=run_dir.parent / ".seed1.lock"):
         pass
@@ -243,8 +243,8 @@ def test_checkpoint_writes_use_temporary_names_unique_to_the_writer(tmp_path, mo
 ENGINE = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from ran_fairseq.lab.reproduce import process
-from ran_fairseq.lab.reproduce.runguard import Stopped
+from ran_lab.reproduce import process
+from ran_lab.reproduce.runguard import Stopped
 process.CHILDREN.install()
 child = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
 try:
@@ -298,7 +298,7 @@ def test_the_engines_signal_reaches_its_child_in_its_own_group(tmp_path, sig):
 FORKED = """
 import multiprocessing, os, signal, sys, time
 sys.path.insert(0, {repo!r})
-from ran_fairseq.lab.reproduce import process
+from ran_lab.reproduce import process
 from ran_fairseq.data.prepare.parallel import _pool, _tokenize_chunk, _run_jobs
 process.CHILDREN.install()
 child = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
@@ -371,8 +371,8 @@ def fake_checkpoint(path, updates, seconds=12.5):
 def test_resume_compares_a_checkpoints_updates_with_the_budget(tmp_path):
     """A training whose engine died as it ended (no train_finished.json) is found finished by its
     checkpoint's update count; fairseq-train would take one more update."""
-    from ran_fairseq.lab.reproduce.errors import ReproError
-    from ran_fairseq.lab.reproduce.training import finished_at_budget
+    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.training import finished_at_budget
 
     run = SimpleNamespace(save_dir=tmp_path, train_argv=["data", "--max-update", "20"])
     assert finished_at_budget(run, "x") is None  # no checkpoint: train
@@ -389,7 +389,7 @@ def test_resume_compares_a_checkpoints_updates_with_the_budget(tmp_path):
 
 def test_lines_split_on_newline_only_with_a_bom_dropped(tmp_path):
     from ran_fairseq.scoring.evaluate import read_generate_output
-    from ran_fairseq.textio import read_lines
+    from ran_io.textio import read_lines
 
     lines = [f"a{b}b" for b in BREAKS]
     path = tmp_path / "ref.txt"
@@ -404,7 +404,7 @@ def test_lines_split_on_newline_only_with_a_bom_dropped(tmp_path):
 def test_significance_reads_references_holding_unicode_line_breaks(tmp_path):
     """The engine split text files with str.splitlines(): a reference holding U+2028 counted as two
     sentences, and the bootstrap against the baseline failed on the count."""
-    from ran_fairseq.lab.reproduce.scores import add_significance
+    from ran_lab.reproduce.scores import add_significance
 
     refs = ["a b c d", "e\u2028f g h", "i j k\x1cl", "m n o p"]
     (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
@@ -448,7 +448,7 @@ def test_a_truncated_result_json_is_named_with_what_to_do(tmp_path):
 
 
 def test_json_is_written_through_a_unique_temporary_file(tmp_path, monkeypatch):
-    from ran_fairseq import textio
+    from ran_io import textio
 
     renamed = []
     replace = os.replace
@@ -648,7 +648,7 @@ def test_a_failed_checkpoint_write_leaves_no_partial_file(tmp_path, monkeypatch)
 
 
 def test_the_engine_removes_partial_checkpoints_a_killed_training_left(tmp_path):
-    from ran_fairseq.lab.reproduce.checkpoints import remove_partial_files
+    from ran_lab.reproduce.checkpoints import remove_partial_files
 
     for name in ("checkpoint_last.pt", "checkpoint_1_4.pt.tmp", "checkpoint_last.pt.tmp-12-0a1b2c3d",
                  "train_argv.json"):
@@ -741,7 +741,7 @@ def test_the_plugins_own_loads_ask_for_weights_only(tmp_path, monkeypatch):
     import torch
 
     from ran_fairseq import checkpoint_average
-    from ran_fairseq.lab.reproduce import checkpoints, logs
+    from ran_lab.reproduce import checkpoints, logs
 
     fake_checkpoint(tmp_path / "checkpoint_last.pt", 5)
     calls = []
@@ -758,8 +758,8 @@ def test_a_slurm_table_whose_jobs_all_failed_is_an_error(tmp_path, monkeypatch):
     """--launcher slurm with every job failed: the engine said "no run finished yet" and exited
     0, so a failed job went unseen (it now names the runs and their jobs' errors, as it does
     when some runs finished)."""
-    from ran_fairseq.lab.reproduce import cli
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.reproduce import cli
+    from ran_lab.reproduce.errors import ReproError
 
     args = cli.parse_cli(reproduce_paper(), [
         "--config", str(CONFIG), "--pairs", "de-en", "--systems", "TransF",

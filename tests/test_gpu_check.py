@@ -1,5 +1,5 @@
 """scripts/gpu-check.sh on the CPU: its arguments, its plan, its verdicts, its deadline and its
-report (ran_fairseq/lab/gpucheck). The GPU itself is what the script is for; here its machinery
+report (ran_lab/gpucheck). The GPU itself is what the script is for; here its machinery
 runs with --device cpu on the tiny synthetic corpus."""
 import json
 import math
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from ran_fairseq.lab.gpucheck import plan, training
+from ran_lab.gpucheck import plan, training
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu-check.sh"

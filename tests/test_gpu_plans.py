@@ -6,8 +6,8 @@ import shlex
 import pytest
 
 import helpers
-from ran_fairseq.lab.reproduce.cli import run_paper
-from ran_fairseq.lab.reproduce.papers import paper_of
+from ran_lab.reproduce.cli import run_paper
+from ran_lab.reproduce.papers import paper_of
 
 PLANS = sorted((helpers.REPO / "configs" / "gpu-plans").glob("*.plan"))
 
@@ -24,7 +24,7 @@ def test_there_are_plans_and_the_readme_lists_each():
 
 
 def check_analysis(argv, trains):
-    from ran_fairseq.analysis.cli import ran as ran_cli
+    from ran_lab.analysis.cli import ran as ran_cli
     assert argv[:2] == ["python3", "scripts/analyze-ran.py"], argv
     args = ran_cli.parser().parse_args(argv[2:])  # a bad flag exits 2
     save_dirs = {t.split("--save-dir ")[1].split()[0] for t in trains}

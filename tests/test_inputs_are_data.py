@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ran_fairseq.lab.reproduce import papers
+from ran_lab.reproduce import papers
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "foreign-code-ran"
@@ -23,8 +23,8 @@ class RunsCode:
 
 @pytest.mark.parametrize("name", [
     "os:system", "subprocess:run", "builtins:eval",
-    "ran_fairseq.lab.reproduce.launch.slurm:subprocess",  # a module the project imports
-    "ran_fairseq.lab.remake:_private", "ran_fairseq.lab.remake:os.system",
+    "ran_lab.reproduce.launch.slurm:subprocess",  # a module the project imports
+    "ran_lab.remake:_private", "ran_lab.remake:os.system",
     "ran_fairseqx.evil:f",
 ])
 def test_a_paper_file_names_only_functions_of_the_project(tmp_path, name):
@@ -50,7 +50,7 @@ def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeyp
     pytest.importorskip("submitit")
     from types import SimpleNamespace
 
-    from ran_fairseq.lab.reproduce.launch import slurm
+    from ran_lab.reproduce.launch import slurm
 
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "run" / "slurm"
@@ -72,7 +72,7 @@ def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeyp
 
 CHILD_OF_A_KILLED_PARENT = """
 import subprocess, sys, time
-from ran_fairseq.data import tied
+from ran_io import tied
 proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                         preexec_fn=tied.tied_to_this_process())
 print(proc.pid, flush=True)
@@ -82,7 +82,7 @@ time.sleep(120)
 
 def test_a_child_ends_with_its_killed_parent():
     """Data preparation starts fairseq-preprocess (and its pool workers) tied to itself
-    (``ran_fairseq.data.tied``): a preparation killed by SIGKILL left fairseq-preprocess running,
+    (``ran_io.tied``): a preparation killed by SIGKILL left fairseq-preprocess running,
     re-parented to PID 1, writing a data-bin every rerun then refused."""
     import os
     import signal
@@ -111,14 +111,14 @@ def test_a_child_ends_with_its_killed_parent():
 
 
 def tied_prctl():
-    from ran_fairseq.data import tied
+    from ran_io import tied
 
     return tied._PRCTL
 
 
 def test_preparation_starts_fairseq_preprocess_tied(monkeypatch, tmp_path):
     """fairseq-preprocess goes through ``tied.run`` (whose behaviour the test above checks)."""
-    from ran_fairseq.data import tied
+    from ran_io import tied
     from ran_fairseq.data.prepare import steps
 
     calls = []

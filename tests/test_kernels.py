@@ -1,4 +1,4 @@
-"""Kernel counts (ran_fairseq/lab/bench/kernels.py) and the counts that matter on a GPU.
+"""Kernel counts (ran_lab/bench/kernels.py) and the counts that matter on a GPU.
 
 Counts are deterministic for a model, a batch and a torch version, so these are exact checks of
 the hot paths: a change that adds kernels to RAN's decoding step fails here."""
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import helpers
-from ran_fairseq.lab.bench import kernels
+from ran_lab.bench import kernels
 from ran_fairseq.modules.positional_attention import (
     PositionalSelfAttention,
     RecurrentAttentionMatrices,

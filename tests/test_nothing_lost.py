@@ -14,8 +14,8 @@ SCRIPT = helpers.REPO / "scripts" / "reproduce-ran.sh"
 
 def engine_in_process(argv):
     """scripts/reproduce-ran.sh's engine in this process: (exit status, stderr)."""
-    from ran_fairseq.lab.reproduce.cli import run_paper
-    from ran_fairseq.lab.reproduce.papers import PAPERS
+    from ran_lab.reproduce.cli import run_paper
+    from ran_lab.reproduce.papers import PAPERS
 
     try:
         run_paper(PAPERS["ran"], [str(a) for a in argv])
@@ -30,7 +30,7 @@ def test_an_engine_that_finished_meanwhile_keeps_its_row(corpus, config, tmp_pat
     3 updates: other settings) starts after them and finishes, table written, before B's table.
     B's table would drop A's row: B refuses naming A's result, A's table stays, and B's result
     is kept on disk."""
-    from ran_fairseq.lab.reproduce import cli
+    from ran_lab.reproduce import cli
 
     _, data = corpus
     out = tmp_path / "out"
@@ -61,9 +61,9 @@ def test_an_engine_that_finished_meanwhile_keeps_its_row(corpus, config, tmp_pat
 def test_a_system_name_that_gives_no_folder_is_refused_with_the_name(tmp_path, name):
     """A name that slugs to nothing would put its runs in OUT/PAIR/seedN, the folder of a system
     named 'seed1' (whose results the run would delete)."""
-    from ran_fairseq.lab.common.paths import slug
-    from ran_fairseq.lab.reproduce.config import load_systems
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.common.paths import slug
+    from ran_lab.reproduce.config import load_systems
+    from ran_lab.reproduce.errors import ReproError
 
     with pytest.raises(ValueError, match=re.escape(repr(name))):
         slug(name)

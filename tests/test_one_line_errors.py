@@ -137,7 +137,7 @@ def test_prepare_on_a_full_disk_names_it_and_removes_its_work_folder(raw, tmp_pa
 @pytest.mark.parametrize("module", [False, True], ids=["ran-reproduce", "python-m"])
 def test_reproduce_on_a_read_only_folder(tmp_path, module):
     folder = tmp_path / "mnt"
-    head = ([sys.executable, "-m", "ran_fairseq.lab.reproduce"] if module
+    head = ([sys.executable, "-m", "ran_lab.reproduce"] if module
             else [BIN / "ran-reproduce"])
     proc = read_only(folder, [*head, "ran", "--config", CONFIG, "--data",
                               tmp_path / "bin.{src}-{tgt}", "--pairs", "de-en", "--systems",
@@ -192,13 +192,13 @@ def test_a_refused_or_cut_checkpoint_is_one_line_on_every_path(bad_checkpoints, 
     one_line(run(sys.executable, "-m", "ran_fairseq.checkpoint_average", path, "--output",
                  tmp_path / "avg.pt"), "checkpoint_average: error:", path, what)
     # fairseq's own command, the plugin loaded through --user-dir
-    one_line(run(sys.executable, "-m", "ran_fairseq.quiet_cli", "generate", synthetic_databin,
+    one_line(run(sys.executable, "-m", "ran_lab.run_fairseq", "generate", synthetic_databin,
                  "--user-dir", helpers.USER_DIR, "--path", path, "--cpu"), "error:", path, what)
     # the engine (--resume reads checkpoint_last.pt), the hub and the analyses load the same way
     from fairseq import checkpoint_utils
 
     from ran_fairseq.safe_checkpoints import BadCheckpoint
-    from ran_fairseq.lab.reproduce.checkpoints import checkpoint_updates
+    from ran_lab.reproduce.checkpoints import checkpoint_updates
 
     for load in (checkpoint_updates, checkpoint_utils.load_checkpoint_to_cpu):
         with pytest.raises(BadCheckpoint, match=what) as caught:

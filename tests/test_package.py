@@ -34,44 +34,108 @@ def test_plugin_registers_with_fairseq():
     assert "ter" in SCORER_REGISTRY
 
 
-# In a fresh interpreter: what is registered, and whether torch and fairseq were imported.
+# In a fresh interpreter: what is registered, and whether a meta-path finder was added.
 _PROBE = """
-import importlib.util, json, sys
+import json, sys
+finders = len(sys.meta_path)
 {setup}
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.scoring import SCORER_REGISTRY
-from fairseq import checkpoint_utils
 print(json.dumps({{"arch": "ran_transformer" in ARCH_MODEL_REGISTRY,
-                  "ter": "ter" in SCORER_REGISTRY,
-                  "compat": getattr(checkpoint_utils.torch_persistent_save, "_ran_fairseq_atomic", False),
-                  "finders": sum(type(f).__name__ == "_AfterImport" for f in sys.meta_path)}}))
+                  "ter": "ter" in SCORER_REGISTRY, "finders": len(sys.meta_path) - finders}}))
 """
 
 
-# (fairseq first, then the plugin, is every fairseq-train --user-dir of the suite)
 @pytest.mark.parametrize("setup", [
-    # fairseq imported by the probe's next line, after a look (find_spec) that imports nothing
-    "import ran_fairseq; importlib.util.find_spec('fairseq')",
-    "import ran_fairseq.models",  # a subpackage that imports fairseq while it is imported
-    "import ran_fairseq.compat",  # a module that imports torch while it is imported
+    "import ran_fairseq",  # the plugin first: it imports fairseq
+    "import fairseq; import ran_fairseq",  # as fairseq-train --user-dir loads it
+    "import ran_fairseq.models",  # a subpackage imports the package first
 ])
-def test_registration_whichever_is_imported_first(setup):
+def test_importing_the_plugin_registers(setup):
     proc = subprocess.run([sys.executable, "-c", _PROBE.format(setup=setup)], capture_output=True,
                           text=True, cwd="/", env=helpers.fairseq_env())
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
-        "arch": True, "ter": True, "compat": True, "finders": 0}
+        "arch": True, "ter": True, "finders": 0}
+
+
+# In a fresh interpreter: fairseq and its commands imported, every attribute of their modules and
+# classes (and of sys, the warning filters and the root logger) noted, then the plugin imported:
+# the names whose value changed.
+_CHANGES = """
+import importlib, inspect, json, logging, sys, warnings
+import fairseq
+for name in ("fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.interactive",
+             "fairseq.trainer", "fairseq.checkpoint_utils", "fairseq.distributed.utils",
+             "fairseq.data.indexed_dataset", "fairseq.data.data_utils", "fairseq.file_io",
+             "fairseq.models.distributed_fairseq_model", "fairseq.tasks.fairseq_task"):
+    importlib.import_module(name)
+
+
+def state():
+    seen = {}
+    for mod_name, module in list(sys.modules.items()):
+        if not (mod_name.split(".")[0] in ("fairseq", "fairseq_cli") and module is not None
+                and getattr(module, "__name__", None) == mod_name):  # not an alias's entry
+            continue
+        for attr, value in list(vars(module).items()):
+            seen[f"{mod_name}.{attr}"] = id(value)
+            if inspect.isclass(value) and value.__module__ == mod_name:
+                for cattr, cvalue in list(vars(value).items()):
+                    seen[f"{mod_name}.{attr}.{cattr}"] = id(cvalue)
+    for attr, value in list(vars(sys).items()):
+        seen[f"sys.{attr}"] = id(value)
+    seen["sys.meta_path[]"] = [id(f) for f in sys.meta_path]
+    seen["warnings.filters[]"] = [repr(f) for f in warnings.filters]
+    root = logging.getLogger()
+    seen["logging.root[]"] = [root.level, [id(h) for h in root.handlers]]
+    return seen
+
+
+before = state()
+import ran_fairseq
+after = state()
+print(json.dumps(sorted(k for k in before if after.get(k) != before[k])))
+"""
+
+
+@pytest.mark.parametrize("requested", ["", "all"])
+def test_importing_the_plugin_changes_only_the_listed_fixes(requested):
+    """``import ran_fairseq`` replaces exactly the attributes ``ran_fairseq.fixes.FIXES`` lists
+    for the default fixes, and for the opt-in ones only where RAN_FAIRSEQ_FIXES asks; nothing of
+    sys (its excepthook, the meta path), the warning filters or the root logger changes."""
+    from ran_fairseq import fixes
+
+    env = helpers.fairseq_env()
+    env["RAN_FAIRSEQ_FIXES"] = requested
+    proc = subprocess.run([sys.executable, "-c", _CHANGES], capture_output=True, text=True,
+                          cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr
+    changed = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    listed = {name for fix in fixes.FIXES if fix.default or requested == "all"
+              for name in fix.replaces}
+    assert changed == listed
+
+
+def test_an_unknown_fix_is_named():
+    from ran_fairseq import fixes
+
+    with pytest.raises(ValueError, match="RAN_FAIRSEQ_FIXES='keep_last'.*keep_last_batch"):
+        fixes.requested({"RAN_FAIRSEQ_FIXES": "keep_last"})
+    assert [f.name for f in fixes.requested({"RAN_FAIRSEQ_FIXES": "keep_last_batch"})] == [
+        "keep_last_batch"]
 
 
 def test_the_lab_imports_neither_torch_nor_fairseq():
-    """The commands that never use fairseq start without importing it (about 8 s on 2 cores)."""
-    modules = ["ran_fairseq", "ran_fairseq.lab.reproduce.cli", "ran_fairseq.lab.claims.cli",
-               "ran_fairseq.lab.remake", "ran_fairseq.lab.bench.cli", "ran_fairseq.analysis.cli",
-               "ran_fairseq.data.prepare.cli", "ran_fairseq.scoring.evaluate",
-               "ran_fairseq.scoring.replace_unk", "ran_fairseq.data.tokenization"]
+    """The lab's commands that never use fairseq start without importing it (about 3 s on 2
+    cores), and so does the code the plugin shares with them."""
+    modules = ["ran_io", "ran_io.textio", "ran_io.tied", "ran_lab", "ran_lab.reproduce.cli",
+               "ran_lab.claims.cli", "ran_lab.remake", "ran_lab.bench.cli",
+               "ran_lab.analysis.cli", "ran_lab.gpucheck.cli", "ran_lab.run_fairseq"]
     code = ("import importlib, json, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
-            "print(json.dumps(sorted(m for m in ('torch', 'fairseq') if m in sys.modules)))")
+            "print(json.dumps(sorted(m for m in ('torch', 'fairseq', 'ran_fairseq') "
+            "if m in sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
                           env=helpers.fairseq_env())
     assert proc.returncode == 0, proc.stderr

@@ -522,7 +522,7 @@ def test_eq7_contributions_match_a_naive_loop_and_sum_to_the_pooled_logit():
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_eq7_alignment_rows_sum_to_the_logit_of_the_scored_token(tied):
     """Σ_j α_ij = E_w·H^pool_i = the logit of w at position i (Eqs. 4-6), w the token scored."""
-    from ran_fairseq.analysis.alignments import eq7_alignment
+    from ran_lab.analysis.alignments import eq7_alignment
 
     model = build(*TINY, *(("--share-decoder-input-output-embed",) if tied else ())).eval()
     src, tokens = torch.tensor([5, 6, 7, 2]), torch.tensor([9, 4, 6, 2])

@@ -1,4 +1,4 @@
-"""Portable records (ran_fairseq.lab.portable): what the engine and the benchmark write names the
+"""Portable records (ran_lab.portable): what the engine and the benchmark write names the
 checkout's files as {repo}/PATH and keeps logs without the machine's paths; the command that
 rewrites files made before; and the check that no committed result or config holds an absolute
 path of the machine it was made on."""
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import helpers
-from ran_fairseq.lab import portable
+from ran_lab import portable
 
 REPO = helpers.REPO
 
@@ -87,7 +87,7 @@ def test_rewrite_log_keeps_the_sentences_of_a_generate_output(tmp_path):
 
 
 def run_portable(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ran_fairseq.lab.portable", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "ran_lab.portable", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd or REPO,
                           env=helpers.fairseq_env(), timeout=120)
 
@@ -117,7 +117,7 @@ def test_the_command_rewrites_records_made_in_another_checkout(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().endswith(
         "portable: 4 of 5 files hold a machine's absolute path: rewrite them with "
-        "python -m ran_fairseq.lab.portable PATH...")
+        "python -m ran_lab.portable PATH...")
     proc = run_portable("--replace", "/mnt/ckpt={scratch}", folder)
     assert proc.returncode == 0, proc.stderr
     assert "portable: rewrote 4 of 5 files" in proc.stderr
@@ -152,7 +152,7 @@ def test_no_result_or_config_holds_an_absolute_path_of_a_machine():
     """Every file of results/ and configs/ that git keeps (or would add) names the checkout's
     files relative to it: no checkout, virtual environment, package folder, home or temporary
     folder of the machine it was made on (fairseq's own /tmp/plasma is no such path). Files
-    made elsewhere are rewritten with `python -m ran_fairseq.lab.portable FOLDER`."""
+    made elsewhere are rewritten with `python -m ran_lab.portable FOLDER`."""
     files = portable.project_files([REPO / "results", REPO / "configs"])
     assert any(f.name == "result.json" for f in files) and any(f.name == "train.log" for f in files)
     found = {}
@@ -162,7 +162,7 @@ def test_no_result_or_config_holds_an_absolute_path_of_a_machine():
         if paths:
             found[str(path.relative_to(REPO))] = paths[:3]
     assert not found, (f"{len(found)} files hold a machine's absolute path (rewrite them: "
-                       f"python -m ran_fairseq.lab.portable results/ configs/): "
+                       f"python -m ran_lab.portable results/ configs/): "
                        f"{dict(list(found.items())[:10])}")
 
 

@@ -913,7 +913,7 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
 
 
 def test_ran_all_trains_with_at_most_107_of_the_transformers_kernels(synthetic_databin):
-    """One training forward and backward (ran_fairseq/lab/bench/kernels.py: aten operators on the
+    """One training forward and backward (ran_lab/bench/kernels.py: aten operators on the
     CPU, views and aliases excluded; on a GPU about one launch each) of RAN-ALL against fairseq's
     transformer at the same small sizes (3+3 layers, 256, 4 heads), on a tiny padded batch: at
     most 1.07 times as many. Above the transformer's count: each layer's own attention-dropout
@@ -925,7 +925,7 @@ def test_ran_all_trains_with_at_most_107_of_the_transformers_kernels(synthetic_d
     import helpers
     from fairseq import tasks
 
-    from ran_fairseq.lab.bench import kernels
+    from ran_lab.bench import kernels
 
     sizes = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
              "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",

@@ -1,6 +1,6 @@
 """Every console script of setup.py also runs as ``python -m MODULE`` (docs/guarantees.md promises
 the ``python -m`` form of each): ``--help`` prints the command's usage and exits 0. Before, ``python
--m ran_fairseq.lab.remake`` and ``python -m ran_fairseq.lab.claims.cli`` did nothing and exited 0."""
+-m ran_lab.remake`` and ``python -m ran_lab.claims.cli`` did nothing and exited 0."""
 import re
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""No import noise (ran_fairseq.quiet): the project's commands print none of the lines importing
+"""No import noise (ran_lab.quiet): the project's commands print none of the lines importing
 fairseq 0.12 prints (tensorboardX, hydra's deprecation warnings, DEBUG:hydra, the wav2vec
 escape-sequence warning), while fairseq's own log lines and other warnings still come through."""
 import re
@@ -32,7 +32,7 @@ def assert_quiet(text):
 @pytest.mark.parametrize("argv", [
     ["-m", "ran_fairseq.data.prepare", "--help"],
     ["scripts/bench.py", "--help"],
-    ["-m", "ran_fairseq.lab.reproduce", "ran", "--help"],
+    ["-m", "ran_lab.reproduce", "ran", "--help"],
     ["-m", "ran_fairseq.scoring.evaluate", "--help"],
 ], ids=["prepare", "bench", "reproduce-ran", "evaluate"])
 def test_commands_print_no_import_noise(argv):
@@ -68,7 +68,7 @@ def tiny_bin(tmp_path_factory):
 
 
 def test_fairseq_through_the_plugin_is_quiet_and_keeps_its_log(tiny_bin):
-    """fairseq-train and fairseq-generate as the engine runs them (python -m ran_fairseq.quiet_cli):
+    """fairseq-train and fairseq-generate as the engine runs them (python -m ran_lab.run_fairseq):
     no noise on either stream, fairseq's log as fairseq writes it; plain fairseq-train with
     --user-dir: no hydra warnings (its tensorboardX line comes before the plugin is loaded)."""
     data, save = tiny_bin / "bin", tiny_bin / "ck"
@@ -76,11 +76,11 @@ def test_fairseq_through_the_plugin_is_quiet_and_keeps_its_log(tiny_bin):
              "ran_transformer_small", "--encoder-layers", "1", "--decoder-layers", "1", "--cpu",
              "--max-tokens", "200", "--max-update", "1", "--optimizer", "adam", "--lr", "1e-3",
              "--no-epoch-checkpoints", "--num-workers", "0", "--save-dir", save]
-    proc = run(["-m", "ran_fairseq.quiet_cli", "train", *train])
+    proc = run(["-m", "ran_lab.run_fairseq", "train", *train])
     assert_quiet(proc.stdout + proc.stderr)
     assert re.search(r"^\S+ \S+ \| INFO \| fairseq_cli\.train \| done training", proc.stdout,
                      re.M), proc.stdout[-2000:]
-    proc = run(["-m", "ran_fairseq.quiet_cli", "generate", data, "--user-dir",
+    proc = run(["-m", "ran_lab.run_fairseq", "generate", data, "--user-dir",
                 REPO / "ran_fairseq", "--path", save / "checkpoint_last.pt", "--cpu", "--beam",
                 "2", "--max-len-b", "5", "--batch-size", "8", "--num-workers", "0"])
     assert_quiet(proc.stdout + proc.stderr)
@@ -92,7 +92,7 @@ def test_fairseq_through_the_plugin_is_quiet_and_keeps_its_log(tiny_bin):
 
 FILTERS = """
 import logging, sys, warnings
-import ran_fairseq.quiet as quiet  # installs the filters, in front of -W always
+import ran_lab.quiet as quiet  # installs the filters, in front of -W always
 logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(name)s: %(message)s")
 log = logging.getLogger("fairseq.tasks.text_to_speech")
 log.info("Please install tensorboardX: pip install tensorboardX")

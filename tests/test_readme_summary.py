@@ -5,8 +5,8 @@ is as the fill leaves it); here, the count is checked against the verdicts indep
 import re
 
 from helpers import REPO
-from ran_fairseq.lab.claims import verdicts_by_key
-from ran_fairseq.lab.claims.report import fill
+from ran_lab.claims import verdicts_by_key
+from ran_lab.claims.report import fill
 
 COUNT = re.compile(r"<!-- claims-count (\S+) pairs=(\S+) -->(.*?)<!-- /claims-count -->")
 
@@ -32,7 +32,7 @@ def test_each_claim_is_counted_once():
     ids = [v.claim["id"] for v in verdicts_by_key("results/ran/long", REPO).values()
            if v.pair in (None, "de-en")]
     assert "Z-F3-speed" in ids and "Z-F3-speed-gpu" in ids
-    from ran_fairseq.lab.claims.report import counted as tallied
+    from ran_lab.claims.report import counted as tallied
     kept = [v.claim["id"] for v in tallied(list(verdicts_by_key("results/ran/long", REPO)
                                                  .values()), ["de-en"], "results/ran/long")]
     assert "Z-F3-speed-gpu" in kept and "Z-F3-speed" not in kept
@@ -62,7 +62,7 @@ def test_the_projects_own_claims_are_not_counted():
              and v.claim.get("checkpoints") in (None, folder)]
     assert total == len(paper) - sum(1 for v in paper if v.claim.get("own"))
     # and a claims table says whose claim it is where the paper has no number for it
-    from ran_fairseq.lab.claims.report import claims_table
+    from ran_lab.claims.report import claims_table
     rows = claims_table(list(verdicts.values()), ["de-en"]).splitlines()
     for v in own:
         row = next(r for r in rows if r.startswith(f"| {v.claim['claim'][0].upper()}"

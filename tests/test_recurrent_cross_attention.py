@@ -8,7 +8,7 @@ import torch
 from fairseq import options
 from fairseq.data import Dictionary
 
-from ran_fairseq.lab.bench.kernels import KernelCounter
+from ran_lab.bench.kernels import KernelCounter
 from ran_fairseq.modules._torch_ops import fused_sigmoid_times_available
 from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
 from ran_fairseq.modules.attention_entropy import AttentionEntropyRecorder
@@ -440,7 +440,7 @@ def test_training_kernels_pass_gradcheck(with_masks, device):
                                         (rand(batch, heads, steps_, src_len),))
 
 
-# Kernels (aten operators, views excluded: ran_fairseq.lab.bench.kernels) of one training forward
+# Kernels (aten operators, views excluded: ran_lab.bench.kernels) of one training forward
 # and backward pass of a module (E = 8, 2 heads, 3 sentences of up to 9 source tokens), at 12
 # target positions, and what each further target position adds. The goal for every variant is
 # 127, 1.3 times prev-context's 98 with torch's internal softmax operators. In public operations

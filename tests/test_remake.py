@@ -1,4 +1,4 @@
-"""results/REMAKE.json and ran_fairseq.lab.remake: every engine table has a command that remakes
+"""results/REMAKE.json and ran_lab.remake: every engine table has a command that remakes
 it, each command is one the engine accepts and matches the table's recorded settings, and the
 remake check names a folder whose tracked files a command changed (a temporary git repository
 with a stand-in script; no fairseq). The last test remakes the smallest table byte for byte in a
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ran_fairseq.lab import remake
-from ran_fairseq.lab.reproduce.cli import run_paper
-from ran_fairseq.lab.reproduce.papers import paper_of
+from ran_lab import remake
+from ran_lab.reproduce.cli import run_paper
+from ran_lab.reproduce.papers import paper_of
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "results" / "REMAKE.json"
@@ -265,7 +265,7 @@ MARKER = "ran-remake-ran-foreign-code"
     ["../elsewhere/run.py"],  # a script outside the checkout
     ["scripts/table.py", "results/t", "same"],  # a script of the checkout that is not a command
     ["scripts/reproduce-x.sh"],  # a reproduction script of no paper
-    ["-m", "ran_fairseq.lab.remake"],
+    ["-m", "ran_lab.remake"],
 ])
 def test_a_manifest_runs_nothing_but_a_reproduction_command(repo, capsys, argv):
     """A manifest is data: whatever its argv, only a paper's reproduction script runs (the probe's

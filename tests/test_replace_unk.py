@@ -274,9 +274,9 @@ def test_dictionary_method_names_missing_training_text(tmp_path, capsys):
 
 
 def test_compare_unk_scores_both_methods_on_a_kept_decoding(tmp_path, capsys):
-    """ran_fairseq.lab.reproduce.compare_unk reads a run folder's generate.txt.gz and scores no
+    """ran_lab.reproduce.compare_unk reads a run folder's generate.txt.gz and scores no
     replacement, copy and dictionary against the data-bin's references, writing nothing there."""
-    from ran_fairseq.lab.reproduce import compare_unk
+    from ran_lab.reproduce import compare_unk
 
     data, run = tmp_path / "bin", tmp_path / "run"
     data.mkdir()

@@ -1,4 +1,4 @@
-"""The reproduction engine (ran_fairseq/lab/reproduce) through scripts/reproduce-ran.sh, end to end in a
+"""The reproduction engine (ran_lab/reproduce) through scripts/reproduce-ran.sh, end to end in a
 short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
 3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors,
 and the RAN configs' agreement with each other (configs/ran/*.json)."""
@@ -192,8 +192,8 @@ def test_runs_start_in_the_order_systems_names_them(config):
                        "postprocess": ["m", "{hyp}"]}}, "unknown placeholder {hyp}"),
 ])
 def test_systems_file_errors_name_the_problem(tmp_path, change, message):
-    from ran_fairseq.lab.reproduce.config import load_systems
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.config import load_systems
+    from ran_lab.reproduce.errors import ReproError
 
     systems = json.loads((CONFIGS / "ran" / "systems.json").read_text())
     if "extra_system" in change:
@@ -212,7 +212,7 @@ def test_systems_file_errors_name_the_problem(tmp_path, change, message):
 def test_paper_takes_one_full_config_or_distinct_named_ones(full):
     """A Paper's full-size settings: full_config (a bare --full) or full_settings (--full NAME,
     tested through scripts/reproduce-recurrent_cross.sh), never both, neither or a name twice."""
-    from ran_fairseq.lab.reproduce.config import FullSetting, Paper
+    from ran_lab.reproduce.config import FullSetting, Paper
 
     if "full_settings" in full:
         full["full_settings"] = [FullSetting(name, CONFIGS / "ran" / "wmt14-base.json", "help")
@@ -244,8 +244,8 @@ def test_full_settings_print_base_model_commands_on_wmt14():
 def test_fp16_on_the_cpu_is_refused_before_fairseq_runs():
     """fairseq trains --fp16 only on a CUDA GPU (on a CPU it fails deep in its fp16 optimizer):
     the engine says so first, naming the flag, where it comes from and the CPU recipe."""
-    from ran_fairseq.lab.reproduce.config import check_device_flags
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.config import check_device_flags
+    from ran_lab.reproduce.errors import ReproError
 
     proc = reproduce("--full", "--systems", "RAN-D", "--device", "cpu", "--dry-run")
     assert proc.returncode != 0
@@ -350,7 +350,7 @@ def test_full_configs_carry_the_papers_settings(name, steps, update_freq):
 
 # --- engine: significance, selection, seeds, subsets, resume of a finished training ------------
 def test_significance_against_the_baseline_is_sacrebleus_paired_bootstrap(first_run, corpus):
-    from ran_fairseq.lab.reproduce.scores import paired_bootstrap
+    from ran_lab.reproduce.scores import paired_bootstrap
 
     root, _ = corpus
     report = json.loads((first_run / "results.json").read_text())
@@ -375,7 +375,7 @@ def test_significance_against_the_baseline_is_sacrebleus_paired_bootstrap(first_
 
 
 def test_paired_bootstrap_separates_a_better_system_from_a_copy():
-    from ran_fairseq.lab.reproduce.scores import paired_bootstrap
+    from ran_lab.reproduce.scores import paired_bootstrap
 
     refs = [f"the {w} sat on the mat near {v}" for w in "abcdefghij" for v in "klmnop"]
     worse = [" ".join(r.split()[:4]) for r in refs]
@@ -392,7 +392,7 @@ def test_paired_bootstrap_separates_a_better_system_from_a_copy():
 
 
 def test_significance_mark_needs_every_seed():
-    from ran_fairseq.lab.reproduce.markdown import significance_mark
+    from ran_lab.reproduce.markdown import significance_mark
 
     better = {"p_value": 0.001, "better": True}
     worse = {"p_value": 0.001, "better": False}
@@ -412,7 +412,7 @@ def test_significance_mark_needs_every_seed():
 def test_tokenized_bleu_rewards_a_restored_unknown_word():
     """Scored against the reference text, a hypothesis whose <unk> a postprocess replaced by the
     right word gains; against fairseq's T- lines (<<unk>> for the unknown word) it could not."""
-    from ran_fairseq.lab.reproduce.scores import tokenized_bleu
+    from ran_lab.reproduce.scores import tokenized_bleu
 
     refs = ["a man in a Zwergensee hat is standing on the street ."] * 4
     with_unk = ["a man in a <unk> hat is standing on the street ."] * 4
@@ -460,7 +460,7 @@ def test_resume_takes_a_training_at_its_budget_as_finished(first_run, corpus, co
     """An engine killed as fairseq-train ended leaves no train_finished.json (issue 43): --resume
     finds checkpoint_last.pt at the budget and does not train again (fairseq-train, resumed from
     it, would take one more update: 4 of a 3-update budget)."""
-    from ran_fairseq.lab.reproduce.checkpoints import checkpoint_updates
+    from ran_lab.reproduce.checkpoints import checkpoint_updates
 
     root, data = corpus
     ran_dir = first_run / "de-en" / "RAN-ALL" / "seed1"
@@ -581,8 +581,8 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
     ({"set_train_flags": ["--max-epoch", "12"]}, "set_train_flags must map flags to string values"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
-    from ran_fairseq.lab.reproduce.config import load_config
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.errors import ReproError
 
     cfg = json.loads((CONFIGS / "ran" / "cpu.json").read_text())
     cfg.update(change)
@@ -663,8 +663,8 @@ def test_the_table_holds_the_finished_runs_of_other_invocations(first_run, corpu
 def test_a_config_inherits_its_base(tmp_path):
     """A config's 'base' fills in the keys it does not set (the GPU configs are their CPU configs on
     another device); a base that leads back to the config is an error."""
-    from ran_fairseq.lab.reproduce.config import load_config
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.errors import ReproError
 
     for paper in ("ran", "recurrent_cross", "dynmem", "pervasive"):
         cpu = load_config(CONFIGS / paper / "cpu.json")
@@ -698,7 +698,7 @@ def test_resume_takes_results_made_in_another_checkout(first_run, corpus, config
     made on another machine (its checkout elsewhere, e.g. a GPU box) are taken by --resume: those
     of this engine as they are, and those of an engine that recorded absolute paths and its
     checkout as 'repo' too; another change in the commands is still refused."""
-    from ran_fairseq.lab import portable
+    from ran_lab import portable
 
     _, data = corpus
     out = tmp_path / "out"
@@ -743,11 +743,11 @@ def test_a_run_recorded_in_one_checkout_is_the_same_run_in_another(tmp_path, mon
     engine wrote before with absolute paths and the checkout as 'repo'. Other flags are not."""
     import argparse
 
-    from ran_fairseq.lab import portable
-    from ran_fairseq.lab.common import paths
-    from ran_fairseq.lab.reproduce.config import load_config
-    from ran_fairseq.lab.reproduce.runs import Run
-    from ran_fairseq.lab.reproduce.store import difference, stored_train_argv
+    from ran_lab import portable
+    from ran_lab.common import paths
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.runs import Run
+    from ran_lab.reproduce.store import difference, stored_train_argv
 
     config = load_config(CONFIGS / "ran" / "cpu.json")
 
@@ -787,8 +787,8 @@ def test_speed_bench_adds_the_quiet_training_time_column(first_run, corpus, conf
     """A config's speed_bench (bench.py reports) gives each system the baseline's training tokens/s
     over its own, the median over the reports, in a column of its own with the bench's machine in
     the legend; a report without the baseline, or no file, is an error naming the key."""
-    from ran_fairseq.lab.reproduce.config import load_config
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.errors import ReproError
 
     _, data = corpus
     paths = []
@@ -838,7 +838,7 @@ def test_loss_trend_is_the_last_epochs_change_in_percent():
     """The table's 'valid loss Δ % per epoch': the change over the last three epoch ends per
     epoch, in percent of the last loss; a short partial last epoch (fairseq validates again when
     --max-update stops mid-epoch) is left out; too short a curve gives None."""
-    from ran_fairseq.lab.reproduce.logs import loss_trend
+    from ran_lab.reproduce.logs import loss_trend
 
     curve = [{"epoch": e, "num_updates": 100 * e, "loss": loss}
              for e, loss in enumerate([9.0, 6.0, 5.0, 4.5, 4.0], start=1)]
@@ -910,7 +910,7 @@ def test_continuing_takes_only_a_finished_training_with_the_same_flags(tmp_path,
     """What a continued training must be (else the run trains from the start, and says why)."""
     from types import SimpleNamespace
 
-    from ran_fairseq.lab.reproduce.training import start_from_continued
+    from ran_lab.reproduce.training import start_from_continued
 
     flags = ["data", "--arch", "ran_transformer_small", "--dropout", "0.1", "--max-update"]
     old_dir, old_ckpt = tmp_path / "old", tmp_path / "old-ckpt"
@@ -948,7 +948,7 @@ def test_training_seconds_are_fairseqs_count_of_the_whole_training(tmp_path):
     line's wall, as a CPU logs it and as a GPU does (gb_free between the two); else the engine's."""
     import torch
 
-    from ran_fairseq.lab.reproduce.logs import WALL_RE, training_seconds
+    from ran_lab.reproduce.logs import WALL_RE, training_seconds
 
     cpu = "x | INFO | train | epoch 010 | loss 5 | gnorm 0.7 | train_wall 39 | wall 4575\n"
     gpu = "x | INFO | train | epoch 010 | loss 5 | train_wall 3 | gb_free 78.3 | wall 212\n"
@@ -961,7 +961,7 @@ def test_training_seconds_are_fairseqs_count_of_the_whole_training(tmp_path):
 
 def test_not_run_groups_by_pair_and_seed():
     """The table's "Not run" line names each pair and seed once, its systems in order."""
-    from ran_fairseq.lab.reproduce.markdown import _group_not_run
+    from ran_lab.reproduce.markdown import _group_not_run
 
     labels = ["de-en HC-SA seed 2", "de-en RAN-ALL w/o LN&RES seed 2", "en-de TransF seed 2",
               "de-en TransF seed 3"]
@@ -1039,7 +1039,7 @@ def test_speed_ratios_compare_runs_made_under_the_same_conditions():
     """A speed ratio divides by baseline runs made under the row's conditions (device, threads,
     runs side by side), by seed where it can: a run alone on two threads against one of two
     side by side on one thread each is no comparison, even on the same CPU."""
-    from ran_fairseq.lab.reproduce.markdown import speed_baseline
+    from ran_lab.reproduce.markdown import speed_baseline
 
     def run(seed, name="AMD", threads=1, jobs=2):
         return {"seed": seed, "machine": {"device": "cpu", "device_name": name,
@@ -1105,8 +1105,8 @@ def test_the_engine_prepares_with_the_data_package_in_its_own_process(tmp_path):
     """A config's ``prepare`` that starts with ``ran-prepare`` runs ran_fairseq.data.prepare in
     the engine's process (no shell script in between), its output in the log; a bad flag fails
     naming the log."""
-    from ran_fairseq.lab.reproduce import process
-    from ran_fairseq.lab.reproduce.errors import ReproError
+    from ran_lab.reproduce import process
+    from ran_lab.reproduce.errors import ReproError
 
     raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=8, n_test=8)
     config = {"prepare": ["ran-prepare", "custom", "--src", "{src}", "--tgt", "{tgt}",
@@ -1127,7 +1127,7 @@ def test_the_engine_prepares_with_the_data_package_in_its_own_process(tmp_path):
 def test_an_old_paper_name_runs_the_paper_with_a_one_line_notice(capsys):
     """``ran-reproduce rosendahl`` (the name before the paper took its folder's name) runs
     recurrent_cross and says so in one line on stderr."""
-    from ran_fairseq.lab.reproduce.cli import main
+    from ran_lab.reproduce.cli import main
 
     main(["rosendahl", "--pairs", "de-en", "--systems", "baseline", "--dry-run"])
     captured = capsys.readouterr()

@@ -119,8 +119,8 @@ def test_redo_postprocess_from_the_kept_decoding(first_run):
 
 
 def test_redo_postprocess_needs_resume_and_force(capsys):
-    from ran_fairseq.lab.reproduce.cli import parse_cli
-    from ran_fairseq.lab.reproduce.papers import PAPERS
+    from ran_lab.reproduce.cli import parse_cli
+    from ran_lab.reproduce.papers import PAPERS
 
     DYNMEM = PAPERS["dynmem"]
     for extra in ([], ["--resume"], ["--force"]):
@@ -134,8 +134,8 @@ def test_unk_method_column_marks_the_gpu_rows_as_copied():
     """The table's 'UNK replace method' column: the committed GPU UNK rows were made with the
     copy method (their command has no --method), the other rows have none; a record's method
     wins over the command."""
-    from ran_fairseq.lab.reproduce.measures import unk_method
-    from ran_fairseq.lab.reproduce.papers import PAPERS
+    from ran_lab.reproduce.measures import unk_method
+    from ran_lab.reproduce.papers import PAPERS
 
     DYNMEM = PAPERS["dynmem"]
 

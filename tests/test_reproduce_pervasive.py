@@ -1,6 +1,6 @@
 """scripts/reproduce-pervasive.sh (Elbayad et al. 2018) end to end in a short setting (a Table 1
 model, a Table 2 model and ConvS2S from Table 3, one pair, 2 updates) on a tiny corpus: its
-parameter and FLOP columns, the Fig. 6 PNG, and ran_fairseq.analysis.alignments; the --full
+parameter and FLOP columns, the Fig. 6 PNG, and ran_lab.analysis.alignments; the --full
 commands; and the agreement of configs/pervasive/*.json with each other."""
 import functools
 import json
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import helpers
-from ran_fairseq.analysis.alignments import decoded_alignments, main as alignments_main
+from ran_lab.analysis.alignments import decoded_alignments, main as alignments_main
 
 SCRIPT = helpers.REPO / "scripts" / "reproduce-pervasive.sh"
 DIR = helpers.REPO / "configs" / "pervasive"
@@ -55,7 +55,7 @@ def test_table_columns_and_alignment_figure(first_run):
     assert rows["max k=5 L=6"]["Fig. 6"] == rows["ConvS2S"]["Fig. 6"] == ""
     assert not (out / "de-en" / "max_k-5_L-6" / "seed1" / "alignments.png").exists()
     # GFLOPs: the mean of complexity() over the test pairs' lengths, from the checkpoint
-    from ran_fairseq.analysis.checkpoints import load_checkpoint
+    from ran_lab.analysis.checkpoints import load_checkpoint
 
     task, model = load_checkpoint(str(root / "ckpt" / "de-en" / "max" / "seed1" /
                                       "checkpoint_last.pt"),
@@ -70,7 +70,7 @@ def test_table_columns_and_alignment_figure(first_run):
 def test_decoded_alignments_and_cli(first_run, tmp_path):
     root, _ = first_run
     checkpoint = root / "ckpt" / "de-en" / "max" / "seed1" / "checkpoint_last.pt"
-    from ran_fairseq.analysis.checkpoints import load_checkpoint
+    from ran_lab.analysis.checkpoints import load_checkpoint
 
     task, model = load_checkpoint(str(checkpoint), str(root / "bin.de-en"))
     shares = decoded_alignments(task, model, "test", sentences=2, beam=2, reading="share")

@@ -9,8 +9,8 @@ import re
 import pytest
 
 import helpers
-from ran_fairseq.lab.reproduce.cli import run_paper
-from ran_fairseq.lab.reproduce.papers import paper_of
+from ran_lab.reproduce.cli import run_paper
+from ran_lab.reproduce.papers import paper_of
 
 SCRIPT = helpers.REPO / "scripts" / "reproduce-recurrent_cross.sh"
 CONFIGS = helpers.REPO / "configs"

@@ -1,4 +1,4 @@
-"""Significance that one Monte-Carlo draw does not decide (ran_fairseq.lab.claims.bootstrap): the
+"""Significance that one Monte-Carlo draw does not decide (ran_lab.claims.bootstrap): the
 paired bootstrap is sacreBLEU's own at 1,000 resamples, draws more where p's interval holds the
 level, and decides the same under another seed; and the recheck that redraws every test near the
 level (``scripts/claims.py --recheck``)."""
@@ -7,9 +7,9 @@ import json
 import pytest
 
 import helpers
-from ran_fairseq.lab.claims import bootstrap
-from ran_fairseq.lab.claims.recheck import NEAR, OTHER_SEED, near, recheck
-from ran_fairseq.lab.claims.results import Folder
+from ran_lab.claims import bootstrap
+from ran_lab.claims.recheck import NEAR, OTHER_SEED, near, recheck
+from ran_lab.claims.results import Folder
 
 REPO = helpers.REPO
 LONG = REPO / "results" / "ran" / "long"

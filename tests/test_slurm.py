@@ -86,7 +86,7 @@ def config(root, name, **overrides):
 
 
 def reproduce(env, corpus, name, *args, timeout=900, background=False):
-    cmd = [sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", "--config",
+    cmd = [sys.executable, "-m", "ran_lab.reproduce", "ran", "--config",
            str(config(corpus, name)),
            "--data", str(corpus / "bin.{src}-{tgt}"), "--pairs", "de-en",
            "--out", str(corpus / f"out-{name}"), *map(str, args)]
@@ -126,7 +126,7 @@ def updates_of(checkpoint):
 
 
 def dry_run(*args):
-    return subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", *args,
+    return subprocess.run([sys.executable, "-m", "ran_lab.reproduce", "ran", *args,
                            "--dry-run"],
                           env=helpers.fairseq_env(), capture_output=True, text=True, timeout=300)
 
@@ -176,7 +176,7 @@ def test_without_submitit_slurm_says_how_to_install_it(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('not installed')\n")
     env = dict(helpers.fairseq_env())
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.lab.reproduce", "ran", "--launcher",
+    proc = subprocess.run([sys.executable, "-m", "ran_lab.reproduce", "ran", "--launcher",
                            "slurm", "--dry-run"], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1

@@ -8,7 +8,7 @@ of the model returns its per-head weights ``(heads, B, T, S)`` and the recorder 
 
 and the number of terms, so that sums from several batches or workers add up. With
 ``keep_weights=True`` it also keeps each module's weights of the latest forward pass, for analyses
-that compare layers (``ran_fairseq.analysis``). Sides: ``enc``
+that compare layers (``ran_lab.analysis``). Sides: ``enc``
 (encoder self-attention), ``dec`` (decoder self-attention), ``crs`` (encoder-decoder attention).
 
 Recorded modules: fairseq's ``MultiheadAttention`` and any module with ``records_attention = True``

@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
-from ..textio import BOM, decode_line, read_lines  # noqa: F401  (read_lines: this module's API)
-from ran_fairseq.textio import one_line_errors
+from ran_io.textio import BOM, decode_line, read_lines  # noqa: F401  (read_lines: this module's API)
+from ran_io.textio import one_line_errors
 
 METRICS = ("bleu", "chrf", "ter")
 

@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..textio import atomic_write, write_text_atomic
+from ran_io.textio import atomic_write, write_text_atomic
 
 LINKS = ("intersection", "forward", "reverse")
 INSTALL = ("pip install 'ran_fairseq[align]' (or pip install eflomal); --method copy needs "

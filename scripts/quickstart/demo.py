@@ -150,7 +150,7 @@ def cmd_verdict():
 
 
 def cmd_record(argv):
-    from ran_fairseq.lab.common.machine import git_commit, machine_info
+    from ran_lab.common.machine import git_commit, machine_info
 
     env = os.environ
     out = Path(env["DEMO_OUT"])

@@ -14,7 +14,7 @@ The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,v
   ``code``                        the BPE merges (fairseq-generate --bpe subword_nmt --bpe-codes;
                                   none at word level)
   ``{valid,test}.tok.{src,tgt}``  the Moses-tokenized text before BPE: the references of tokenized
-                                  BLEU (``ran_fairseq.lab.reproduce``) and, at word level, the tokens
+                                  BLEU (``ran_lab.reproduce``) and, at word level, the tokens
                                   the model reads (``ran_fairseq.scoring.replace_unk``)
   ``{valid,test}.raw.{src,tgt}``  untokenized text (lowercased under --lowercase) for scoring
   ``prepare-stamp.json``          the parameters, inputs and tool versions: rerunning with the same
@@ -33,8 +33,8 @@ filter, BPE, binarize), ``stamp`` (the stamp, the clearing of an old build, the 
 from .cli import build_parser, main, run
 from .langid import LANGID_MISSING, LANGID_PACKAGE, LanguageFilter, language_filter
 from .multi30k import prepare_multi30k, resolve_multi30k_raw
-from .options import (EXTRA_TESTS, REPO, SPLITS, Cleaning, Options, PrepareError, data_bin_root,
-                      default_workers, is_checkout, multi30k_mirror, say)
+from .options import (EXTRA_TESTS, SPLITS, Cleaning, Options, PrepareError, data_bin_root,
+                      default_workers, say)
 from .parallel import _tokenize_chunk  # noqa: F401  (tests import it from here)
 from .pipeline import prepare
 from .stamp import STAMP, STAMP_VERSION
@@ -42,9 +42,9 @@ from .steps import (apply_bpe_file, binarize, filter_languages, filter_pairs, le
                     tokenize_split)
 
 __all__ = [
-    "EXTRA_TESTS", "LANGID_MISSING", "LANGID_PACKAGE", "REPO", "SPLITS", "STAMP", "STAMP_VERSION",
+    "EXTRA_TESTS", "LANGID_MISSING", "LANGID_PACKAGE", "SPLITS", "STAMP", "STAMP_VERSION",
     "Cleaning", "LanguageFilter", "Options", "PrepareError", "apply_bpe_file", "binarize",
     "build_parser", "data_bin_root", "default_workers", "filter_languages", "filter_pairs",
-    "is_checkout", "language_filter", "learn_bpe_codes", "main", "multi30k_mirror", "prepare",
+    "language_filter", "learn_bpe_codes", "main", "prepare",
     "prepare_multi30k", "resolve_multi30k_raw", "run", "say", "tokenize_split",
 ]

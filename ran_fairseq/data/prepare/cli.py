@@ -12,7 +12,7 @@ from .multi30k import prepare_multi30k
 from .options import EXTRA_TESTS, SPLITS, Cleaning, Options, PrepareError, data_bin_root, \
     default_workers
 from .pipeline import prepare
-from ran_fairseq.textio import one_line_errors
+from ran_io.textio import one_line_errors
 
 def _add_common(p: argparse.ArgumentParser, bpe_merges=10000, lowercase=False, normalize=False,
                 aggressive=False, clean_max_len=0, clean_on="tok") -> None:

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from ..corpora import (MULTI30K_LANGS, MULTI30K_SPLITS, CorpusError, Part, fetch_multi30k,
                        missing_files, multi30k_cache, multi30k_files, multi30k_url)
-from .options import Options, PrepareError, data_bin_root, multi30k_mirror, say
+from .options import Options, PrepareError, data_bin_root, say
 from .pipeline import prepare
 
 def _multi30k_default_download() -> Optional[bool]:
@@ -21,12 +21,11 @@ def resolve_multi30k_raw(raw_dir: Optional[Path], work: Path, langs: Sequence[st
     """The directory holding the Multi30k files for ``langs``, the first of:
 
     1. ``raw_dir`` (--raw-dir, else $MULTI30K_DIR) when one is named; it must have the files,
-       unless ``download`` is True (--download, MULTI30K_DOWNLOAD=1): then the cache (4-5) does;
-    2. the offline mirror ``shared/data/multi30k`` beside the checkout (``multi30k_mirror``);
-    3. an earlier download into ``work/raw`` (where data-bins made before the cache fetched to);
-    4. the user cache (``multi30k_cache``: $XDG_CACHE_HOME/ran_fairseq/multi30k, else
+       unless ``download`` is True (--download, MULTI30K_DOWNLOAD=1): then the cache (3-4) does;
+    2. an earlier download into ``work/raw`` (where data-bins made before the cache fetched to);
+    3. the user cache (``multi30k_cache``: $XDG_CACHE_HOME/ran_fairseq/multi30k, else
        ~/.cache/ran_fairseq/multi30k), when it has the files (no request is made);
-    5. a download into that cache from ``url`` (default $MULTI30K_URL, else ``MULTI30K_URL``),
+    4. a download into that cache from ``url`` (default $MULTI30K_URL, else ``MULTI30K_URL``),
        each file checked against its published SHA-256; not when ``download`` is False
        (MULTI30K_DOWNLOAD=0)."""
     url = (url or multi30k_url()).rstrip("/")
@@ -47,10 +46,6 @@ def resolve_multi30k_raw(raw_dir: Optional[Path], work: Path, langs: Sequence[st
                 f"--download (or set MULTI30K_DOWNLOAD=1) to fetch the missing files from {url} "
                 f"into that cache.")
     else:
-        mirror = multi30k_mirror()
-        if mirror is not None and not missing_files(multi30k_files(mirror, langs)):
-            say(f"reading Multi30k from {mirror}")
-            return mirror
         fetched = work / "raw"
         if not missing_files(multi30k_files(fetched, langs)):
             say(f"using the Multi30k files downloaded earlier to {fetched}")

@@ -6,19 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ...checkout import ROOT as REPO
-from ...checkout import is_checkout
 
 
 def data_bin_root() -> Path:
-    """Where data-bins go by default: the checkout's ``data-bin/``; for an installed package,
-    ``./data-bin`` under the current directory (as fairseq's examples do)."""
-    return REPO / "data-bin" if is_checkout() else Path.cwd() / "data-bin"
-
-
-def multi30k_mirror() -> Optional[Path]:
-    """The offline mirror ``shared/data/multi30k`` beside the checkout (None when installed)."""
-    return REPO.parent / "shared" / "data" / "multi30k" if is_checkout() else None
+    """Where data-bins go by default: ``./data-bin`` under the current directory (as fairseq's
+    examples do; the checkout's scripts run from the checkout)."""
+    return Path.cwd() / "data-bin"
 
 
 SPLITS = ("train", "valid", "test")

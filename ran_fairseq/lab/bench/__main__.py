@@ -1,4 +1,0 @@
-"""``python -m ran_fairseq.lab.bench``: the benchmark's command line (:mod:`.cli`)."""
-from .cli import main
-
-main(prog="python -m ran_fairseq.lab.bench")

@@ -1,5 +1,0 @@
-"""``python -m ran_fairseq.lab.reproduce PAPER [options]``: as ``ran-reproduce``."""
-from .cli import main
-
-if __name__ == "__main__":
-    main()

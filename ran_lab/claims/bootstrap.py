@@ -1,0 +1,210 @@
+"""The paired bootstrap the verdicts rest on: p-values that one Monte-Carlo draw does not decide,
+and intervals of a difference, for one seed and pooled over seeds.
+
+The test is sacreBLEU's paired bootstrap (``sacrebleu.significance``, after Koehn 2004): the test
+set's sentences are resampled with replacement, both systems are scored on each resample from their
+per-sentence statistics, and p is the share of resamples whose centred absolute difference exceeds
+the observed one, ``(c + 1) / (N + 1)``. The resamples are drawn in blocks of :data:`BLOCK` from
+one generator seeded with ``seed`` (sacreBLEU's 12345 by default); the first block is sacreBLEU's
+own draw, so that with 1,000 resamples p is exactly what ``PairedTest`` reports.
+
+**Stable p.** p is itself an estimate. Its Monte-Carlo interval is the Wilson score interval of
+``c / N`` at :data:`MC_LEVEL`; where that interval holds the significance level (0.01), another
+block is drawn and p recomputed over all blocks, until the interval lies on one side of the level
+or :data:`CAP` resamples are drawn. ``Paired.settled`` is False where it still straddles the level:
+the verdict then counts the seed as neither significant nor not.
+
+**Intervals.** The difference's interval is the percentile interval of the resampled differences
+(system minus the other, in the metric's units) at ``1 - level`` (99 % for p < 0.01), from at
+least :data:`INTERVAL_SAMPLES` resamples. The *pooled* interval is that of the mean difference
+over seeds: every seed's pair of runs is scored on the same resampled sentences (the seeds share
+the test set) and the seeds' differences are averaged. It measures how the test set's sampling
+moves the table's mean difference, not how training with another seed would: one to three seeds
+cannot estimate that.
+"""
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+SEED = 12345
+BLOCK = 1000
+CAP = 100_000
+INTERVAL_SAMPLES = 10_000
+MC_LEVEL = 0.99
+METRICS = ("BLEU", "TER")
+
+
+def metric_of(name: str, refs: Sequence[str]):
+    from sacrebleu.metrics import BLEU, TER
+    if name not in METRICS:
+        raise ValueError(f"no paired bootstrap for {name!r}: one of {', '.join(METRICS)}")
+    return (BLEU if name == "BLEU" else TER)(references=[list(refs)])
+
+
+def sentence_stats(hyps: Sequence[str], refs: Sequence[str], metric: str) -> np.ndarray:
+    """Per-sentence sufficient statistics of ``hyps`` (sacreBLEU's, as its paired test takes them;
+    ``<unk>`` counted as one word, as :mod:`ran_fairseq.scoring.evaluate` scores it)."""
+    from ran_fairseq.scoring.evaluate import unk_as_one_word
+    scorer = metric_of(metric, refs)
+    return np.array(scorer._extract_corpus_statistics(unk_as_one_word(list(hyps)), None),
+                    dtype="float32")
+
+
+class Scorer:
+    """Corpus scores of resamples from per-sentence statistics: sacreBLEU's own score of one set
+    of statistics, and the same formula on many at once (BLEU with sacreBLEU's default settings,
+    TER), checked against sacreBLEU's where a corpus falls outside the vectorised case."""
+
+    def __init__(self, metric: str, refs: Sequence[str]):
+        self.name = metric
+        self.metric = metric_of(metric, refs)
+
+    def score(self, stats: np.ndarray) -> float:
+        return self.metric._compute_score_from_stats(stats).score
+
+    def many(self, sums: np.ndarray) -> np.ndarray:
+        """Scores of each row of ``sums`` (summed statistics)."""
+        sums = sums.astype("float64")
+        if self.name == "TER":
+            edits, length = sums[:, 0], sums[:, 1]
+            if np.any(length <= 0):
+                return np.array([self.score(s) for s in sums])
+            return 100 * edits / length
+        if self.metric.smooth_method not in ("exp", "none") or self.metric.effective_order:
+            return np.array([self.score(s) for s in sums])
+        return _bleu(sums, self.metric.max_ngram_order, self.metric.smooth_method == "exp")
+
+    def resampled(self, stats: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Scores of the resamples ``counts`` (how often each sentence is drawn, one row per
+        resample)."""
+        return self.many(counts @ stats.astype("float64"))
+
+
+def _bleu(sums: np.ndarray, order: int, exp_smoothing: bool) -> np.ndarray:
+    """sacreBLEU's ``BLEU.compute_bleu`` on each row of summed statistics (sys_len, ref_len,
+    correct n-grams, total n-grams), its "exp" smoothing included: a zero count of order n
+    halves the smoothing term and takes 100 / (term · total); an order with no n-gram ends the
+    product with log(0) floored (sacrebleu.utils.my_log)."""
+    sys_len, ref_len = sums[:, 0], sums[:, 1]
+    correct, total = sums[:, 2:2 + order], sums[:, 2 + order:]
+    floor = -9999999999.0
+    smooth = np.ones(len(sums))
+    alive = np.ones(len(sums), dtype=bool)
+    logs = np.zeros(len(sums))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for n in range(order):
+            alive &= total[:, n] > 0
+            zero = correct[:, n] == 0
+            if exp_smoothing:
+                smooth = np.where(alive & zero, smooth * 2, smooth)
+                precision = np.where(zero, 100.0 / (smooth * total[:, n]),
+                                     100.0 * correct[:, n] / total[:, n])
+            else:
+                precision = 100.0 * correct[:, n] / total[:, n]
+            usable = alive & (precision > 0)
+            logs += np.where(usable, np.log(np.where(usable, precision, 1.0)), floor)
+        bp = np.where(sys_len < ref_len,
+                      np.where(sys_len > 0, np.exp(1 - ref_len / np.maximum(sys_len, 1)), 0.0),
+                      1.0)
+    scores = bp * np.exp(logs / order)
+    return np.where(np.any(correct > 0, axis=1), scores, 0.0)
+
+
+def draw(rng, n: int, size: int) -> np.ndarray:
+    """``size`` resamples of ``n`` sentences, as sacreBLEU draws them, as counts per sentence."""
+    idxs = rng.choice(n, size=(size, n), replace=True)
+    flat = (idxs + n * np.arange(size)[:, None]).ravel()
+    return np.bincount(flat, minlength=size * n).reshape(size, n).astype("float64")
+
+
+def wilson(c: int, n: int, level: float = MC_LEVEL) -> Tuple[float, float]:
+    """The Wilson score interval of a proportion ``c / n`` at ``level``."""
+    z = _z(level)
+    phat = c / n
+    centre = (phat + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _z(level: float) -> float:
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def percentile_interval(values: np.ndarray, level: float) -> Tuple[float, float]:
+    """The ``1 - level`` percentile interval (level 0.01: the 0.5th to the 99.5th percentile)."""
+    lo, hi = np.percentile(values, [100 * level / 2, 100 * (1 - level / 2)])
+    return float(lo), float(hi)
+
+
+@dataclass
+class Paired:
+    """One seed's test: p over ``samples`` resamples (``count`` of them above the observed
+    difference), whether its Monte-Carlo interval ``mc`` lies on one side of the level
+    (``settled``), the observed ``difference`` and its ``interval``."""
+    p: float
+    count: int
+    samples: int
+    mc: Tuple[float, float]
+    settled: bool
+    difference: float
+    interval: Tuple[float, float]
+
+
+def paired(base: np.ndarray, system: np.ndarray, scorer: Scorer, level: float = 0.01,
+           samples: int = BLOCK, seed: int = SEED, cap: int = CAP,
+           interval_samples: int = INTERVAL_SAMPLES) -> Paired:
+    """The paired bootstrap of ``system`` against ``base`` (per-sentence statistics of the same
+    sentences), drawn block by block until p is settled (see the module's text)."""
+    rng = np.random.default_rng(seed)
+    n = len(base)
+    observed = scorer.score(system.sum(0)) - scorer.score(base.sum(0))
+    deltas: List[np.ndarray] = []
+    drawn, decided = 0, None
+    while decided is None or drawn < interval_samples:
+        size = samples if drawn == 0 else BLOCK
+        counts = draw(rng, n, size)
+        deltas.append(scorer.resampled(system, counts) - scorer.resampled(base, counts))
+        drawn += size
+        if decided is not None:
+            continue
+        absolute = np.abs(np.concatenate(deltas))
+        count = int(np.sum(absolute - absolute.mean() > abs(observed)))
+        mc = wilson(count + 1, drawn + 1)
+        settled = not (mc[0] <= level <= mc[1])
+        if settled or drawn >= cap:
+            decided = ((count + 1) / (drawn + 1), count, drawn, mc, settled)
+    signed = np.concatenate(deltas)
+    p, count, drawn, mc, settled = decided
+    return Paired(p, count, drawn, mc, settled, observed, percentile_interval(signed, level))
+
+
+def pooled(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], scorer: Scorer, level: float = 0.01,
+           samples: int = INTERVAL_SAMPLES, seed: int = SEED
+           ) -> Tuple[float, Tuple[float, float]]:
+    """The mean over seeds of the difference ``system - base`` (``pairs``: each seed's base and
+    system statistics, on the same sentences) and its interval, every seed scored on the same
+    resampled sentences."""
+    rng = np.random.default_rng(seed)
+    n = len(pairs[0][0])
+    observed = float(np.mean([scorer.score(s.sum(0)) - scorer.score(b.sum(0)) for b, s in pairs]))
+    means = []
+    for start in range(0, samples, BLOCK):
+        counts = draw(rng, n, min(BLOCK, samples - start))
+        means.append(np.mean([scorer.resampled(s, counts) - scorer.resampled(b, counts)
+                              for b, s in pairs], axis=0))
+    return observed, percentile_interval(np.concatenate(means), level)
+
+
+def first_p(base: np.ndarray, system: np.ndarray, scorer: Scorer, samples: int = BLOCK,
+            seed: int = SEED) -> float:
+    """p from one draw of ``samples`` resamples, as sacreBLEU's ``PairedTest`` computes it."""
+    result = paired(base, system, scorer, samples=samples, seed=seed, cap=samples,
+                    interval_samples=0)
+    return result.p
+
+
+def is_near(p: Optional[float], low: float = 0.005, high: float = 0.02) -> bool:
+    return p is not None and low < p < high

@@ -1,0 +1,424 @@
+"""CLAIMS.md and CLAIMS.json of a results folder, and the quotes that README.md and docs/ take
+from them.
+
+A page quotes a verdict inside a marked span, ``<!-- claim FOLDER#ID -->…<!-- /claim -->`` (with
+``@PAIR`` after the id for a comparison or order: ``results/ran/long#Z-T1-ran-all@de-en``), or a
+whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``, or the tally
+of the paper's claims, "k held, m inconclusive, n not held of N", inside
+``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
+:func:`fill` writes what the engine computes into every span and table, and the documentation
+test fails where a page differs from it.
+"""
+import re
+from typing import Callable, Dict, List, Optional
+
+from . import bootstrap
+from .engine import Verdict
+from .rule import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, Comparison, outcome
+
+MINUS = "−"
+COMPARED = (">", "<", "≈", "≥", "≤")
+OP_SIGN = {"<": "<", "<=": "≤", ">": ">", ">=": "≥"}
+
+RULE = (
+    "**The rule.** Every verdict is *held*, *inconclusive* or *not held* (or *not run*: a system "
+    "without results). A comparison claim compares two systems on one metric and subset. Its "
+    "difference is that of the table's scores: the mean over the seeds both systems ran of one "
+    "system's score minus the other's (sacreBLEU unless TER is named; for TER a positive "
+    "difference is worse). Each seed is tested against the other system's run of the same seed "
+    "by sacreBLEU's paired bootstrap ({samples} resamples, seeded; where the Monte-Carlo interval "
+    "of p holds {level}, more resamples are drawn until it lies on one side, up to {cap}; a p "
+    "still unsettled counts as not significant), which also gives each seed's difference its "
+    "{confidence} interval; the pooled interval is that of the mean difference, every seed "
+    "scored on the same resampled sentences (docs/scoring.md). A difference is *significant* "
+    "when p < {level} in every seed, and \"k of n\" counts the seeds where it is. By the paper's "
+    "relation, with the claim's margin δ: **>** (better) is held if significantly better, not "
+    "held if significantly worse, inconclusive otherwise; **<** mirrors it; **≈** (on par) is "
+    "held if the pooled interval lies inside ±δ, not held if it lies wholly outside, "
+    "inconclusive otherwise; **≥** (on par or better) is held if the pooled interval's lower end "
+    "is above −δ, not held if its upper end is below −δ, inconclusive otherwise; **≤** mirrors "
+    "it. Where the paper states a size, a held direction is followed by the size: held when the "
+    "paper's difference lies inside the pooled interval (or as the claim's size test says), else "
+    "ours is larger or smaller and the claim is not held. An **order** (groups of equals, best "
+    "first) is held if the observed order matches and no pair the paper ranks apart is "
+    "significantly reversed, \"order not reproduced (within noise)\" (inconclusive) if only pairs "
+    "that are not significant differ, \"reversed\" (not held) if a pair is significantly "
+    "reversed. A **threshold** claim (analysis and speed) reads a measure from a committed file "
+    "and states its limit.")
+
+
+def num(value: float, digits: int = 2, sign: bool = True) -> str:
+    text = f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+    return text.replace("-", MINUS)
+
+
+def pval(p: Optional[float], level: float = 0.01) -> str:
+    """"p = 0.041", "p < 0.001", or as many digits as it takes for the printed p to fall on the
+    same side of ``level`` as p itself (0.00999 prints as "p = 0.00999", never "p = 0.010")."""
+    if p is None:
+        return "p not tested"
+    if p < 0.001:
+        return "p < 0.001"
+    if p >= 0.1:
+        return f"p = {p:.2f}"
+    digits = 3
+    while digits < 8 and (float(f"{p:.{digits}f}") < level) != (p < level):
+        digits += 1
+    return f"p = {p:.{digits}f}"
+
+
+def interval_text(interval, suffix: str = "") -> str:
+    lo, hi = interval
+    return f"[{num(lo)}, {num(hi)}]{suffix}"
+
+
+def _seed_p(s) -> str:
+    text = pval(s.p)
+    if s.samples and s.samples > 1000:
+        text += f" ({s.samples:,} resamples{'' if s.settled else ', unsettled'})"
+    return text
+
+
+def _seeds_text(c: Comparison, metric_suffix: str) -> str:
+    if c.n == 1:
+        s = c.seeds[0]
+        return _seed_p(s) + (f", interval {interval_text(s.interval)}" if s.interval and
+                             c.pooled is None else "")
+    return "; ".join(f"seed {s.seed}: {num(s.system - s.against)}{metric_suffix}"
+                     + (f" {interval_text(s.interval)}" if s.interval else "") + f", {_seed_p(s)}"
+                     for s in c.seeds)
+
+
+def _pooled_text(c: Comparison) -> str:
+    parts = []
+    if c.pooled is not None:
+        parts.append(f"pooled interval {interval_text(c.pooled)}")
+    if c.margin is not None:
+        parts.append(f"margin ±{c.margin:g}")
+    if c.size:
+        value = c.size["value"]
+        paper = (f"{num(value[0])} to {num(value[1])}" if isinstance(value, (list, tuple))
+                 else num(value))
+        parts.append(f"size: ours {num(c.difference)} against the paper's {paper} "
+                     f"(\"{c.size.get('text', '')}\")")
+    return "; ".join(parts)
+
+
+def comparison_phrase(relation: str, c: Comparison) -> str:
+    """The verdict with how many seeds are significant where that says more."""
+    if c.verdict == NOT_RUN:
+        return NOT_RUN
+    phrase = c.verdict
+    if c.k and c.n > 1:
+        phrase += f", {c.side} in {c.k} of {c.n} seeds"
+    elif c.k and relation in ("≥", "≤", "≈") and outcome(c.verdict) != NOT_HELD:
+        phrase += f", significantly {c.side}"
+    return phrase
+
+
+def comparison_text(v: Verdict, system: str, c: Comparison, with_system: bool) -> str:
+    suffix = " TER" if not v.higher_is_better else ""
+    name = f"{system} " if with_system else ""
+    if c.verdict == NOT_RUN:
+        return f"{name}not run".strip() if with_system else NOT_RUN
+    pooled = _pooled_text(c)
+    return (f"{name}{num(c.difference)}{suffix} ({_seeds_text(c, suffix)}"
+            f"{'; ' + pooled if pooled else ''})")
+
+
+def measured_value(value: Optional[float], unit: str, digits: int = 2,
+                   signed: bool = True) -> str:
+    """A measured value in its unit; ``signed``: a difference, printed with its sign (a level, an
+    entropy say, is not)."""
+    if value is None:
+        return "not measured"
+    if unit == "%":
+        return f"{value * 100:.{digits - 1}f} %"
+    if unit == "×":
+        return f"{value:.{digits}f}×"
+    return f"{num(value, digits, sign=signed)} {unit}"
+
+
+def threshold_text(label: str, value: Optional[float], op: str, limit: float, unit: str,
+                   signed: bool = True) -> str:
+    """A threshold test as a page prints it: the value and its limit with as many decimals (2 to
+    4) as it takes to print them apart where they differ, so that a test never reads as a value
+    compared with itself (0.0133 < 0.0141 is not "0.01 < 0.01")."""
+    if value is None:
+        return f"{label} not run"
+    digits = 2
+    while (digits < 4 and value != limit and measured_value(value, unit, digits, signed)
+           == measured_value(limit, unit, digits, signed)):
+        digits += 1
+    return (f"{label} {measured_value(value, unit, digits, signed)} "
+            f"(limit {OP_SIGN[op]} {measured_value(limit, unit, digits, signed)})")
+
+
+def quote(v: Verdict, short: bool = True) -> str:
+    """The sentence a page quotes: the verdict, then the numbers it rests on (``short``: of an
+    order, the pairs significantly out of the paper's order only; else every pair out of it)."""
+    claim = v.claim
+    if v.comparisons:
+        several = len(v.comparisons) > 1
+        if v.verdict == NOT_RUN:
+            return NOT_RUN
+        if not several:
+            system, c = v.comparisons[0]
+            head = comparison_phrase(claim["relation"], c)
+            if c.verdict == NOT_RUN:
+                return head
+            return f"{head}: {comparison_text(v, system, c, False)}"
+        return f"{v.verdict}: " + "; ".join(comparison_text(v, s, c, True)
+                                            for s, c in v.comparisons)
+    if v.order is not None:
+        o = v.order
+        if o.verdict == NOT_RUN:
+            return f"{NOT_RUN} ({', '.join(o.missing)} without results)"
+        scores = ", ".join(f"{name} {s:.2f}" for name, s in o.observed)
+        suffix = " TER" if not v.higher_is_better else ""
+        shown_pairs = [(hi, lo, c) for hi, lo, c in o.reversed_pairs
+                       if not short or c.verdict != INCONCLUSIVE]
+        flips = "; ".join(f"{hi} {num(c.difference)}{suffix} against {lo} "
+                          f"({_seeds_text(c, suffix)})" for hi, lo, c in shown_pairs)
+        text = f"{o.verdict}: {scores}"
+        if flips:
+            text += f"; out of the paper's order: {flips}"
+        if short and len(shown_pairs) < len(o.reversed_pairs):
+            quiet = [c for _, _, c in o.reversed_pairs if c.verdict == INCONCLUSIVE]
+            lowest = min(s.p for c in quiet for s in c.seeds if s.p is not None)
+            text += (f"; {len(quiet)} pair{'s' if len(quiet) > 1 else ''} out of the paper's "
+                     f"order within noise (lowest {pval(lowest)})")
+        return text
+    m = v.measured
+    if not m.tests or ("why" in m.details and all(t.value is None for t in m.tests)):
+        return f"{m.verdict}: {m.details.get('why', 'nothing measured')}"
+    tests = "; ".join(threshold_text(t.label, t.value, t.op, t.limit, m.unit, t.signed)
+                      for t in m.tests)
+    device = f"; {', '.join(m.devices)}" if m.devices else ""
+    return f"{m.verdict}: {tests}{device}"
+
+
+def paper_value(value) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.2f}"
+
+
+def paper_text(claim: dict, short: bool = False) -> str:
+    """The paper's numbers as the claim records them: for a comparison, each system's difference
+    to the one it is compared with; ``short``: the first table only, differences only."""
+    parts = []
+    entries = claim.get("paper", [])
+    several = bool(claim.get("systems"))
+    for entry in entries[:1] if short and several else entries:
+        values = entry["values"]
+        against = claim.get("against")
+        if "text" in entry:
+            parts.append(f"{entry['label']}: {entry['text']}")
+        elif claim["relation"] in COMPARED and against in values and len(values) >= 2:
+            if several or short:
+                diffs = [f"{name} {num(v - values[against])}" if several else
+                         f"{num(v - values[against])}"
+                         for name, v in values.items() if name != against]
+                parts.append(f"{entry['label']}: {', '.join(diffs)}")
+            else:
+                system = next(n for n in values if n != against)
+                parts.append(f"{entry['label']}: {paper_value(values[system])} against "
+                             f"{paper_value(values[against])} "
+                             f"({num(values[system] - values[against])})")
+        elif values:
+            parts.append(f"{entry['label']}: " +
+                         ", ".join(f"{k} {paper_value(v)}" for k, v in values.items()))
+    return "; ".join(parts)
+
+
+def compares_text(claim: dict) -> str:
+    relation = claim["relation"]
+    if relation == "threshold":
+        return "threshold"
+    what = f"{'TER' if claim['metric'] == 'ter' else 'sacreBLEU'}, {claim['subset']}"
+    if relation == "order":
+        groups = " > ".join(" = ".join(g) for g in claim["groups"])
+        return f"order: {groups} ({what})"
+    systems = ", ".join(claim.get("systems") or [claim["system"]])
+    return f"{systems} {relation} {claim['against']} ({what})"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def claims_table(verdicts: List[Verdict], pairs: Optional[List[str]] = None) -> str:
+    """The summary table a README quotes: one row per claim (and direction in ``pairs``)."""
+    rows = ["| claim | paper | here | verdict |", "|---|---|---|---|"]
+    for v in verdicts:
+        if v.pair is not None and pairs is not None and v.pair not in pairs:
+            continue
+        claim = v.claim
+        where = f"{claim['where']}" + (f", {v.pair}" if v.pair and len(pairs or []) > 1 else "")
+        here = quote(v)
+        verdict, _, rest = here.partition(": ")
+        paper = paper_text(claim, short=True) or ("not the paper's: this project's own"
+                                                  if claim.get("own") else "")
+        rows.append(f"| {_cell(_sentence(claim['claim']))} ({_cell(where)}) | "
+                    f"{_cell(paper)} | "
+                    f"{_cell(rest) or '—'} | **{_cell(verdict)}** |")
+    return "\n".join(rows)
+
+
+def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
+             verdicts: List[Verdict], folder_pairs: List[str], holds: List[str]) -> str:
+    """CLAIMS.md: the rule, then every claim with its verdict, direction by direction."""
+    level = settings["significance"]["level"]
+    samples = settings["significance"]["samples"]
+    lines = [
+        f"# {paper}: each claim against `{folder_path}`",
+        "",
+        f"Claims: `{claims_path}`. Results: `{folder_path}/results.json` (config "
+        f"`{settings['config']}`, baseline {settings['baseline']}; the table: TABLE.md). Written "
+        f"by `ran_lab.claims` (`python scripts/claims.py --results {folder_path}`; the "
+        f"reproduction scripts write it beside TABLE.md); README.md and docs/results.md quote it.",
+        "",
+        "**What the folder holds** (from results.json: each run's machine, budget and start):",
+        "",
+        *holds,
+        "",
+        RULE.format(level=level, samples=f"{samples:,}", cap=f"{bootstrap.CAP:,}",
+                    confidence=f"{100 * (1 - level):g} %"),
+        "",
+    ]
+    pairs = list(dict.fromkeys(v.pair for v in verdicts if v.pair))
+    absent = [p for p in pairs if p not in folder_pairs]
+    for pair in (p for p in pairs if p in folder_pairs):
+        rows = [v for v in verdicts if v.pair == pair]
+        lines += [f"## {pair}", "",
+                  "| id | where | the paper says | compares | paper | here | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for v in rows:
+            verdict, _, rest = quote(v, short=False).partition(": ")
+            lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
+                         f"{_cell(_sentence(v.claim['claim']))} | "
+                         f"{_cell(compares_text(v.claim))} | "
+                         f"{_cell(paper_text(v.claim))} | {_cell(rest) or '—'} | "
+                         f"**{_cell(verdict)}** |")
+        lines += [""] + _notes(rows)
+    for pair in absent:
+        ids = ", ".join(v.claim["id"] for v in verdicts if v.pair == pair)
+        lines += [f"## {pair}", "", f"Not run: this folder has no {pair} results ({ids}).", ""]
+    thresholds = [v for v in verdicts if v.pair is None]
+    if thresholds:
+        lines += ["## Analysis and speed", "",
+                  "| id | where | the paper says | measured (limit) | read from | paper "
+                  "| verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for v in thresholds:
+            m = v.measured
+            verdict, _, rest = quote(v, short=False).partition(": ")
+            files = ", ".join(f"`{f}`" for f in m.files)
+            detail = "; ".join(f"{k}: {d}" for k, d in m.details.items() if k != "why")
+            lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
+                         f"{_cell(_sentence(v.claim['claim']))} | "
+                         f"{_cell(rest)}{_cell(' (' + detail + ')') if detail else ''} | "
+                         f"{files} | {_cell(paper_text(v.claim))} | **{_cell(verdict)}** |")
+        lines += [""] + _notes(thresholds)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _notes(verdicts: List[Verdict]) -> List[str]:
+    notes = list(dict.fromkeys((v.claim["id"], v.claim["note"]) for v in verdicts
+                               if v.claim.get("note")))
+    return [f"- **{cid}**: {note}" for cid, note in notes] + ([""] if notes else [])
+
+
+def as_json(verdicts: List[Verdict]) -> List[dict]:
+    """The verdicts as CLAIMS.json records them."""
+    out = []
+    for v in verdicts:
+        entry = {"id": v.claim["id"], "pair": v.pair, "verdict": v.verdict,
+                 "outcome": v.outcome, "quote": quote(v)}
+        if v.comparisons:
+            entry["systems"] = [
+                {"system": s, "against": v.claim["against"], "verdict": c.verdict,
+                 "difference": c.difference, "k": c.k, "n": c.n,
+                 "pooled_interval": list(c.pooled) if c.pooled else None, "margin": c.margin,
+                 "size": c.size,
+                 "seeds": [{"seed": x.seed, "system": x.system, "against": x.against, "p": x.p,
+                            "settled": x.settled, "samples": x.samples,
+                            "interval": list(x.interval) if x.interval else None}
+                           for x in c.seeds]}
+                for s, c in v.comparisons]
+        if v.order is not None:
+            entry["observed"] = v.order.observed
+        if v.measured is not None:
+            entry["tests"] = [{"label": t.label, "value": t.value, "op": t.op, "limit": t.limit,
+                               "passed": t.passed} for t in v.measured.tests]
+            entry["files"], entry["devices"] = v.measured.files, v.measured.devices
+        out.append(entry)
+    return out
+
+
+# a body never holds another marker: an unclosed span or table is left alone, not merged with
+# the next one
+_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|claims-count|holds)\b).)*?)"
+HOLDS = re.compile(r"(<!-- holds (\S+?) -->\n)" + _BODY + r"(<!-- /holds -->)", re.S)
+SPAN = re.compile(r"(<!-- claim (\S+?)#(\S+?) -->)" + _BODY + r"(<!-- /claim -->)", re.S)
+TABLE = re.compile(r"(<!-- claims-table (\S+?)(?: pairs=(\S+))? -->\n)" + _BODY +
+                   r"(<!-- /claims-table -->)", re.S)
+COUNT = re.compile(r"(<!-- claims-count (\S+?) pairs=(\S+) -->)" + _BODY + r"(<!-- /claims-count -->)",
+                   re.S)
+
+
+def counted(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None
+            ) -> List[Verdict]:
+    """The paper's claims a tally counts: those with a result in ``pairs`` (or in none: analysis
+    and speed claims), each once: not the project's ``own``, not a claim measured again on
+    another device (``same_as``: counted under that id), not a measure of another folder's
+    checkpoints (``checkpoints``: counted only there)."""
+    return [v for v in verdicts if (v.pair is None or v.pair in pairs)
+            and v.outcome != NOT_RUN and not v.claim.get("own")
+            and not v.claim.get("same_as")
+            and (folder is None or v.claim.get("checkpoints") in (None, folder))]
+
+
+def held_count(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None) -> str:
+    """"k held, m inconclusive, n not held of N": the tally of :func:`counted`."""
+    ran = counted(verdicts, pairs, folder)
+    k, m, n = (sum(v.outcome == o for v in ran) for o in (HELD, INCONCLUSIVE, NOT_HELD))
+    return f"{k} held, {m} inconclusive, {n} not held of {len(ran)}"
+
+
+def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
+         holds_of: Optional[Callable[[str], List[str]]] = None) -> str:
+    """``text`` with every claim span, claims table, claims count and holds block rewritten from
+    the engine's verdicts; ``verdicts_of(folder)`` gives a folder's verdicts by key (``ID`` or ``ID@PAIR``),
+    ``holds_of(folder)`` the lines of :func:`.provenance.holds`."""
+    def span(m):
+        found = verdicts_of(m[2])
+        if m[3] not in found:
+            raise KeyError(f"{m[2]} has no claim {m[3]!r} (known: {', '.join(found)})")
+        return f"{m[1]}{quote(found[m[3]])}{m[5]}"
+
+    def table(m):
+        pairs = m[3].split(",") if m[3] else None
+        verdicts = list(verdicts_of(m[2]).values())
+        return f"{m[1]}{claims_table(verdicts, pairs)}\n{m[5]}"
+
+    def count(m):
+        tally = held_count(list(verdicts_of(m[2]).values()), m[3].split(","), m[2])
+        return f"{m[1]}{tally}{m[5]}"
+
+    def block(m):
+        if holds_of is None:
+            raise KeyError(f"no holds_of to fill the holds block of {m[2]}")
+        return f"{m[1]}{chr(10).join(holds_of(m[2]))}\n{m[4]}"
+
+    return HOLDS.sub(block, COUNT.sub(count, TABLE.sub(table, SPAN.sub(span, text))))
+
+
+def quoted_folders(text: str) -> List[str]:
+    return list(dict.fromkeys([m[2] for m in SPAN.finditer(text)] +
+                              [m[2] for m in TABLE.finditer(text)] +
+                              [m[2] for m in COUNT.finditer(text)] +
+                              [m[2] for m in HOLDS.finditer(text)]))

@@ -1,0 +1,218 @@
+"""A results folder as the verdicts read it: each run's scores, and paired-bootstrap p-values.
+
+The scores are those of the folder's ``results.json`` (the numbers its TABLE.md shows). Every
+pair of runs a comparison names is tested here on the committed hypotheses by
+:func:`.bootstrap.paired` (sacreBLEU's paired bootstrap, seeded, drawn until p is settled on one
+side of the level; with 1,000 resamples its p is the one the reproduction engine stores in
+results.json), which also gives the difference's interval; each comparison's seeds together get
+the pooled interval of :func:`.bootstrap.pooled`. Both are kept in the folder's ``CLAIMS.json``
+(``pvalues`` and ``pooled``) with a digest of the hypothesis files, so that the report can be
+remade where the references are not at hand; a changed hypothesis file is tested again.
+"""
+import hashlib
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ran_io.textio import read_json
+from ..portable import expand_path
+from . import bootstrap
+from .rule import Seed
+
+P_KEY = {"sacrebleu": "p_value", "ter": "ter_p_value"}
+BOOTSTRAP_METRIC = {"sacrebleu": "BLEU", "ter": "TER"}
+
+
+class ResultsError(RuntimeError):
+    """A p-value that can be neither read nor computed (missing hypotheses or references)."""
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+class Folder:
+    """One results folder (``results.json`` and the hypotheses under ``PAIR/SYSTEM/seedN``).
+
+    ``refs``: (pair, subset) -> the raw references, where they are not at the path results.json
+    records; ``cache``: p-values computed before (CLAIMS.json's ``pvalues``); ``compute``: False to
+    refuse computing a missing p-value (ResultsError instead)."""
+
+    def __init__(self, path, repo: Optional[Path] = None, refs: Optional[dict] = None,
+                 cache: Optional[List[dict]] = None, compute: bool = True,
+                 pooled_cache: Optional[List[dict]] = None, seed: int = bootstrap.SEED):
+        self.path = Path(path)
+        self.repo = Path(repo) if repo else None
+        self.report = read_json(self.path / "results.json", "a results folder's table data",
+                                shape=dict)
+        self.settings = self.report["settings"]
+        self.baseline = self.settings["baseline"]
+        self.level = self.settings["significance"]["level"]
+        self.samples = self.settings["significance"]["samples"]
+        self.refs = dict(refs or {})
+        self.compute = compute
+        self.runs: Dict[Tuple[str, str, int], dict] = {
+            (r["pair"], r["system"], r["seed"]): r for r in self.report["results"]}
+        self.pairs = list(dict.fromkeys(r["pair"] for r in self.report["results"]))
+        self.seed = seed
+        self._cache = {self._key(e): e for e in (cache or []) if e.get("bootstrap_seed") == seed}
+        self._pooled = {self._pooled_key(e): e for e in (pooled_cache or [])
+                        if e.get("bootstrap_seed") == seed}
+        self.used: Dict[tuple, dict] = {}
+        self.used_pooled: Dict[tuple, dict] = {}
+        self._stats: Dict[tuple, object] = {}
+
+    # -- scores ---------------------------------------------------------------------------------
+
+    def seeds(self, pair: str, system: str, subset: str) -> List[int]:
+        return sorted(seed for (p, s, seed), r in self.runs.items()
+                      if p == pair and s == system and subset in r.get("subsets", {}))
+
+    def score(self, pair, system, seed, subset, metric) -> float:
+        return self.runs[(pair, system, seed)]["subsets"][subset][metric]
+
+    def has(self, pair, system, subset) -> bool:
+        return bool(self.seeds(pair, system, subset))
+
+    # -- p-values -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _key(entry):
+        return (entry["pair"], entry["subset"], entry["metric"], entry["seed"],
+                *sorted((entry["system"], entry["against"])))
+
+    def hyp_file(self, pair, system, seed, subset) -> Path:
+        from ..common.paths import slug
+        scores = self.runs[(pair, system, seed)]["subsets"][subset]
+        return self.path / pair / slug(system) / f"seed{seed}" / scores["hyp_file"]
+
+    def ref_file(self, pair, system, seed, subset) -> Path:
+        if (pair, subset) in self.refs:
+            return Path(self.refs[(pair, subset)])
+        # {repo}/PATH: the same file of this checkout (ran_lab.portable)
+        recorded = expand_path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"],
+                               self.repo)
+        if recorded.is_file():
+            return recorded
+        # a results.json made before held the machine's absolute path: try the same data-bin here
+        if self.repo is not None:
+            here = self.repo / "data-bin" / recorded.parent.name / recorded.name
+            if here.is_file():
+                return here
+        return recorded
+
+    def _hyps(self, pair, names, seeds, subset) -> Dict[tuple, Path]:
+        hyps = {(name, seed): self.hyp_file(pair, name, seed, subset)
+                for name in names for seed in seeds}
+        missing = [str(f) for f in hyps.values() if not f.is_file()]
+        if missing:
+            raise ResultsError(f"no hypotheses to test {' against '.join(names)} ({pair}, "
+                               f"seeds {', '.join(map(str, seeds))}, {subset}): "
+                               f"{', '.join(missing)}")
+        return hyps
+
+    def _statistics(self, pair, subset, metric, hyps: Dict[tuple, Path], what: str):
+        """The per-sentence statistics of each hypothesis file, and the scorer."""
+        name, seed = next(iter(hyps))
+        if not self.compute:
+            raise ResultsError(f"{self.path}: no stored test for {what} ({pair}, {subset}, "
+                               f"{metric}) and computing is off")
+        ref = self.ref_file(pair, name, seed, subset)
+        if not ref.is_file():
+            raise ResultsError(f"{self.path}: the references {ref} are needed to test {what} "
+                               f"({pair}, {subset}); pass --refs {pair}:{subset}=FILE")
+        from ..common.jsonio import read_text_lines
+        refs = read_text_lines(ref)
+        stats = {}
+        for key, f in hyps.items():
+            cache_key = (str(f), metric)
+            if cache_key not in self._stats:
+                self._stats[cache_key] = bootstrap.sentence_stats(read_text_lines(f), refs,
+                                                                  BOOTSTRAP_METRIC[metric])
+            stats[key] = self._stats[cache_key]
+        return stats, bootstrap.Scorer(BOOTSTRAP_METRIC[metric], refs)
+
+    def test(self, pair, system, against, seed, subset, metric) -> dict:
+        """The paired bootstrap between two runs of the same seed: ``p``, ``count``, ``samples``,
+        ``settled``, ``interval`` (of system minus against)."""
+        entry = {"pair": pair, "subset": subset, "metric": metric, "seed": seed,
+                 "system": system, "against": against}
+        hyps = self._hyps(pair, (system, against), (seed,), subset)
+        digests = {name: digest(f) for (name, _), f in hyps.items()}
+        key = self._key(entry)
+        cached = self._cache.get(key)
+        if cached is not None and cached.get("digests") == digests and "interval" in cached:
+            self.used[key] = cached
+            return self._oriented(cached, system)
+        stats, scorer = self._statistics(pair, subset, metric, hyps, f"{system} against {against}")
+        result = bootstrap.paired(stats[(against, seed)], stats[(system, seed)], scorer,
+                                  self.level, self.samples, self.seed)
+        entry.update(p=result.p, count=result.count, samples=result.samples,
+                     settled=result.settled, mc=list(result.mc),
+                     interval=list(result.interval), digests=digests,
+                     bootstrap_seed=self.seed)
+        self._cache[key] = self.used[key] = entry
+        return entry
+
+    @staticmethod
+    def _oriented(entry: dict, system: str) -> dict:
+        """A stored test read for ``system`` against the other: the interval turned round where
+        the entry was stored the other way."""
+        if entry["system"] == system:
+            return entry
+        lo, hi = entry["interval"]
+        return {**entry, "system": entry["against"], "against": entry["system"],
+                "interval": [-hi, -lo]}
+
+    def p_value(self, pair, system, against, seed, subset, metric) -> float:
+        """The paired bootstrap's p-value between two runs of the same seed."""
+        return self.test(pair, system, against, seed, subset, metric)["p"]
+
+    @staticmethod
+    def _pooled_key(entry):
+        return (entry["pair"], entry["subset"], entry["metric"], entry["system"],
+                entry["against"], tuple(entry["seeds"]))
+
+    def pooled(self, pair, system, against, seeds: List[int], subset, metric):
+        """The mean difference over ``seeds`` and its pooled interval (:func:`.bootstrap.pooled`)."""
+        entry = {"pair": pair, "subset": subset, "metric": metric, "system": system,
+                 "against": against, "seeds": list(seeds)}
+        hyps = self._hyps(pair, (system, against), seeds, subset)
+        digests = {f"{name}/seed{seed}": digest(f) for (name, seed), f in hyps.items()}
+        key = self._pooled_key(entry)
+        cached = self._pooled.get(key)
+        if cached is not None and cached.get("digests") == digests:
+            self.used_pooled[key] = cached
+            return tuple(cached["interval"])
+        stats, scorer = self._statistics(pair, subset, metric, hyps, f"{system} against {against}")
+        _, interval = bootstrap.pooled([(stats[(against, s)], stats[(system, s)]) for s in seeds],
+                                       scorer, self.level, seed=self.seed)
+        entry.update(interval=list(interval), samples=bootstrap.INTERVAL_SAMPLES,
+                     digests=digests, bootstrap_seed=self.seed)
+        self._pooled[key] = self.used_pooled[key] = entry
+        return interval
+
+    def comparison_seeds(self, pair, system, against, subset, metric,
+                         p_value: Optional[Callable] = None) -> List[Seed]:
+        """The seeds both systems ran on ``pair``/``subset``, each with its scores and p-value."""
+        common = sorted(set(self.seeds(pair, system, subset)) &
+                        set(self.seeds(pair, against, subset)))
+        out = []
+        for seed in common:
+            scores = (self.score(pair, system, seed, subset, metric),
+                      self.score(pair, against, seed, subset, metric))
+            if p_value is not None:
+                out.append(Seed(seed, *scores, p_value(pair, system, against, seed, subset,
+                                                       metric)))
+                continue
+            t = self.test(pair, system, against, seed, subset, metric)
+            out.append(Seed(seed, *scores, t["p"], tuple(t["interval"]), t["settled"],
+                            t["samples"]))
+        return out
+
+    def computed(self) -> List[dict]:
+        """The p-values computed or reused by this report, for CLAIMS.json."""
+        return [self.used[k] for k in sorted(self.used)]
+
+    def computed_pooled(self) -> List[dict]:
+        """The pooled intervals computed or reused by this report, for CLAIMS.json."""
+        return [self.used_pooled[k] for k in sorted(self.used_pooled)]

@@ -1,0 +1,79 @@
+"""The GPU check's report: check.json (everything) and CHECK.md (a table a person reads), written
+after each step."""
+import json
+import platform
+import subprocess
+
+from ran_io import textio
+from ..common.machine import cuda_mps_running, git_commit, utc_now
+
+
+def environment(device):
+    import torch
+
+    env = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+           "python": platform.python_version(), "commit": git_commit(), "date": utc_now(),
+           "cuda_mps": cuda_mps_running()}
+    if device == "cuda" and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True) if _has("nvidia-smi") else None
+        env["driver"] = smi.stdout.strip().split("\n")[0] if smi and smi.returncode == 0 else None
+    return env
+
+
+def _has(program):
+    import shutil
+
+    return shutil.which(program) is not None
+
+
+def markdown(report):
+    env = report["environment"]
+    lines = ["# GPU check", "",
+             f"{env.get('gpu') or env['device']}, driver {env.get('driver') or '-'}, "
+             f"torch {env['torch']}, CUDA {env.get('cuda') or '-'}, Python {env['python']}, "
+             f"commit {(env.get('commit') or '-')[:12]}, {env['date']}"
+             + (" (an NVIDIA MPS daemon was running)" if env.get("cuda_mps") else ""), ""]
+    tests = report["steps"].get("tests")
+    if tests:
+        lines += ["## Device-aware tests (gradcheck, model-level conformance)", "",
+                  f"{tests['status']}: " + ", ".join(
+                      f"{tests[k]} {k}" for k in ("tests", "failures", "errors", "skipped")
+                      if k in tests) + (f" ({tests['reason']})" if "reason" in tests else ""),
+                  ""]
+        lines += [f"- failed: `{t}`" for t in tests.get("failed_tests", [])]
+        lines += [""] if tests.get("failed_tests") else []
+    training = report["steps"].get("training")
+    if training:
+        dtypes = training["dtypes"]
+        lines += [f"## Training, {training['updates']} updates", "",
+                  "| system | " + " | ".join(dtypes) + " |",
+                  "|---|" + "---|" * len(dtypes)]
+        by = {(r["system"], r["dtype"]): r for r in training["rows"]}
+        for system in dict.fromkeys(r["system"] for r in training["rows"]):
+            cells = []
+            for d in dtypes:
+                r = by.get((system, d), {"status": "not run"})
+                v = r.get("valid_loss")
+                cell = r["status"] + (f", valid {v:.3f}" if isinstance(v, float) else "")
+                if r["status"] != "passed" and r.get("reason"):
+                    cell += f": {r['reason']}"
+                cells.append(cell)
+            lines.append(f"| {system} | " + " | ".join(cells) + " |")
+        lines += ["", "Tolerance of the validation loss against float32's: "
+                  + ", ".join(f"{k} {v:.0%}" for k, v in training["tolerance"].items()), ""]
+    speed = report["steps"].get("speed")
+    if speed:
+        lines += ["## Speed", "", f"{speed['status']}"
+                  + (f": {speed['reason']}" if speed.get("reason") else ""), ""]
+    not_run = [s for s in report["planned"] if s not in report["steps"]]
+    if not_run:
+        lines += [f"Not run (the deadline came first): {', '.join(not_run)}", ""]
+    return "\n".join(lines)
+
+
+def write(out, report):
+    out.mkdir(parents=True, exist_ok=True)
+    textio.write_text_atomic(out / "check.json", json.dumps(report, indent=2) + "\n")
+    textio.write_text_atomic(out / "CHECK.md", markdown(report))

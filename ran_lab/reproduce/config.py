@@ -1,0 +1,352 @@
+"""A paper's reproduction as data: what a paper's ``reproduce.json`` adds (:class:`Paper`), and the scale config
+it runs (``configs/PAPER/*.json``) read and checked with its systems file, paper numbers, speed
+bench and the config it continues."""
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from ..common.flags import check_device_flags as common_device_flags
+from ..common.flags import check_flags
+from ..common.flags import config_train_flags as common_train_flags
+from ..common.jsonio import read_json
+from ..common.paths import repo_path, slug
+from ..common.systems import parse_systems
+from ..common.systems import select_systems as common_select
+from .errors import ReproError
+
+if TYPE_CHECKING:  # only for the annotation of Paper.measure
+    from .runs import Run
+
+
+CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
+               "out", "checkpoints", "select", "train_flags", "generate_flags"}
+
+
+OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base",
+                        "set_train_flags", "speed_bench", "continues",
+                        "gpus"}  # gpus: the paper's GPUs per training (--launcher slurm's default)
+
+
+# select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).
+SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
+
+
+SIGNIFICANCE = {"samples": 1000, "level": 0.01}
+
+
+SYSTEM_KEYS = {"name", "arch", "flags", "tables", "checkpoint_of", "generate_flags", "postprocess",
+               "notes"}
+
+
+# Flags the engine sets itself, refused in a config: flag -> where its value comes from.
+TRAIN_OWNED = {
+    "--arch": "the system's arch (or the config's 'arch')", "-a": "the system's arch",
+    "--save-dir": "--checkpoints / the config's 'checkpoints'",
+    "--source-lang": "--pairs", "-s": "--pairs", "--target-lang": "--pairs", "-t": "--pairs",
+    "--task": "nothing (translation)", "--user-dir": "nothing (the plugin)",
+    "--cpu": "the config's 'device'", "--seed": "--seeds / the config's 'seeds'",
+    "--best-checkpoint-metric": "the config's 'select'",
+    "--maximize-best-checkpoint-metric": "the config's 'select'",
+    "--eval-bleu": "the config's 'select' (\"bleu\")",
+}
+
+
+GENERATE_OWNED = dict(TRAIN_OWNED, **{
+    "--path": "the config's 'checkpoint'", "--gen-subset": "the config's 'gen_subset'",
+    "--post-process": "the config's 'bpe'", "--remove-bpe": "the config's 'bpe'",
+    "--scoring": "nothing (the engine scores)", "--bpe": "nothing", "--tokenizer": "nothing",
+    "--results-path": "nothing (OUT/PAIR/SYSTEM/seedN/generate.txt)", "--quiet": "nothing",
+    "--required-batch-size-multiple": "nothing (1: every sentence is translated)",
+})
+
+
+POSTPROCESS_FIELDS = ("generate", "output", "data", "src", "tgt", "raw_src", "raw_ref",
+                      "subset")
+
+
+@dataclass
+class Column:
+    """An extra table column: ``title`` and ``cell(result) -> str``."""
+    title: str
+    cell: Callable[[dict], str]
+
+
+@dataclass
+class FullSetting:
+    """A named full-size scale config, chosen with ``--full NAME``; ``help`` says what it is."""
+    name: str
+    config: Path
+    help: str
+
+
+@dataclass
+class Paper:
+    """What a paper adds to the engine (read from its ``configs/KEY/reproduce.json``).
+
+    The full-size settings are either one config (``full_config`` and ``full_help``: a bare
+    ``--full`` flag) or several named ones (``full_settings``: ``--full [NAME]``, the first one
+    without a NAME). ``measure(run, result)`` runs after a system is scored and returns extra
+    result fields (e.g. FLOPs or a plot path); ``columns`` show fields of the result in the table."""
+    key: str  # the paper's name: ran-reproduce KEY, configs/KEY, results/KEY
+    title: str  # heading of TABLE.md
+    cpu_config: Path
+    full_config: Optional[Path] = None
+    full_help: str = ""
+    columns: Sequence[Column] = ()
+    measure: Optional[Callable[["Run", dict], dict]] = None
+    notes: Sequence[str] = field(default_factory=list)  # extra bullet lines under the heading
+    full_settings: Sequence[FullSetting] = ()
+
+    def __post_init__(self):
+        if (self.full_config is None) == (not self.full_settings):
+            raise ValueError(f"Paper {self.key!r}: give either full_config (with full_help) or "
+                             f"full_settings, not both or neither")
+        names = [s.name for s in self.full_settings]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Paper {self.key!r}: full_settings names must differ, got {names}")
+
+
+def parse_seeds(items):
+    """Distinct non-negative integer seeds, in the given order."""
+    seeds = []
+    for item in items:
+        text = str(item).strip()
+        if not text.isdigit():
+            raise ValueError(f"{item!r} is not a non-negative integer (e.g. --seeds 1,2,3)")
+        if int(text) in seeds:
+            raise ValueError(f"seed {text} appears twice")
+        seeds.append(int(text))
+    if not seeds:
+        raise ValueError("no seed given")
+    return seeds
+
+
+def load_systems(path, arch_override=None):
+    """Systems of a systems file by name, in file order, with their links checked."""
+    spec = read_json(path, "systems file (the config's 'systems')", ReproError)
+
+    def check(system):
+        name = system["name"]
+        check_flags(system.get("flags", []), TRAIN_OWNED, f"{path}: system {name!r} flags",
+                    ReproError)
+        check_flags(system.get("generate_flags", []), GENERATE_OWNED,
+                    f"{path}: system {name!r} generate_flags", ReproError)
+        if system.get("postprocess") is not None:
+            check_postprocess(system["postprocess"], f"{path}: system {name!r} postprocess")
+
+    found = parse_systems(spec, path, ReproError, known=SYSTEM_KEYS, check=check)
+    systems = {name: {
+        "name": name, "arch": arch_override or system["arch"],
+        "flags": found.common_flags + list(system.get("flags", [])),
+        "tables": list(system.get("tables", [])),
+        "checkpoint_of": system.get("checkpoint_of"),
+        "generate_flags": list(system.get("generate_flags", [])),
+        "postprocess": system.get("postprocess")} for name, system in found.systems.items()}
+    if not systems:
+        raise ReproError(f"{path} lists no systems")
+    for system in systems.values():
+        owner = system["checkpoint_of"]
+        if owner is None:
+            continue
+        if owner not in systems or systems[owner]["checkpoint_of"] is not None:
+            raise ReproError(f"{path}: system {system['name']!r} decodes the checkpoint of "
+                             f"{owner!r}, which is not a trained system of this file")
+        if (system["arch"], system["flags"]) != (systems[owner]["arch"], systems[owner]["flags"]):
+            raise ReproError(f"{path}: system {system['name']!r} decodes {owner!r}'s checkpoint, so "
+                             f"its arch and flags must equal {owner!r}'s")
+    try:
+        dirs = [slug(name) for name in systems]
+    except ValueError as e:
+        raise ReproError(f"{path}: {e}") from None
+    if len(set(dirs)) != len(dirs):
+        raise ReproError(f"{path}: system names must differ in more than punctuation "
+                         f"(their directories: {', '.join(dirs)})")
+    baseline = spec.get("baseline")
+    if baseline not in systems:
+        raise ReproError(f"{path}: 'baseline' must name one of its systems ({', '.join(systems)}),"
+                         f" not {baseline!r}")
+    return baseline, systems
+
+
+def check_postprocess(post, where):
+    if not (isinstance(post, list) and post and all(isinstance(p, str) for p in post)):
+        raise ReproError(f"{where} must be a non-empty list of strings: a python module and its "
+                         f"arguments")
+    for part in post:
+        for name in re.findall(r"{(\w+)}", part):
+            if name not in POSTPROCESS_FIELDS:
+                raise ReproError(f"{where}: unknown placeholder {{{name}}} (known: "
+                                 f"{', '.join('{' + f + '}' for f in POSTPROCESS_FIELDS)})")
+
+
+def read_config(path, seen=()):
+    """A config's keys, those of the config it names as ``base`` (a path from the repository root)
+    filled in under its own: a GPU config is its CPU config with ``device`` and ``out`` changed."""
+    config = read_json(path, "config (--config)" if not seen else "base config", ReproError)
+    base = config.pop("base", None)
+    if base is None:
+        return config
+    base_path = repo_path(base) if isinstance(base, str) else None
+    if base_path is None or base_path.resolve() in seen or Path(path).resolve() == base_path.resolve():
+        raise ReproError(f"config {path}: 'base' must be the path of another config, with no "
+                         f"cycle, not {base!r}")
+    inherited = read_config(base_path, seen + (Path(path).resolve(),))
+    # the base's notes describe the base; a config that inherits says what it changes
+    inherited.pop("notes", None)
+    return dict(inherited, **config)
+
+
+def load_config(path):
+    """The scale config with its systems (in file order) and paper numbers resolved."""
+    config = read_config(path)
+    if "checkpoint" in config:
+        raise ReproError(f"config {path}: 'checkpoint' is replaced by 'select' (one of "
+                         f"{', '.join(SELECT)}: checkpoint_last.pt, or checkpoint_best.pt by "
+                         f"validation loss or BLEU)")
+    missing = sorted(k for k in CONFIG_KEYS if k not in config)
+    if missing:
+        raise ReproError(f"config {path} lacks {', '.join(missing)}")
+    unknown = sorted(set(config) - CONFIG_KEYS - OPTIONAL_CONFIG_KEYS)
+    if unknown:
+        raise ReproError(f"config {path} has unknown key(s) {', '.join(unknown)} (known: "
+                         f"{', '.join(sorted(CONFIG_KEYS | OPTIONAL_CONFIG_KEYS))})")
+    if config["device"] not in ("cpu", "cuda"):
+        raise ReproError(f"config {path}: device must be 'cpu' or 'cuda', not "
+                         f"{config['device']!r}")
+    if config.get("bpe", "subword_nmt") not in ("subword_nmt", None):
+        raise ReproError(f"config {path}: bpe must be 'subword_nmt' or null (word-level data)")
+    if config["select"] not in SELECT:
+        raise ReproError(f"config {path}: select must be one of {', '.join(SELECT)}, not "
+                         f"{config['select']!r}")
+    subsets = config["gen_subset"]
+    subsets = [subsets] if isinstance(subsets, str) else subsets
+    if not (isinstance(subsets, list) and subsets and all(isinstance(x, str) and x for x in subsets)
+            and len(set(subsets)) == len(subsets)):
+        raise ReproError(f"config {path}: gen_subset must be a subset name or a list of distinct "
+                         f"names (the first is the main one), not {config['gen_subset']!r}")
+    try:
+        seeds = parse_seeds(config.get("seeds", [1]))
+    except (ValueError, TypeError) as e:
+        raise ReproError(f"config {path}: seeds: {e}") from e
+    significance = dict(SIGNIFICANCE, **config.get("significance", {}))
+    if set(significance) != set(SIGNIFICANCE) or not isinstance(significance["samples"], int) \
+            or significance["samples"] < 100 or not 0 < significance["level"] < 1:
+        raise ReproError(f"config {path}: significance must be {{\"samples\": N >= 100, "
+                         f"\"level\": p in (0, 1)}}, not {config['significance']!r}")
+    config = dict(config, train_flags=config_train_flags(config, path))
+    check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags",
+                ReproError)
+    systems_file = repo_path(config["systems"])
+    baseline, systems = load_systems(systems_file, config.get("arch"))
+    paper = read_json(repo_path(config["paper"]), "paper numbers (the config's 'paper')",
+                      ReproError)
+    keys = [c.get("key") for c in paper.get("columns", [])]
+    shown_keys = config.get("paper_columns", keys)
+    unknown = [k for k in shown_keys if k not in keys] if isinstance(shown_keys, list) else None
+    if unknown is None or unknown:
+        raise ReproError(f"config {path}: paper_columns must list keys of {config['paper']}'s "
+                         f"columns ({', '.join(map(str, keys))}); unknown: {unknown}")
+    paper = dict(paper, columns=[c for c in paper.get("columns", []) if c.get("key") in shown_keys])
+    speed = (load_speed_bench(config["speed_bench"], baseline, f"config {path}")
+             if "speed_bench" in config else None)
+    continues = continued_config(config["continues"], path) if "continues" in config else None
+    return dict(config, path=str(Path(path).resolve()), systems_file=str(systems_file),
+                systems=systems, baseline=baseline, paper_numbers=paper, subsets=subsets,
+                seeds=seeds, significance=significance, speed_bench=speed, continues=continues)
+
+
+def continued_config(name, path):
+    """The config whose trainings a config's runs carry on (its ``continues``): where that config
+    keeps its checkpoints and training logs."""
+    where = f"config {path}: continues"
+    if not isinstance(name, str) or not repo_path(name).is_file():
+        raise ReproError(f"{where} must name an existing config (a path from the repository "
+                         f"root, e.g. \"configs/ran/cpu.json\"), not {name!r}")
+    other = read_config(repo_path(name))
+    for key in ("out", "checkpoints"):
+        if not isinstance(other.get(key), str):
+            raise ReproError(f"{where}: {name} has no '{key}'")
+    return {"config": name, "out": other["out"], "checkpoints": other["checkpoints"]}
+
+
+def config_train_flags(config, path):
+    """The training flags of a config (as read by :func:`read_config`): its ``train_flags`` with
+    ``set_train_flags`` applied, checked against the flags the engine sets."""
+    return common_train_flags(config, path, TRAIN_OWNED, ReproError)
+
+
+def load_speed_bench(paths, baseline, where):
+    """The training-time ratios of ``scripts/bench.py`` runs (their bench.json files: ``speed_bench``
+    in a config, one path or a list): the systems timed one after another on a machine with
+    nothing else running, which runs side by side (--jobs) cannot give. With several runs a
+    system's ratio is the median of its ratios (a run's drift moves one run's figures). Returns
+    what the table shows of them."""
+    paths = [paths] if isinstance(paths, str) else paths
+    if not (isinstance(paths, list) and paths and all(isinstance(x, str) for x in paths)):
+        raise ReproError(f"{where}: speed_bench must be the path of a bench.json or a list of "
+                         f"them, not {paths!r}")
+    runs = []
+    for path in paths:
+        bench = read_json(repo_path(path), f"{where}: speed_bench (made by scripts/bench.py "
+                                           f"--systems SYSTEMS --train-flags-of CONFIG --out DIR)",
+                          ReproError)
+        try:
+            tps = {r["name"]: r["metrics"]["train_tokens_per_s"] for r in bench["systems"]}
+            settings, machine = bench["settings"], bench["machine"]
+        except (KeyError, TypeError) as e:
+            raise ReproError(f"{where}: speed_bench {path} is not a bench.py report (no {e})") \
+                from e
+        if not tps.get(baseline):
+            raise ReproError(f"{where}: speed_bench {path} has no training speed of the baseline "
+                             f"{baseline!r} (systems: {', '.join(tps)}); run bench.py with this "
+                             f"config's systems file")
+        runs.append((path, tps, settings, machine))
+    ratios = {}
+    for _, tps, _, _ in runs:
+        for name, value in tps.items():
+            if value:
+                ratios.setdefault(name, []).append(tps[baseline] / value)
+    _, _, settings, machine = runs[0]
+    loads = [m.get(k) for _, _, _, m in runs for k in ("load_average_before", "load_average_after")]
+    loads = [x for x in loads if x is not None]
+    return {"files": [p for p, _, _, _ in runs], "device": machine.get("device"),
+            "device_name": machine.get("device_name"), "threads": machine.get("threads"),
+            "load_average_max": max(loads) if loads else None,
+            "dates": [m.get("date") for _, _, _, m in runs],
+            "train_updates": settings.get("train_updates"),
+            "max_tokens": settings.get("max_tokens"),
+            "train_flags_of": settings.get("train_flags_of"),
+            "train_time_ratios": ratios,
+            "train_time_ratio": {name: statistics.median(v) for name, v in ratios.items()}}
+
+
+def parse_pairs(text):
+    pairs = []
+    for item in text.split(","):
+        parts = item.strip().split("-")
+        if len(parts) != 2 or not all(re.fullmatch(r"[a-z]{2,3}", x) for x in parts) \
+                or parts[0] == parts[1]:
+            raise ReproError(f"--pairs: {item.strip()!r} is not a pair like de-en")
+        pairs.append(tuple(parts))
+    return pairs
+
+
+def check_device_flags(device, train_flags, systems, where, change):
+    """:func:`ran_lab.common.flags.check_device_flags`, refusing with a ReproError."""
+    common_device_flags(device, train_flags, systems, where, change, ReproError)
+
+
+def select_systems(systems, wanted, config_path):
+    """The wanted systems in the order ``wanted`` names them (all of them, in file order, where it
+    is None), each system whose checkpoint another decodes just before that one unless named
+    earlier: the order in which their runs start (the table keeps the file's order)."""
+    def refuse(names, unknown):
+        if unknown or not names:
+            return ReproError(f"--systems: unknown system(s) "
+                              f"{', '.join(map(repr, unknown)) or '(none)'}; {config_path} has: "
+                              f"{', '.join(systems)}")
+        return None
+
+    return common_select(systems, wanted, refuse)

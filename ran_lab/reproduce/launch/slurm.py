@@ -1,0 +1,267 @@
+"""``--launcher slurm``: each (pair, system, seed) is one Slurm job, submitted with submitit, that
+trains, decodes and scores the run on the cluster and writes its result.json; the engine waits for
+the jobs (or returns after submitting them: ``--submit-only``) and tabulates their results.
+
+A job stopped by its time limit or preempted is requeued by submitit (the job's Python process is
+sent USR2 ``--requeue-signal`` seconds before the limit, and requeues itself) and its training goes
+on from checkpoint_last.pt to the exact --max-update. Multi-GPU and multi-node trainings are
+fairseq's own distributed training under srun (its Slurm detection, ``--distributed-port``). The
+jobs' states come from ``scontrol`` and ``squeue``, which need no accounting database."""
+import os
+import re
+import sys
+import time
+import zlib
+
+from ran_io import textio
+from ... import portable
+from ...common import paths
+from ...common.flags import flag_pairs, set_flag
+from ...common.jsonio import load_json
+from ...common.machine import machine_info
+from ..errors import ReproError
+from .jobs import RECORD, active_state, job_state, read_record
+from . import require_submitit
+
+submitit = require_submitit()
+
+POLL_SECONDS = 5
+
+
+def resources(args, config):
+    """The Slurm resources of every run: nodes, tasks per node, GPUs per node, CPUs per task and
+    the training's world size. GPU trainings have one task per node and fairseq starts one
+    process per GPU (its Slurm detection); CPU trainings have ``--tasks-per-run`` tasks."""
+    gpus = args.gpus_per_run
+    if gpus is None:
+        gpus = int(config.get("gpus", 1)) if config["device"] == "cuda" else 0
+    nodes = args.nodes_per_run
+    if gpus and gpus % nodes:
+        raise ReproError(f"--gpus-per-run {gpus} is not a multiple of --nodes-per-run {nodes}")
+    if gpus:
+        return {"nodes": nodes, "tasks_per_node": 1, "gpus_per_node": gpus // nodes,
+                "cpus_per_task": args.cpus_per_run or 4 * (gpus // nodes), "world_size": gpus}
+    return {"nodes": nodes, "tasks_per_node": args.tasks_per_run, "gpus_per_node": 0,
+            "cpus_per_task": args.cpus_per_run or 2, "world_size": nodes * args.tasks_per_run}
+
+
+def distributed_argv(run, world):
+    """``run``'s fairseq-train flags for ``world`` processes: fairseq's Slurm detection needs
+    --distributed-port (one per run, from its folder); --update-freq is divided by the world size
+    so that each update sees the config's batch (the configs' one-GPU --update-freq stands for the
+    paper's GPUs: configs/ran/wmt14-base.json); where it does not divide, it is kept and the batch
+    grows with the world size."""
+    if world == 1:
+        return run.train_argv
+    argv = run.train_argv
+    freq = int(flag_pairs(argv).get("--update-freq") or 1)
+    if freq % world == 0:
+        argv = set_flag(argv, "--update-freq", freq // world)
+    port = 20000 + zlib.crc32(str(run.dir).encode()) % 20000
+    return set_flag(argv, "--distributed-port", port)
+
+
+def prepare(runs, args, config):
+    """Give every run its Slurm resources and distributed flags (before their commands are
+    compared with stored results or printed)."""
+    res = resources(args, config)
+    args.threads = args.threads_given or res["cpus_per_task"]
+    for run in runs:
+        run.slurm = res
+        run.train_argv = distributed_argv(run, res["world_size"])
+    return res
+
+
+def sbatch_parameters(run, args):
+    """submitit's SlurmExecutor parameters of ``run``'s job (the sbatch options it writes)."""
+    res = run.slurm
+    extra = {"requeue": True}  # requeued at its time limit or on preemption (submitit)
+    for option in args.slurm_extra:
+        key, _, value = option[2:].partition("=")
+        extra[key] = value if value else True
+    params = {"job_name": f"ran-{run.pair}-{run.system['name']}-seed{run.seed}".replace(" ", "_"),
+              "time": args.time_limit, "nodes": res["nodes"],
+              "ntasks_per_node": res["tasks_per_node"], "cpus_per_task": res["cpus_per_task"],
+              "signal_delay_s": args.requeue_signal, "stderr_to_stdout": True,
+              "additional_parameters": extra}
+    if res["gpus_per_node"]:
+        params["gpus_per_node"] = res["gpus_per_node"]
+    if args.slurm_partition:
+        params["partition"] = args.slurm_partition
+    return params
+
+
+def executor(run, args):
+    ex = submitit.SlurmExecutor(folder=run.dir / "slurm", max_num_timeout=100000)
+    ex.update_parameters(**sbatch_parameters(run, args))
+    return ex
+
+
+def sbatch_script(run, args):
+    """The sbatch script submitit would submit for ``run`` (``--dry-run``)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    command = f"{sys.executable} -u -m submitit.core._submit {run.dir / 'slurm'}"
+    return _make_sbatch_string(command=command, folder=run.dir / "slurm",
+                               **sbatch_parameters(run, args))
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """The job of one run: task 0 trains (resuming from checkpoint_last.pt), decodes, scores and
+    writes result.json; the other tasks of a multi-process CPU training join its training.
+    Checkpointable: at its time limit or on preemption submitit requeues it as it is."""
+
+    def __init__(self, run, paper_key, threads):
+        self.run, self.paper_key, self.threads = run, paper_key, threads
+
+    def __call__(self):
+        from ..execute import execute
+        from ..process import run_logged
+
+        run = self.run
+        run.lock_fds = ()
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads),
+                   MKL_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1")
+        rank = int(os.environ.get("SLURM_PROCID", "0"))
+        if rank != 0:
+            if must_train(run):
+                run_logged(["-m", "ran_lab.run_fairseq", "train", *run.train_argv],
+                           run.dir / f"train.rank{rank}.log", env,
+                           f"fairseq-train rank {rank}", append=True)
+            return None
+        from ..papers import PAPERS
+
+        label = f"({run.pair}, {run.system['name']}, seed {run.seed})"
+        trained = None
+        if not run.trains:
+            trained = load_json(run.dir / "trained.json", "the trained run's result",
+                                "resubmit with --resume", ReproError)
+        result = dict(execute(run, env, trained), machine=self.machine())
+        paper = PAPERS.get(self.paper_key)
+        if paper is not None and paper.measure is not None:
+            result.update(paper.measure(run, result))
+        result = portable.record(result, paths.REPO)
+        textio.write_json(run.dir / "result.json", result)
+        print(f"{label}: tok BLEU {result['tok_bleu']:.2f}", flush=True)
+        return "done"
+
+    def machine(self):
+        """The machine record of the job: the first node's, with the job and its world size."""
+        res = self.run.slurm
+        device = "cuda" if res["gpus_per_node"] else "cpu"
+        return dict(machine_info(device, self.threads), jobs=1,
+                    slurm={"job_id": os.environ.get("SLURM_JOB_ID"),
+                           "nodes": res["nodes"], "world_size": res["world_size"],
+                           "gpus": res["gpus_per_node"] * res["nodes"],
+                           "tasks": res["nodes"] * res["tasks_per_node"],
+                           "node_list": os.environ.get("SLURM_JOB_NODELIST")})
+
+
+def must_train(run):
+    """Whether ``run``'s training still has updates to make (as training.train decides)."""
+    from ..checkpoints import load_checkpoint
+
+    finished = run.save_dir / "train_finished.json"
+    if finished.is_file():
+        try:
+            record = load_json(finished, "the record of a finished training", "", ReproError)
+        except ReproError:
+            record = {}
+        if portable.expand(record.get("argv"), paths.REPO) == run.train_argv:
+            return False
+    last = run.save_dir / "checkpoint_last.pt"
+    budget = int(flag_pairs(run.train_argv).get("--max-update") or 0)
+    if budget <= 0 or not last.is_file():
+        return True
+    history = load_checkpoint(last).get("optimizer_history") or [{}]
+    return (history[-1].get("num_updates") or 0) < budget
+
+
+class Cluster:
+    """The engine's side: submit, attach to, wait for and collect the runs' jobs."""
+
+    def __init__(self, args, paper, say):
+        self.args, self.paper, self.say = args, paper, say
+        self.reasons = {}  # id(run) -> why it has no result (its job failed, or is under way)
+        args.cluster_failures = self.failures = []  # the reasons of the runs whose job failed
+
+    def make(self, run, trained, stopped):
+        """``run``'s result from its job (submitted now, or the one under way with --resume);
+        None where it has none (submitted only, failed, or the engine was stopped), with the
+        reason in :attr:`reasons`."""
+        record = read_record(run)
+        state = job_state(record["job_id"]) if record else None
+        if not (record and self.args.resume and active_state(state)):
+            if record and self.args.resume:
+                why = record.get("failed") or failure(run, record["job_id"], state)
+                self.say(f"{label(run)}: Slurm job {record['job_id']} {why}; submitted again "
+                         f"(--resume)")
+            run.dir.mkdir(parents=True, exist_ok=True)
+            if trained is not None:
+                textio.write_json(run.dir / "trained.json", trained)
+            job = executor(run, self.args).submit(
+                RunJob(run, self.paper.key, self.args.threads))
+            record = {"job_id": str(job.job_id), "submitted": time.time(),
+                      "folder": portable.record(str(run.dir / "slurm"), paths.REPO),
+                      "resources": run.slurm}
+            textio.write_json(run.dir / RECORD, record)
+            self.say(f"{label(run)}: submitted as Slurm job {job.job_id}")
+        else:
+            self.say(f"{label(run)}: its Slurm job {record['job_id']} is {state[0].lower()}; "
+                     f"collecting it")
+        job_id = record["job_id"]
+        if self.args.submit_only:
+            self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id}, submitted)"
+            return None
+        while True:
+            state = job_state(job_id)
+            if not active_state(state):
+                break
+            if stopped():
+                self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id}, under way)"
+                return None
+            time.sleep(POLL_SECONDS)
+        result_file = run.dir / "result.json"
+        if result_file.is_file() and result_file.stat().st_mtime >= record["submitted"]:
+            return load_json(result_file, "the run's result", "resubmit with --resume",
+                             ReproError)
+        why = failure(run, job_id, state)
+        record["failed"] = why
+        textio.write_json(run.dir / RECORD, record)
+        self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id} {why}; --resume resubmits it)"
+        self.failures.append(self.reasons[id(run)])
+        self.say(f"{label(run)}: Slurm job {job_id} {why}")
+        return None
+
+
+def failure(run, job_id, state):
+    """Why job ``job_id`` of ``run`` left no result: its Slurm state and exit code, and the last
+    line of its error log (text, where its Python process printed the error), with its log.
+    submitit's result pickle is never read: a run folder may come from elsewhere, and unpickling
+    a file of it could run code."""
+    why = (f"ended {state[0]}" + (f" (exit code {state[1]})" if state[1] else "")
+           if state else "ended without a result (cancelled or killed; gone from Slurm)")
+    job = submitit.SlurmJob(folder=run.dir / "slurm", job_id=job_id)
+    last = last_error_line(job.paths.stderr)
+    if last:
+        why += f": {last[:300]}"
+    return why + f"; log {paths.shown(job.paths.stdout)}"
+
+
+def last_error_line(path, tail_bytes=65536):
+    """The last line of an exception in the job's error log ``path`` (a line such as
+    ``ValueError: ...``), or None (no log, or no such line in its last ``tail_bytes``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    errors = [line.strip() for line in lines
+              if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line.strip())]
+    return errors[-1] if errors else None
+
+
+def label(run):
+    return f"{run.pair} {run.system['name']} seed {run.seed}"

@@ -1,0 +1,101 @@
+"""The processes the engine starts: fairseq's CLIs with their output in a log; and a config's
+prepare command, run here when it is the data package's own (``ran-prepare ...``)."""
+import contextlib
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from .runguard import Children
+from .. import portable
+from ..common import paths
+from ..common.paths import repo_path
+from .errors import ReproError
+
+
+# The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
+# engine dies (even by SIGKILL), and sent the engine's SIGTERM or SIGINT (runguard).
+CHILDREN = Children()
+
+
+def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
+    """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
+    separator), as one of :data:`CHILDREN` (``pass_fds``: open files it keeps, the run's locks, so
+    that they stay held while it lives); return the text this run wrote."""
+    cmd = [sys.executable, *argv]
+    log_path = Path(log_path)
+    offset = log_path.stat().st_size if append and log_path.is_file() else 0
+    with open(log_path, "a" if append else "w") as log:
+        if offset:
+            log.write(f"\n===== {what}: continued (--resume) =====\n")
+            log.flush()
+        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                  env=paths.multi30k_environment(env),
+                                  cwd=paths.REPO,
+                                  pass_fds=tuple(pass_fds))
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(offset)
+        text = log.read()
+    # the log is kept with the checkout's and the packages' paths as placeholders
+    portable.rewrite_log(log_path, paths.REPO)
+    if returncode != 0:
+        raise ReproError(f"{what} failed with exit code {returncode}: {shlex.join(cmd)}\n"
+                         f"--- {log_path} (tail) ---\n{text[-4000:]}")
+    return text
+
+
+# A config's prepare command that names this runs ran_fairseq.data.prepare in the engine's process
+# (Multi30k, a corpus of files on disk); any other is a script of the checkout (a full corpus's
+# download, then the same pipeline).
+PREPARE_HERE = "ran-prepare"
+
+
+def prepare_here(argv, log_path, what):
+    """``ran-prepare ARGV`` (``ran_fairseq.data.prepare``) in this process, in the checkout (its
+    relative paths, as a prepare script's, are the checkout's), its output into ``log_path``."""
+    from ran_fairseq.data.prepare.cli import main as prepare_main
+
+    with open(log_path, "w") as log, contextlib.redirect_stdout(log), \
+            contextlib.redirect_stderr(log), contextlib.chdir(paths.REPO), _multi30k_mirror():
+        try:
+            returncode = prepare_main(argv)
+        except SystemExit as e:  # argparse: a flag it does not take
+            returncode = e.code if isinstance(e.code, int) else 2
+    portable.rewrite_log(log_path, paths.REPO)
+    if returncode != 0:
+        raise ReproError(f"preparing {what} failed: {shlex.join([PREPARE_HERE, *argv])}\n--- "
+                         f"{log_path} (tail) ---\n{log_path.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def _multi30k_mirror():
+    """MULTI30K_DIR names the mirror beside the checkout while ran-prepare runs here (where there
+    is one and no folder is named; ``paths.multi30k_environment``)."""
+    before = os.environ.get("MULTI30K_DIR")
+    os.environ.update(paths.multi30k_environment(os.environ))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MULTI30K_DIR", None)
+
+
+def prepare(config, pair, log_path, env):
+    """The config's ``prepare`` command for ``pair`` ({src} and {tgt} replaced), its output
+    into ``log_path``."""
+    src, tgt = pair
+    cmd = [part.format(src=src, tgt=tgt) for part in config["prepare"]]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if cmd[0] == PREPARE_HERE:
+        prepare_here(cmd[1:], log_path, f"{src}-{tgt}")
+        return
+    cmd[0] = str(repo_path(cmd[0]))
+    with open(log_path, "w") as log:
+        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                  env=paths.multi30k_environment(env),
+                                  cwd=paths.REPO)
+    portable.rewrite_log(log_path, paths.REPO)
+    if returncode != 0:
+        raise ReproError(f"preparing {src}-{tgt} failed: {shlex.join(cmd)}\n--- {log_path} "
+                         f"(tail) ---\n{log_path.read_text()[-3000:]}")
