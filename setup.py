@@ -18,12 +18,13 @@ setup(
     # The ranges below are those scripts/check-environments.sh builds and tests (its last table:
     # results/environments/). The demo and CI install the exact versions of requirements-lock.txt.
     python_requires=">=3.10",
-    # Three top-level packages: ran_fairseq, the plugin (importing it registers with fairseq);
-    # ran_io, the file and process handling it shares with the lab, which imports neither torch
-    # nor fairseq; ran_lab, the reproduction lab (engine, claims, benchmark, analyses), which
-    # imports the plugin and which the plugin never imports (docs/houses.md).
-    packages=find_packages(include=["ran_fairseq", "ran_fairseq.*", "ran_io", "ran_lab",
-                                    "ran_lab.*"]),
+    # Three top-level packages (docs/houses.md): ran_fairseq, what fairseq loads (importing it
+    # registers the architectures); ran_text, what a user of the plugin runs beside fairseq and
+    # which needs neither torch nor fairseq (data preparation, scoring, text files); ran_lab, the
+    # reproduction lab (engine, claims, benchmark, analyses), which imports the other two and
+    # which neither of them imports.
+    packages=find_packages(include=["ran_fairseq", "ran_fairseq.*", "ran_text", "ran_text.*",
+                                    "ran_lab", "ran_lab.*"]),
     install_requires=[
         # The oldest torch tested; `pip install .` into an environment that has a torch in range
         # keeps it (no second multi-GB CUDA build).
@@ -42,13 +43,13 @@ setup(
     # on 2 cores.
     # The lab's commands (each also `python -m` its module, and `scripts/` keeps thin entry points).
     entry_points={"console_scripts": [
-        "ran-prepare = ran_fairseq.data.prepare.cli:main",
+        "ran-prepare = ran_text.prepare.cli:main",
         "ran-reproduce = ran_lab.reproduce.cli:main",
         "ran-bench = ran_lab.bench.cli:main",
         "ran-claims = ran_lab.claims.cli:main",
         "ran-analyze = ran_lab.analysis.cli:main",
         "ran-remake = ran_lab.remake:main",
-        "ran-evaluate = ran_fairseq.scoring.evaluate:main",
+        "ran-evaluate = ran_text.evaluate:main",
     ]},
     # py3langid: `ran-prepare --lang-filter` (Yang et al. 2017's WMT data). An extra, not a
     # requirement: its 0.3+ releases require NumPy 2, and pip would upgrade a NumPy 1.26 (and

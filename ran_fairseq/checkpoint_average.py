@@ -21,7 +21,7 @@ import sys
 import torch
 
 from . import safe_checkpoints
-from ran_io.textio import atomic_write, one_line_errors, os_error_line
+from ran_text.textio import atomic_write, one_line_errors, os_error_line
 
 _INTERVAL = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 

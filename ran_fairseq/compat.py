@@ -71,7 +71,7 @@ def atomic_checkpoint_copies():
     file. Paths handled by ioPath (``s3://``, ``manifold://``, ...) keep fairseq's behaviour."""
     from fairseq.file_io import PathManager
 
-    from ran_io.textio import copy_atomic
+    from ran_text.textio import copy_atomic
 
     original = PathManager.copy
     if getattr(original, "_ran_fairseq_atomic", False):
@@ -100,7 +100,7 @@ def atomic_checkpoint_saves():
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from ran_io.textio import atomic_write
+    from ran_text.textio import atomic_write
 
     original = checkpoint_utils.torch_persistent_save
     if getattr(original, "_ran_fairseq_atomic", False):

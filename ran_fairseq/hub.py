@@ -3,7 +3,7 @@
 ``Model.from_pretrained(checkpoint_dir, checkpoint_file=..., data_name_or_path=DATA, ...)`` is
 fairseq's (``BaseFairseqModel.from_pretrained`` → ``fairseq.hub_utils``); for the plugin's models it
 first reads how DATA's text was tokenized (``prepare-stamp.json``, see
-``ran_fairseq.data.tokenization``) and uses that as the default of every tokenizer and BPE option
+``ran_text.tokenization``) and uses that as the default of every tokenizer and BPE option
 the caller leaves out: the language pair, ``tokenizer='moses'`` with the pipeline's dash-split
 setting and no escaping, and ``bpe='subword_nmt'`` with DATA's codes. fairseq's own defaults (dash
 splits, escaping, English Moses rules) would feed the model tokens it never saw in training.
@@ -14,7 +14,7 @@ import os
 
 from fairseq.models import BaseFairseqModel
 
-from .data.tokenization import NoRecordError, recorded_options, translation_options, unreproduced
+from ran_text.tokenization import NoRecordError, recorded_options, translation_options, unreproduced
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import argparse
 import os
 import zipfile
 
-from ran_io.textio import FileFault
+from ran_text.textio import FileFault
 
 _checkpoints_allowed = False
 

@@ -208,7 +208,7 @@ def rewrite_log(path, repo=None):
     """Rewrite the log ``path`` with :func:`log_text` (atomically; a log without a machine path is
     not touched), fairseq-generate's sentence lines left as they are. Returns whether it
     changed."""
-    from ran_io import textio
+    from ran_text import textio
 
     path = Path(path)
     if not path.is_file():
@@ -402,7 +402,7 @@ def main(argv=None):
     for path in files:
         new = portable_file(path, checkouts=checkouts, replace=replace)
         if new is not None:
-            from ran_io import textio
+            from ran_text import textio
 
             textio.write_text_atomic(path, new)
             changed += 1

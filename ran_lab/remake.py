@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
-from ran_io.textio import one_line_errors
+from ran_text.textio import one_line_errors
 
 from ran_lab import checkout
 

@@ -11,7 +11,7 @@ import logging
 import runpy
 import sys
 
-from ran_io.textio import FileFault
+from ran_text.textio import FileFault
 from ran_lab import plugin
 
 

@@ -8,7 +8,7 @@
 #           $ORIG_DIR/iwslt14/de-en or given with --extra-test-dir DIR
 #   joint BPE with 10,000 merges (--bpe-merges N; Elbayad et al. 2018: 14,000)
 #   scripts/prepare-iwslt14.sh [SRC TGT] [flags]        SRC TGT: de en (default) or en de
-# Flags go to `python -m ran_fairseq.data.prepare iwslt14` (--bpe-merges, --out, --force, ...).
+# Flags go to `python -m ran_text.prepare iwslt14` (--bpe-merges, --out, --force, ...).
 # The archive (wit3's 2014-01 de-en.tgz, from fairseq's mirror) is downloaded with curl or wget
 # to $ORIG_DIR/iwslt14 (default work/orig); output: data-bin/iwslt14.SRC-TGT.
 set -euo pipefail
@@ -23,5 +23,5 @@ set -- "${pair_args[@]}"
 fetch_unpack "iwslt14/de-en.tgz https://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz"
 tags=$(find_one "$orig/iwslt14/de-en" train.tags.de-en.de)
 
-exec "$python" -m ran_fairseq.data.prepare iwslt14 --orig-dir "$(dirname "$tags")" \
+exec "$python" -m ran_text.prepare iwslt14 --orig-dir "$(dirname "$tags")" \
     --src "$src" --tgt "$tgt" --out "$root/data-bin/iwslt14.$src-$tgt" "$@"

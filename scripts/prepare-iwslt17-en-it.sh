@@ -6,7 +6,7 @@
 #           dev/test sets of the multilingual release (the 2017 evaluation set is not in it)
 #   joint BPE with 8,000 merges (Rosendahl et al. 2021, §4)
 #   scripts/prepare-iwslt17-en-it.sh [SRC TGT] [flags]    SRC TGT: en it (default) or it en
-# Flags go to `python -m ran_fairseq.data.prepare custom` (--bpe-merges, --out, --force, ...).
+# Flags go to `python -m ran_text.prepare custom` (--bpe-merges, --out, --force, ...).
 # The archive (wit3's 2017-01-trnmted DeEnItNlRo-DeEnItNlRo, 0.3 GB, as mirrored by Hugging Face)
 # is downloaded with curl or wget to $ORIG_DIR/iwslt17 (default work/orig; put a copy there to
 # skip the download); output: data-bin/iwslt17.SRC-TGT.
@@ -42,7 +42,7 @@ valid_tgt=$(find_one "$dir" "IWSLT17.TED.dev2010.en-it.$tgt.xml")
 test_src=$(find_one "$dir" "IWSLT17.TED.tst2010.en-it.$src.xml")
 test_tgt=$(find_one "$dir" "IWSLT17.TED.tst2010.en-it.$tgt.xml")
 
-exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
+exec "$python" -m ran_text.prepare custom --src "$src" --tgt "$tgt" \
     --train "$train/train.tags.en-it.$src" "$train/train.tags.en-it.$tgt" \
     --valid "$valid_src" "$valid_tgt" --test "$test_src" "$test_tgt" \
     --bpe-merges 8000 --clean-max-len 175 --clean-ratio 1.5 --clean-on tok \

@@ -7,7 +7,7 @@
 # (for MT02/03/05 the .en file is one reference; the paper's multi-reference BLEU is not
 # reproduced by the engine, which scores against one reference).
 #   NIST_DIR=/path scripts/prepare-nist-zh-en.sh [zh en] [flags]
-# Flags go to `python -m ran_fairseq.data.prepare custom`; output: data-bin/nist.SRC-TGT.
+# Flags go to `python -m ran_text.prepare custom`; output: data-bin/nist.SRC-TGT.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/scripts/lib.sh"
@@ -25,6 +25,6 @@ for stem in train mt02 mt03 mt05; do
         [ -s "$dir/$stem.$lang" ] || { echo "error: $dir/$stem.$lang is missing (NIST_DIR)" >&2; exit 2; }
     done
 done
-exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
+exec "$python" -m ran_text.prepare custom --src "$src" --tgt "$tgt" \
     --train-prefix "$dir/train" --valid-prefix "$dir/mt02" --valid-prefix "$dir/mt03" \
     --test-prefix "$dir/mt05" --out "$root/data-bin/nist.$src-$tgt" "$@"

@@ -7,7 +7,7 @@
 #   2018    valid newstest2017 (3,007 sentences);   test newstest2018 (3,000 sentences)
 #   scripts/prepare-wmt-en-tr.sh YEAR [SRC TGT] [flags]
 #           YEAR: 2017 or 2018; SRC TGT: en tr (default) or tr en
-# Flags go to `python -m ran_fairseq.data.prepare custom` (--bpe-merges, --out, --force, ...).
+# Flags go to `python -m ran_text.prepare custom` (--bpe-merges, --out, --force, ...).
 # About 50 MB is downloaded with curl or wget to $ORIG_DIR (default work/orig); output:
 # data-bin/wmtYY.SRC-TGT (wmt17.en-tr, wmt18.tr-en, ...).
 set -euo pipefail
@@ -44,7 +44,7 @@ valid_tgt=$(find_one "$orig/wmt$prev_yy/test" "$valid-ref.$tgt.sgm")
 test_src=$(find_one "$orig/wmt$yy/test" "$test-src.$src.sgm")
 test_tgt=$(find_one "$orig/wmt$yy/test" "$test-ref.$tgt.sgm")
 
-exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
+exec "$python" -m ran_text.prepare custom --src "$src" --tgt "$tgt" \
     --train-prefix "${setimes%.en}" \
     --valid "$valid_src" "$valid_tgt" --test "$test_src" "$test_tgt" \
     --normalize-punct --aggressive-dash-splits --bpe-merges 16000 \

@@ -10,7 +10,7 @@
 #           -t wmt15): fairseq-generate --gen-subset test1. Yang et al. (2017, section 3.1) test
 #           on newstest2014 and newstest2015.
 #   scripts/prepare-wmt14-en-de.sh [SRC TGT] [flags]    SRC TGT: en de (default) or de en
-# Flags go to `python -m ran_fairseq.data.prepare custom` (--bpe-merges, --out, --force, ...).
+# Flags go to `python -m ran_text.prepare custom` (--bpe-merges, --out, --force, ...).
 # About 1.6 GB is downloaded with curl or wget to $ORIG_DIR (default work/orig); output:
 # data-bin/wmt14.SRC-TGT.
 set -euo pipefail
@@ -45,7 +45,7 @@ test_tgt=$(find_one "$orig/wmt14/test-full" "newstest2014-deen-ref.$tgt.sgm")
 test1_src=$(find_one "$orig/wmt15/test" "newstest2015-$src$tgt-src.$src.sgm")
 test1_tgt=$(find_one "$orig/wmt15/test" "newstest2015-$src$tgt-ref.$tgt.sgm")
 
-exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
+exec "$python" -m ran_text.prepare custom --src "$src" --tgt "$tgt" \
     --train-prefix "${europarl%.en}" --train-prefix "${commoncrawl%.en}" \
     --train-prefix "${newscomm%.en}" \
     --valid "$valid_src" "$valid_tgt" --test "$test_src" "$test_tgt" \

@@ -5,7 +5,7 @@
 #           2021, §4); train pairs over 250 BPE units or with a length ratio above 1.5 dropped
 #   valid   newsdev2016 (1,999 sentences);   test   newstest2016 (1,999 sentences)
 #   scripts/prepare-wmt16-ro-en.sh [SRC TGT] [flags]    SRC TGT: ro en (default) or en ro
-# Flags go to `python -m ran_fairseq.data.prepare custom` (--bpe-merges, --out, --force, ...).
+# Flags go to `python -m ran_text.prepare custom` (--bpe-merges, --out, --force, ...).
 # About 0.3 GB is downloaded with curl or wget to $ORIG_DIR (default work/orig); output:
 # data-bin/wmt16.SRC-TGT.
 set -euo pipefail
@@ -32,7 +32,7 @@ valid_tgt=$(find_one "$orig/wmt16/dev" "newsdev2016-$src$tgt-ref.$tgt.sgm")
 test_src=$(find_one "$orig/wmt16/test" "newstest2016-$src$tgt-src.$src.sgm")
 test_tgt=$(find_one "$orig/wmt16/test" "newstest2016-$src$tgt-ref.$tgt.sgm")
 
-exec "$python" -m ran_fairseq.data.prepare custom --src "$src" --tgt "$tgt" \
+exec "$python" -m ran_text.prepare custom --src "$src" --tgt "$tgt" \
     --train-prefix "${europarl%.en}" --train-prefix "${setimes%.en}" \
     --valid "$valid_src" "$valid_tgt" --test "$test_src" "$test_tgt" \
     --normalize-punct --aggressive-dash-splits --bpe-merges 20000 \

@@ -118,9 +118,9 @@ fairseq-generate "$data" --user-dir ran_fairseq --path "$model" --task translati
 took "$out/generate.log"
 
 header score "5/5 score the detokenized translations against the raw references"
-python -m ran_fairseq.scoring.evaluate --generate-output "$out/generate-test.txt" \
+python -m ran_text.evaluate --generate-output "$out/generate-test.txt" \
     --ref "$data/test.raw.$tgt" > "$out/scores.txt" 2> "$out/score.log" || failed "$out/score.log"
-python -m ran_fairseq.scoring.evaluate --generate-output "$out/generate-test.txt" \
+python -m ran_text.evaluate --generate-output "$out/generate-test.txt" \
     --ref "$data/test.raw.$tgt" --json > "$out/scores.json" 2>> "$out/score.log" || failed "$out/score.log"
 cat "$out/scores.txt"
 echo

@@ -1,7 +1,7 @@
 """fairseq-train, killed (SIGKILL) halfway through writing a copy of a checkpoint to
 ``checkpoint_last.pt``: ``python tests/kill_during_copy.py <fairseq-train flags>``. fairseq copies
 its first checkpoint of a save to the others with ``shutil.copyfile`` (the plugin's atomic copy,
-ran_io.textio.copy_atomic, with ``shutil.copyfileobj`` into a temporary file beside it); this
+ran_text.textio.copy_atomic, with ``shutil.copyfileobj`` into a temporary file beside it); this
 stand-in writes half the bytes to the destination it is given and kills the process, as a kill -9
 during the copy would leave it."""
 import os

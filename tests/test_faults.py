@@ -183,7 +183,7 @@ def test_documented_small_runs_write_to_a_scratch_folder():
 HOLD = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from ran_io.textio import FolderLock
+from ran_text.textio import FolderLock
 from pathlib import Path
 folder = Path(sys.argv[1])
 lock = FolderLock(folder, "the run folder", lock_file=folder.parent / f".{{folder.name}}.lock").acquire()
@@ -212,7 +212,7 @@ def test_a_second_engine_refuses_a_run_another_one_holds(tmp_path):
         holder.kill()
         holder.wait()
     # a dead holder's lock is free: the engine gets past it (to the missing data-bin)
-    from ran_io.textio import FolderLock
+    from ran_text.textio import FolderLock
 
     with FolderLock(run_dir, lock_file=run_dir.parent / ".seed1.lock"):
         pass
@@ -299,7 +299,7 @@ FORKED = """
 import multiprocessing, os, signal, sys, time
 sys.path.insert(0, {repo!r})
 from ran_lab.reproduce import process
-from ran_fairseq.data.prepare.parallel import _pool, _tokenize_chunk, _run_jobs
+from ran_text.prepare.parallel import _pool, _tokenize_chunk, _run_jobs
 process.CHILDREN.install()
 child = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
 import threading
@@ -388,8 +388,8 @@ def test_resume_compares_a_checkpoints_updates_with_the_budget(tmp_path):
 # ---- 4, 11. line breaks, byte-order marks -----------------------------------------------------
 
 def test_lines_split_on_newline_only_with_a_bom_dropped(tmp_path):
-    from ran_fairseq.scoring.evaluate import read_generate_output
-    from ran_io.textio import read_lines
+    from ran_text.evaluate import read_generate_output
+    from ran_text.textio import read_lines
 
     lines = [f"a{b}b" for b in BREAKS]
     path = tmp_path / "ref.txt"
@@ -422,7 +422,7 @@ def test_significance_reads_references_holding_unicode_line_breaks(tmp_path):
 
 
 def test_prepare_strips_a_byte_order_mark(tmp_path):
-    from ran_fairseq.data.corpora import read_text
+    from ran_text.corpora import read_text
 
     path = tmp_path / "train.de"
     path.write_bytes("\ufeffEin Satz.\nNoch\u2028einer.\n".encode())
@@ -448,7 +448,7 @@ def test_a_truncated_result_json_is_named_with_what_to_do(tmp_path):
 
 
 def test_json_is_written_through_a_unique_temporary_file(tmp_path, monkeypatch):
-    from ran_io import textio
+    from ran_text import textio
 
     renamed = []
     replace = os.replace
@@ -549,7 +549,7 @@ def test_a_checkpoint_older_than_an_option_is_compared_as_it_loads():
 
 def prepare_custom(tmp_path, raw, *extra):
     return subprocess.run(
-        [sys.executable, "-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
+        [sys.executable, "-m", "ran_text.prepare", "custom", "--src", "de", "--tgt", "en",
          "--out", str(tmp_path / "bin"), "--train-prefix", str(raw / "train"), "--valid-prefix",
          str(raw / "valid"), "--test-prefix", str(raw / "test"), "--bpe-merges", "20",
          "--workers", "1", *extra], env=helpers.fairseq_env(), capture_output=True, text=True,
@@ -580,7 +580,7 @@ def test_a_truncated_gzip_corpus_is_named(tmp_path):
         (raw / f"train.{lang}").unlink()
         (raw / f"train.{lang}.gz").write_bytes(data[: len(data) // 2])
     proc = subprocess.run(
-        [sys.executable, "-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
+        [sys.executable, "-m", "ran_text.prepare", "custom", "--src", "de", "--tgt", "en",
          "--out", str(tmp_path / "bin"), "--train", str(raw / "train.de.gz"),
          str(raw / "train.en.gz"), "--valid-prefix", str(raw / "valid"), "--test-prefix",
          str(raw / "test"), "--workers", "1"], env=helpers.fairseq_env(), capture_output=True,
@@ -606,7 +606,7 @@ def test_a_truncated_data_bin_file_is_named(synthetic_databin, tmp_path, part, c
 
 
 def evaluate(*args):
-    return subprocess.run([sys.executable, "-m", "ran_fairseq.scoring.evaluate", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "ran_text.evaluate", *map(str, args)],
                           capture_output=True, text=True, timeout=120)
 
 

@@ -1,6 +1,6 @@
 """Translating raw text: fairseq's hub interface (``Model.from_pretrained(...).translate``) and
 fairseq-interactive for every architecture, and translation-time tokenization that matches the data
-pipeline's (README, "Translating raw text"; ran_fairseq/hub.py, ran_fairseq/data/tokenization.py).
+pipeline's (README, "Translating raw text"; ran_fairseq/hub.py, ran_text/tokenization.py).
 
 The data-bin is made by the real pipeline (Moses, BPE) from a synthetic corpus whose words carry
 dashes, quotes and ampersands, so that fairseq's default Moses options would tokenize differently."""
@@ -65,7 +65,7 @@ def _special_corpus(raw, n_train=200, n_test=8, seed=0):
 
 @pytest.fixture(scope="module")
 def pipeline_bin(tmp_path_factory):
-    from ran_fairseq.data.prepare import main
+    from ran_text.prepare import main
 
     root = tmp_path_factory.mktemp("hub")
     _special_corpus(root / "raw")
@@ -146,9 +146,9 @@ def test_from_pretrained_defaults_come_from_the_data_bin(pipeline_bin, checkpoin
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_fairseq_interactive_with_recorded_flags(arch, pipeline_bin, checkpoints, tmp_path):
-    """fairseq-interactive with the flags ``python -m ran_fairseq.data.tokenization DATA`` prints:
+    """fairseq-interactive with the flags ``python -m ran_text.tokenization DATA`` prints:
     one translation per input line, and the source it shows is the pipeline's BPE segmentation."""
-    from ran_fairseq.data.tokenization import fairseq_flags
+    from ran_text.tokenization import fairseq_flags
 
     raw = (pipeline_bin / "test.raw.de").read_text(encoding="utf-8").splitlines()
     bpe = (pipeline_bin / "prep" / "test.bpe.de").read_text(encoding="utf-8").splitlines()
@@ -166,7 +166,7 @@ def test_fairseq_interactive_with_recorded_flags(arch, pipeline_bin, checkpoints
 
 
 def test_tokenization_cli(pipeline_bin, capsys):
-    from ran_fairseq.data.tokenization import main
+    from ran_text.tokenization import main
 
     assert main([str(pipeline_bin)]) == 0
     out = capsys.readouterr().out.split()
@@ -194,8 +194,8 @@ def test_translation_tokenizer_matches_the_pipeline(lang, aggressive, tmp_path):
     fairseq's defaults do not."""
     from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 
-    from ran_fairseq.data.prepare import _tokenize_chunk
-    from ran_fairseq.data.tokenization import translation_options
+    from ran_text.prepare import _tokenize_chunk
+    from ran_text.tokenization import translation_options
 
     lines = SPECIAL_LINES[lang] + _multi30k_special_lines(lang)
     src, tgt = (lang, "xx") if lang == "de" else ("xx", lang)

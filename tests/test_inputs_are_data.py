@@ -72,7 +72,7 @@ def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeyp
 
 CHILD_OF_A_KILLED_PARENT = """
 import subprocess, sys, time
-from ran_io import tied
+from ran_text import tied
 proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                         preexec_fn=tied.tied_to_this_process())
 print(proc.pid, flush=True)
@@ -82,7 +82,7 @@ time.sleep(120)
 
 def test_a_child_ends_with_its_killed_parent():
     """Data preparation starts fairseq-preprocess (and its pool workers) tied to itself
-    (``ran_io.tied``): a preparation killed by SIGKILL left fairseq-preprocess running,
+    (``ran_text.tied``): a preparation killed by SIGKILL left fairseq-preprocess running,
     re-parented to PID 1, writing a data-bin every rerun then refused."""
     import os
     import signal
@@ -111,15 +111,15 @@ def test_a_child_ends_with_its_killed_parent():
 
 
 def tied_prctl():
-    from ran_io import tied
+    from ran_text import tied
 
     return tied._PRCTL
 
 
 def test_preparation_starts_fairseq_preprocess_tied(monkeypatch, tmp_path):
     """fairseq-preprocess goes through ``tied.run`` (whose behaviour the test above checks)."""
-    from ran_io import tied
-    from ran_fairseq.data.prepare import steps
+    from ran_text import tied
+    from ran_text.prepare import steps
 
     calls = []
 

@@ -1,9 +1,10 @@
 """The two houses, read from the source (no import runs; docs/houses.md has the picture):
 
-- the plugin (``ran_fairseq``, what ``--user-dir`` loads and a fairseq user installs) and the
-  code it shares with the lab (``ran_io``) never import the lab (``ran_lab``);
-- ``ran_io`` imports neither the plugin, nor torch, nor fairseq (the lab's commands that need no
-  model start without them);
+- what a fairseq user installs, the plugin (``ran_fairseq``, what ``--user-dir`` loads) and its
+  tools beside fairseq (``ran_text``: data preparation, scoring, text files), never imports the
+  lab (``ran_lab``);
+- ``ran_text`` imports neither the plugin, nor torch, nor fairseq (its commands, and the lab's
+  that need no model, start without them);
 - ``modules/`` (the papers' mechanisms, usable on plain tensors) never imports ``models/`` (the
   fairseq wiring above it);
 - in the lab, the analyses import of the rest of the lab only its leaf (the helpers both share:
@@ -19,9 +20,9 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("ran_fairseq", "ran_io", "ran_lab")
+PACKAGES = ("ran_fairseq", "ran_text", "ran_lab")
 # The packages a fairseq user installs: what they import stays among them.
-PLUGIN = ("ran_fairseq", "ran_io")
+PLUGIN = ("ran_fairseq", "ran_text")
 # The lab's leaf: helpers the engine and the analyses share, which import no other module of the
 # lab and none of the analyses.
 LEAF = ("ran_lab.common", "ran_lab.portable", "ran_lab.checkout", "ran_lab.plugin",
@@ -71,8 +72,8 @@ def violations(root: Path) -> List[str]:
     for name, path in known.items():
         for line, target in imports_of(name, path, known):
             where = f"{path.relative_to(root)}:{line}"
-            if under(name, ("ran_io",)) and under(target, ("torch", "fairseq", "ran_fairseq")):
-                found.append(f"{where}: {name} imports {target}: ran_io imports neither the "
+            if under(name, ("ran_text",)) and under(target, ("torch", "fairseq", "ran_fairseq")):
+                found.append(f"{where}: {name} imports {target}: ran_text imports neither the "
                              f"plugin nor torch nor fairseq")
             if not under(target, PACKAGES):
                 continue
@@ -109,8 +110,8 @@ def test_the_layout_the_rules_name():
 @pytest.mark.parametrize("module, source, expected", [
     ("ran_fairseq/models/bad.py", "from ran_lab.claims import spec\n", "outside the plugin"),
     ("ran_fairseq/hub.py", "def f():\n    import ran_lab.analysis\n", "outside the plugin"),
-    ("ran_io/bad.py", "import ran_lab.quiet\n", "outside the plugin"),
-    ("ran_io/bad.py", "def f():\n    import torch\n", "neither the plugin"),
+    ("ran_text/bad.py", "import ran_lab.quiet\n", "outside the plugin"),
+    ("ran_text/bad.py", "def f():\n    import torch\n", "neither the plugin"),
     ("ran_fairseq/modules/bad.py", "from ..models import ran_transformer\n", "must not depend"),
     ("ran_lab/analysis/bad.py", "def f():\n    from ..reproduce import slug\n", "only its leaf"),
     ("ran_lab/analysis/bad.py", "from ran_lab.reproducing import store\n", "does not exist"),

@@ -1,4 +1,4 @@
-"""Where Multi30k comes from on a user's machine (ran_fairseq.data.prepare.resolve_multi30k_raw):
+"""Where Multi30k comes from on a user's machine (ran_text.prepare.resolve_multi30k_raw):
 MULTI30K_DIR, else the mirror beside the checkout, else the user cache, else a download into that
 cache, each file checked against its SHA-256. The downloads come from a loopback HTTP server
 serving small synthetic files whose SHA-256 the tests patch in; it counts the requests it gets."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ran_fairseq.data import corpora
-from ran_fairseq.data import prepare as prepare_module
-from ran_fairseq.data.prepare import multi30k as prepare_multi30k
-from ran_fairseq.data.prepare import options as prepare_options
-from ran_fairseq.data.prepare import PrepareError, main, resolve_multi30k_raw
+from ran_text import corpora
+from ran_text import prepare as prepare_module
+from ran_text.prepare import multi30k as prepare_multi30k
+from ran_text.prepare import options as prepare_options
+from ran_text.prepare import PrepareError, main, resolve_multi30k_raw
 
 REPO = Path(__file__).resolve().parents[1]
 LANGS = ("de", "en")

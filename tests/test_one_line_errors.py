@@ -108,7 +108,7 @@ def bad_checkpoints(tmp_path_factory):
 
 
 def prepare(raw, out, *extra, module=False):
-    head = ([sys.executable, "-m", "ran_fairseq.data.prepare"] if module
+    head = ([sys.executable, "-m", "ran_text.prepare"] if module
             else [BIN / "ran-prepare"])
     return [*head, "custom", "--src", "de", "--tgt", "en", "--out", out, "--train-prefix",
             raw / "train", "--valid-prefix", raw / "valid", "--test-prefix", raw / "test",

@@ -128,8 +128,10 @@ def test_an_unknown_fix_is_named():
 
 def test_the_lab_imports_neither_torch_nor_fairseq():
     """The lab's commands that never use fairseq start without importing it (about 3 s on 2
-    cores), and so does the code the plugin shares with them."""
-    modules = ["ran_io", "ran_io.textio", "ran_io.tied", "ran_lab", "ran_lab.reproduce.cli",
+    cores), and so do the plugin's tools beside fairseq (ran-prepare, ran-evaluate)."""
+    modules = ["ran_text", "ran_text.textio", "ran_text.tied", "ran_text.prepare.cli",
+               "ran_text.evaluate", "ran_text.replace_unk", "ran_text.unk_dictionary",
+               "ran_text.tokenization", "ran_lab", "ran_lab.reproduce.cli",
                "ran_lab.claims.cli", "ran_lab.remake", "ran_lab.bench.cli",
                "ran_lab.analysis.cli", "ran_lab.gpucheck.cli", "ran_lab.run_fairseq"]
     code = ("import importlib, json, sys\n"

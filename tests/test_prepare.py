@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ran_fairseq.data import corpora
-from ran_fairseq.data import prepare as prepare_module
-from ran_fairseq.data.prepare import langid as prepare_langid
-from ran_fairseq.data.prepare import Cleaning, filter_pairs, language_filter, main
+from ran_text import corpora
+from ran_text import prepare as prepare_module
+from ran_text.prepare import langid as prepare_langid
+from ran_text.prepare import Cleaning, filter_pairs, language_filter, main
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = Path(os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k")
@@ -458,9 +458,9 @@ cp "$MIRROR/${url#*://}" "$dest"
 """
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# Stand-in for python: records the arguments of `-m ran_fairseq.data.prepare ...` (one per line)
+# Stand-in for python: records the arguments of `-m ran_text.prepare ...` (one per line)
 # instead of running it; anything else (python -m zipfile) goes to the real interpreter.
-if [ "$1" = -m ] && [ "$2" = ran_fairseq.data.prepare ]; then
+if [ "$1" = -m ] && [ "$2" = ran_text.prepare ]; then
     shift 2
     printf '%s\\n' "$@" > "$MIRROR/prepare-args"
     exit 0
@@ -472,7 +472,7 @@ exec "$REAL_PYTHON" "$@"
 def run_script(tmp_path, name, args, files=None):
     """Run scripts/NAME with ``args``, a mirror serving ``files`` ({URL: bytes}) to a fake curl,
     ORIG_DIR under tmp_path and a fake python. Returns (process, URLs fetched, the arguments the
-    script gave ``python -m ran_fairseq.data.prepare``)."""
+    script gave ``python -m ran_text.prepare``)."""
     mirror, bin_dir = tmp_path / "mirror", tmp_path / "bin"
     mirror.mkdir(exist_ok=True)
     bin_dir.mkdir(exist_ok=True)
@@ -838,7 +838,7 @@ def test_two_processes_preparing_one_data_bin_take_turns(raw_slice, tmp_path):
     (that once left a BPE codes file with two writers' lines mixed): the second waits, then finds
     the data-bin up to date."""
     out = tmp_path / "bin"
-    cmd = [sys.executable, "-m", "ran_fairseq.data.prepare", "multi30k", "--src", "de", "--tgt",
+    cmd = [sys.executable, "-m", "ran_text.prepare", "multi30k", "--src", "de", "--tgt",
            "en", "--raw-dir", str(raw_slice), "--out", str(out), "--bpe-merges", "300",
            "--workers", "1"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

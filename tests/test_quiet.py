@@ -30,10 +30,10 @@ def assert_quiet(text):
 
 
 @pytest.mark.parametrize("argv", [
-    ["-m", "ran_fairseq.data.prepare", "--help"],
+    ["-m", "ran_text.prepare", "--help"],
     ["scripts/bench.py", "--help"],
     ["-m", "ran_lab.reproduce", "ran", "--help"],
-    ["-m", "ran_fairseq.scoring.evaluate", "--help"],
+    ["-m", "ran_text.evaluate", "--help"],
 ], ids=["prepare", "bench", "reproduce-ran", "evaluate"])
 def test_commands_print_no_import_noise(argv):
     proc = run(argv)
@@ -61,7 +61,7 @@ def tiny_bin(tmp_path_factory):
     d = tmp_path_factory.mktemp("quiet")
     (d / "a.de").write_text("".join(f"ein mann {i} spielt\n" for i in range(24)))
     (d / "a.en").write_text("".join(f"a man {i} plays\n" for i in range(24)))
-    run(["-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
+    run(["-m", "ran_text.prepare", "custom", "--src", "de", "--tgt", "en",
          "--train-prefix", d / "a", "--valid-prefix", d / "a", "--test-prefix", d / "a",
          "--bpe-merges", "0", "--workers", "1", "--out", d / "bin"])
     return d

@@ -1,6 +1,6 @@
-"""Unknown-word replacement (ran_fairseq.scoring.replace_unk) on crafted fairseq-generate output,
+"""Unknown-word replacement (ran_text.replace_unk) on crafted fairseq-generate output,
 its two methods (copy; the paper's dictionary learned from word alignments by eflomal,
-ran_fairseq.scoring.unk_dictionary), and end to end: rnnsearch_dynmem trained briefly on a
+ran_text.unk_dictionary), and end to end: rnnsearch_dynmem trained briefly on a
 synthetic corpus binarized with tiny vocabularies, so that it writes <unk>, decoded by
 fairseq-generate --print-alignment."""
 import gzip
@@ -14,15 +14,9 @@ import pytest
 import torch
 
 import helpers
-from ran_fairseq.scoring import unk_dictionary
-from ran_fairseq.scoring.evaluate import read_generate_output
-from ran_fairseq.scoring.replace_unk import (
-    ReplaceUnkError,
-    Stats,
-    load_dictionary,
-    main,
-    replace_unk_lines,
-)
+from ran_text import unk_dictionary
+from ran_text.evaluate import read_generate_output
+from ran_text.replace_unk import ReplaceUnkError, Stats, load_dictionary, main, replace_unk_lines
 
 SOURCES = [
     "das Haus am Zwergensee .".split(),
@@ -167,7 +161,7 @@ DE_EN = {"das": "the", "ein": "a", "Haus": "house", "Buch": "book", "Hund": "dog
 
 def tiny_corpus(folder):
     """``folder/prep/train.tok.{de,en}``: every 'ART NOUN ist ADJ' sentence and its word-for-word
-    English, as ran_fairseq.data.prepare keeps a data-bin's tokenized training text."""
+    English, as ran_text.prepare keeps a data-bin's tokenized training text."""
     prep = folder / "prep"
     prep.mkdir(parents=True)
     de, en = [], []
@@ -333,7 +327,7 @@ def test_generate_output_end_to_end(generated, tmp_path):
     gen.write_text(out)
     lex = tmp_path / "lex"
     lex.write_text("".join(f"w{k} v{k}\n" for k in range(0, 24, 2)))  # even words only
-    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.scoring.replace_unk",
+    proc = subprocess.run([sys.executable, "-m", "ran_text.replace_unk",
                            "--generate-output", str(gen), "--source", str(root / "raw" / "test.de"),
                            "--dictionary", str(lex)], capture_output=True, text=True,
                           env=helpers.fairseq_env(), check=True)

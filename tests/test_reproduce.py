@@ -32,7 +32,7 @@ def corpus(tmp_path_factory):
     raw = helpers.make_synthetic_corpus(root / "raw", n_test=21)
     out = root / "bin.de-en"
     proc = subprocess.run(
-        [sys.executable, "-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
+        [sys.executable, "-m", "ran_text.prepare", "custom", "--src", "de", "--tgt", "en",
          "--out", str(out), "--train-prefix", str(raw / "train"), "--valid-prefix",
          str(raw / "valid"), "--test-prefix", str(raw / "test"), "--bpe-merges", "30",
          "--workers", "1", "--work-dir", str(root / "work")],
@@ -100,7 +100,7 @@ def test_table_has_a_finite_row_per_system_and_the_paper_column(first_run):
 def test_results_match_fairseq_and_sacrebleu(first_run, corpus):
     from sacrebleu.metrics import BLEU, TER
 
-    from ran_fairseq.scoring.evaluate import read_generate_output
+    from ran_text.evaluate import read_generate_output
 
     root, _ = corpus
     report = json.loads((first_run / "results.json").read_text())
@@ -1102,7 +1102,7 @@ def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_
 
 
 def test_the_engine_prepares_with_the_data_package_in_its_own_process(tmp_path):
-    """A config's ``prepare`` that starts with ``ran-prepare`` runs ran_fairseq.data.prepare in
+    """A config's ``prepare`` that starts with ``ran-prepare`` runs ran_text.prepare in
     the engine's process (no shell script in between), its output in the log; a bad flag fails
     naming the log."""
     from ran_lab.reproduce import process

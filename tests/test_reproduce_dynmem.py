@@ -1,6 +1,6 @@
 """scripts/reproduce-dynmem.sh (Yang et al. 2017) end to end in a short setting: word-level data
 prepared by the project's pipeline on a tiny corpus, window 11 trained for 3 updates and decoded,
-and '+ UNK replace' decoding its checkpoint through ran_fairseq.scoring.replace_unk; then the
+and '+ UNK replace' decoding its checkpoint through ran_text.replace_unk; then the
 --full commands and the agreement of configs/dynmem/* with each other and with paper-train.args."""
 import functools
 import gzip
@@ -30,7 +30,7 @@ def first_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("reproduce-dynmem")
     raw = helpers.make_synthetic_corpus(root / "raw")
     proc = subprocess.run(
-        [sys.executable, "-m", "ran_fairseq.data.prepare", "custom", "--src", "de", "--tgt", "en",
+        [sys.executable, "-m", "ran_text.prepare", "custom", "--src", "de", "--tgt", "en",
          "--out", str(root / "bin.de-en"), "--train-prefix", str(raw / "train"),
          "--valid-prefix", str(raw / "valid"), "--test-prefix", str(raw / "test"),
          "--bpe-merges", "0", "--nwords-src", "16", "--nwords-tgt", "16",
@@ -145,7 +145,7 @@ def test_unk_method_column_marks_the_gpu_rows_as_copied():
     assert methods[("en-de", "RNNSearch + UNK replace")] == "copy"
     assert methods[("en-de", "RNNSearch + window 11 + UNK replace")] == "copy"
     assert {m for (_, name), m in methods.items() if "UNK" not in name} == {""}
-    post = ["ran_fairseq.scoring.replace_unk", "--method", "dictionary", "--output", "x"]
+    post = ["ran_text.replace_unk", "--method", "dictionary", "--output", "x"]
     assert unk_method({"postprocess": post}) == "dictionary"
     assert unk_method({"postprocess": post[:1] + ["--dictionary", "lex"]}) == "dictionary"
     assert unk_method({"postprocess": post, "subsets": {
@@ -164,7 +164,7 @@ def test_full_settings_print_paper_size_commands_on_word_level_wmt14():
     assert "--cpu" not in train and "--dynamic-memory-window 5" in train
     assert "--print-alignment" in generate and "--post-process" not in generate
     assert "--gen-subset test " in generate and "--gen-subset test1 " in generate1
-    assert post.startswith("python -m ran_fairseq.scoring.replace_unk ")
+    assert post.startswith("python -m ran_text.replace_unk ")
     assert "data-bin/wmt14-word.en-de/test.tok.en" in post
     assert "data-bin/wmt14-word.en-de/test1.tok.en" in post1
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import sacrebleu
 
-from ran_fairseq.scoring import evaluate
+from ran_text import evaluate
 from ran_fairseq.scoring.ter import TerScorer
 
 REFS = ["the cat sits on the mat", "a man rides a red bike", "two dogs play"]
@@ -74,7 +74,7 @@ def test_evaluate_cli(tmp_path):
     gen, ref = tmp_path / "gen.out", tmp_path / "ref.txt"
     gen.write_text(generate_output(HYPS, [1, 2, 0]))
     ref.write_text("\n".join(REFS) + "\n")
-    cmd = [sys.executable, "-m", "ran_fairseq.scoring.evaluate", "--generate-output", gen, "--ref", ref]
+    cmd = [sys.executable, "-m", "ran_text.evaluate", "--generate-output", gen, "--ref", ref]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     bleu = sacrebleu.corpus_bleu(HYPS, [REFS]).score

@@ -11,7 +11,7 @@ writes OUT/valid-curve.csv and OUT/valid-curve.png (``--name`` changes the file 
 import argparse
 import sys
 from pathlib import Path
-from ran_io.textio import read_json
+from ran_text.textio import read_json
 
 
 def validation_curves(results_dir, pair=None, systems=None):

@@ -41,7 +41,7 @@ def bleu_by_length(systems: Mapping[str, Sequence[str]], refs: Sequence[str],
     words bins a sentence: ``"source"`` or ``"target"`` (the reference)."""
     from sacrebleu.metrics import BLEU
 
-    from ran_fairseq.scoring.evaluate import unk_as_one_word
+    from ran_text.evaluate import unk_as_one_word
 
     if by not in LENGTH_OF:
         raise ValueError(f"by must be one of {', '.join(LENGTH_OF)}, got {by!r} (--by)")

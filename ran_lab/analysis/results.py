@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from ran_lab.portable import expand_path
-from ran_fairseq.scoring.evaluate import read_lines
-from ran_io.textio import read_json
+from ran_text.evaluate import read_lines
+from ran_text.textio import read_json
 
 
 class Outputs(NamedTuple):

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ran_lab.portable import expand, expand_path
-from ran_fairseq.scoring.evaluate import read_lines
+from ran_text.evaluate import read_lines
 from . import length_bins
-from ran_io.textio import read_json
+from ran_text.textio import read_json
 
 PANELS = {"d": ("--encoder-embed-dim", "encoder_embed_dim", "token embedding size d"),
           "g": ("--growth-rate", "growth_rate", "growth rate g"),

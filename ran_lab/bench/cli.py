@@ -13,7 +13,7 @@ from ran_lab.common.machine import available_cores
 from .harness import run_parent
 from .settings import LIVE_MEMORY_MMAP_THRESHOLD, BenchError
 from .systems import train_flags_of
-from ran_io.textio import one_line_errors
+from ran_text.textio import one_line_errors
 
 DESCRIPTION = __doc__.split("\n\n")[0]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ran_lab import checkout
-from ran_io.textio import read_json
+from ran_text.textio import read_json
 from . import provenance, report
 from .engine import Verdict, evaluate
 from .results import Folder, ResultsError
@@ -79,7 +79,7 @@ def write_claims(claims_file, folder, refs: Optional[dict] = None, repo: Path = 
 def _write(path: Path, text: str):
     """Write through a temporary file beside ``path`` and rename it: a reader sees the old file
     or the new one, never half of one."""
-    from ran_io.textio import write_text_atomic
+    from ran_text.textio import write_text_atomic
 
     write_text_atomic(path, text)
 

@@ -45,8 +45,8 @@ def metric_of(name: str, refs: Sequence[str]):
 
 def sentence_stats(hyps: Sequence[str], refs: Sequence[str], metric: str) -> np.ndarray:
     """Per-sentence sufficient statistics of ``hyps`` (sacreBLEU's, as its paired test takes them;
-    ``<unk>`` counted as one word, as :mod:`ran_fairseq.scoring.evaluate` scores it)."""
-    from ran_fairseq.scoring.evaluate import unk_as_one_word
+    ``<unk>`` counted as one word, as :mod:`ran_text.evaluate` scores it)."""
+    from ran_text.evaluate import unk_as_one_word
     scorer = metric_of(metric, refs)
     return np.array(scorer._extract_corpus_statistics(unk_as_one_word(list(hyps)), None),
                     dtype="float32")

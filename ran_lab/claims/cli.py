@@ -15,7 +15,7 @@ from ran_lab import checkout
 from . import (REPO, ClaimsError, ResultsError, claims_file_of, compute, holds_of, render,
                verdicts_by_key)
 from . import report, write_claims
-from ran_io.textio import one_line_errors
+from ran_text.textio import one_line_errors
 
 
 def folders_with_claims(repo: Path):

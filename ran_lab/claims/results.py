@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ran_io.textio import read_json
+from ran_text.textio import read_json
 from ..portable import expand_path
 from . import bootstrap
 from .rule import Seed

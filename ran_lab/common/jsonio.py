@@ -1,8 +1,8 @@
 """JSON and text files read with an error that names the file, where it is broken and what to do
-(:mod:`ran_io.textio` reads them)."""
+(:mod:`ran_text.textio` reads them)."""
 from pathlib import Path
 
-from ran_io import textio
+from ran_text import textio
 from .errors import LabError
 
 

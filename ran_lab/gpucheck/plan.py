@@ -72,7 +72,7 @@ def _prepare_argv(recipe, pair):
     if prepare[0] != "ran-prepare":
         raise LabError(f"a recipe's prepare must begin with ran-prepare; got {prepare[0]!r}")
     src, tgt = pair.split("-")
-    return ["-m", "ran_fairseq.data.prepare", *(a.format(src=src, tgt=tgt) for a in prepare[1:])]
+    return ["-m", "ran_text.prepare", *(a.format(src=src, tgt=tgt) for a in prepare[1:])]
 
 
 def jobs(config, device, pair="de-en", data_bin=None):

@@ -4,7 +4,7 @@ import json
 import platform
 import subprocess
 
-from ran_io import textio
+from ran_text import textio
 from ..common.machine import cuda_mps_running, git_commit, utc_now
 
 

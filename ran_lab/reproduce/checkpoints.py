@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from ran_io.textio import copy_atomic  # noqa: F401  (the engine's copies of checkpoints and logs)
+from ran_text.textio import copy_atomic  # noqa: F401  (the engine's copies of checkpoints and logs)
 
 
 def load_checkpoint(path):

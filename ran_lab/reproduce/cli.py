@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ran_lab import checkout
-from ran_io.textio import FileFault, FolderLock, os_error_line
+from ran_text.textio import FileFault, FolderLock, os_error_line
 from .runguard import Stopped
 from ..common.machine import available_cores
 from ..common.paths import repo_path, shown

@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ran_fairseq.scoring import replace_unk, unk_dictionary
+from ran_text import replace_unk
+from ran_text import unk_dictionary
 from ..common.jsonio import read_text_lines
 from .errors import ReproError
 from .scores import detokenize, tokenized_bleu
@@ -30,7 +31,7 @@ def decoding_of(folder, subset):
 
 def score_file(path, data, src, tgt, subset):
     """(tok BLEU, sacreBLEU) of the H- lines of a generate output, as the engine scores them."""
-    from ran_fairseq.scoring.evaluate import read_generate_output, score
+    from ran_text.evaluate import read_generate_output, score
 
     hyps_tok = read_generate_output(str(path), prefix="H")
     refs = read_text_lines(Path(data) / f"{subset}.raw.{tgt}", ReproError)

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from ran_io import textio
+from ran_text import textio
 from .. import portable
 from ..common import paths
 from ..common.jsonio import load_json, read_text_lines
@@ -107,7 +107,7 @@ def score_output(run, subset, env, label):
     """Postprocess (where the system has a postprocess) and score the decoding in
     ``run.output[subset]``: (scores, the postprocess's record or None). A postprocessed run's
     decoding is then kept gzip'd (:func:`keep_generate_output`)."""
-    from ran_fairseq.scoring.evaluate import read_generate_output, score
+    from ran_text.evaluate import read_generate_output, score
 
     refs = read_text_lines(run.raw_ref[subset], ReproError)
     output = run.output[subset]
@@ -150,7 +150,7 @@ def score_output(run, subset, env, label):
 
 def postprocess_record(output):
     """What a postprocess command recorded beside its output (``OUTPUT.json``: for
-    ``ran_fairseq.scoring.replace_unk``, the method, the dictionary and the counts), or None."""
+    ``ran_text.replace_unk``, the method, the dictionary and the counts), or None."""
     path = output.with_name(output.name + ".json")
     if not path.is_file():
         return None

@@ -1,7 +1,7 @@
 """The locks of the runs' folders: one engine at a time on a run."""
 from pathlib import Path
 
-from ran_io.textio import FolderLock, LockedError
+from ran_text.textio import FolderLock, LockedError
 from .errors import ReproError
 
 

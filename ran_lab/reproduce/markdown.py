@@ -160,7 +160,7 @@ def legend(paper, report, seeds):
         "reference text (the data-bin's `SUBSET.tok.TGT`), with fairseq's `--scoring bleu` "
         "statistics.",
         f"- **sacreBLEU, chrF, TER**: the hypotheses detokenized by fairseq's Moses tokenizer "
-        f"against the raw references (`ran_fairseq.scoring.evaluate`), "
+        f"against the raw references (`ran_text.evaluate`), "
         f"`{settings['signatures'].get('bleu', '')}`, `{settings['signatures'].get('ter', '')}`. "
         f"**†** / **↓** on sacreBLEU and TER: significantly better / worse than {baseline}'s "
         f"(sacreBLEU above / below, TER below / above; paired bootstrap "

@@ -40,7 +40,7 @@ def unk_method(result):
     else read from its command (``--method``; ``--dictionary`` alone meant the dictionary, neither
     the copy). A column of Yang et al.'s table (configs/dynmem/reproduce.json)."""
     post = result.get("postprocess") or []
-    if not post or post[0] != "ran_fairseq.scoring.replace_unk":
+    if not post or post[0] != "ran_text.replace_unk":
         return ""
     for scores in (result.get("subsets") or {}).values():
         record = scores.get("postprocess_record") or {}

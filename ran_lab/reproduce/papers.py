@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from ran_io.textio import read_lines
+from ran_text.textio import read_lines
 from ..common.paths import REPO
 from .config import Column, FullSetting, Paper
 from .markdown import fmt

@@ -45,16 +45,16 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     return text
 
 
-# A config's prepare command that names this runs ran_fairseq.data.prepare in the engine's process
+# A config's prepare command that names this runs ran_text.prepare in the engine's process
 # (Multi30k, a corpus of files on disk); any other is a script of the checkout (a full corpus's
 # download, then the same pipeline).
 PREPARE_HERE = "ran-prepare"
 
 
 def prepare_here(argv, log_path, what):
-    """``ran-prepare ARGV`` (``ran_fairseq.data.prepare``) in this process, in the checkout (its
+    """``ran-prepare ARGV`` (``ran_text.prepare``) in this process, in the checkout (its
     relative paths, as a prepare script's, are the checkout's), its output into ``log_path``."""
-    from ran_fairseq.data.prepare.cli import main as prepare_main
+    from ran_text.prepare.cli import main as prepare_main
 
     with open(log_path, "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log), contextlib.chdir(paths.REPO), _multi30k_mirror():

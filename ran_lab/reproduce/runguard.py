@@ -1,5 +1,5 @@
 """What ties the reproduction engine's children to it (the lock that keeps its runs apart is
-:class:`ran_io.textio.FolderLock`).
+:class:`ran_text.textio.FolderLock`).
 
 - :class:`Children`: the fairseq processes the engine starts. Each runs in its own process group
   (a signal reaches it and whatever it starts), gets SIGTERM when the engine dies, even by SIGKILL
@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 
-from ran_io.tied import tie_to_parent
+from ran_text.tied import tie_to_parent
 
 
 class Children:

@@ -35,12 +35,12 @@ BOOTSTRAP_METRICS = ("BLEU", "TER")
 def paired_bootstrap(baseline_hyps, system_hyps, refs, samples, metric="BLEU"):
     """sacreBLEU's paired bootstrap resampling of ``system_hyps`` against ``baseline_hyps`` on
     ``metric`` (one of :data:`BOOTSTRAP_METRICS`, each with sacrebleu's default settings, as
-    ``ran_fairseq.scoring.evaluate`` scores them): ``(p_value, (mean, 95% half-width) of the
+    ``ran_text.evaluate`` scores them): ``(p_value, (mean, 95% half-width) of the
     system, of the baseline)``."""
     from sacrebleu.metrics import BLEU, TER
     from sacrebleu.significance import PairedTest
 
-    from ran_fairseq.scoring.evaluate import unk_as_one_word
+    from ran_text.evaluate import unk_as_one_word
 
     if metric not in BOOTSTRAP_METRICS:
         raise ValueError(f"no paired bootstrap for {metric!r}: the metric must be one of "

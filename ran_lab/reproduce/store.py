@@ -5,7 +5,7 @@ import re
 import sys
 from pathlib import Path
 
-from ran_io import textio
+from ran_text import textio
 from .. import portable
 from ..common import paths
 from ..common.flags import flag_pairs
@@ -265,7 +265,7 @@ def rescore(run, old):
     """Recompute a stored result's sacreBLEU, chrF and TER from its hypotheses with this checkout's
     scoring (so a fix to scoring reaches finished runs through ``--resume``), in place; True if a
     value changed. A subset whose hypotheses or references are not here keeps its scores."""
-    from ran_fairseq.scoring.evaluate import score
+    from ran_text.evaluate import score
 
     changed = False
     for subset, scores in old.get("subsets", {}).items():

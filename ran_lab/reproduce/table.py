@@ -2,7 +2,7 @@
 OUT/TABLE.md and (where the paper has claims) OUT/CLAIMS.md."""
 import sys
 
-from ran_io import textio
+from ran_text import textio
 from .. import portable
 from ..common import paths
 from ..common.machine import machine_info

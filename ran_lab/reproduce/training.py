@@ -3,7 +3,7 @@ and what its log says of it."""
 import sys
 import time
 
-from ran_io import textio
+from ran_text import textio
 from .. import portable
 from ..common import paths
 from ..common.flags import flag_pairs

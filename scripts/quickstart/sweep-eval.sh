@@ -19,7 +19,7 @@ score() {  # score LABEL CHECKPOINT
             --source-lang de --target-lang en --gen-subset "$subset" --cpu --num-workers 0 \
             --beam 5 --batch-size 128 --max-len-a 1.2 --max-len-b 10 ${GENFLAGS:-} \
             --bpe subword_nmt --bpe-codes "$data/code" --tokenizer moses > "$out" 2> "$out.log"
-        python -m ran_fairseq.scoring.evaluate --generate-output "$out" \
+        python -m ran_text.evaluate --generate-output "$out" \
             --ref "$data/$subset.raw.en" --json > "$run/score-$1.$split.json"
         echo "$name $1 $split $(cut -c1-40 "$run/score-$1.$split.json")"
     done

@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from ran_io.textio import one_line_errors
+from ran_text.textio import one_line_errors
 from ran_lab import plugin
 
 PROG = "ran-analyze"

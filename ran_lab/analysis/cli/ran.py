@@ -28,7 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ran_fairseq.scoring.evaluate import read_generate_output, read_lines
+from ran_text.evaluate import read_generate_output, read_lines
 from .. import attention_stats, checkpoints, heatmaps, histograms, length_bins, plots, results
 from ..tables import write_csv
 

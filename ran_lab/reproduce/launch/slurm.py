@@ -13,7 +13,7 @@ import sys
 import time
 import zlib
 
-from ran_io import textio
+from ran_text import textio
 from ... import portable
 from ...common import paths
 from ...common.flags import flag_pairs, set_flag

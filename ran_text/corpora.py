@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ran_io.textio import BadTextFile, decode_line
+from ran_text.textio import BadTextFile, decode_line
 
 FORMATS = ("text", "seg", "tags")
 
@@ -247,7 +247,7 @@ def fetch_multi30k(dest_dir: Path, langs: Sequence[str], url: Optional[str] = No
     :func:`multi30k_url`), each checked against :data:`MULTI30K_SHA256`, with a progress line per
     file. Returns ``dest_dir``. Raises ``CorpusError`` naming the URL, MULTI30K_DIR and
     MULTI30K_URL when a file cannot be fetched."""
-    from ran_io.textio import waiting_lock
+    from ran_text.textio import waiting_lock
 
     url = (url or multi30k_url()).rstrip("/")
     stream = stream or sys.stdout

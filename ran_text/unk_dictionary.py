@@ -17,7 +17,7 @@ rare words' entries; the dictionary is therefore built once per data-bin and dir
 in the data-bin (``unk-dict.SRC-TGT.LINKS.txt``, with a ``.json`` stamp naming the training files'
 hashes, the links and eflomal's version), and a result records the dictionary's hash.
 
-    python -m ran_fairseq.scoring.unk_dictionary --data DATA --src en --tgt de
+    python -m ran_text.unk_dictionary --data DATA --src en --tgt de
 """
 import argparse
 import hashlib
@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ran_io.textio import atomic_write, write_text_atomic
+from ran_text.textio import atomic_write, write_text_atomic
 
 LINKS = ("intersection", "forward", "reverse")
 INSTALL = ("pip install 'ran_fairseq[align]' (or pip install eflomal); --method copy needs "
@@ -140,14 +140,14 @@ def build(source_path, target_path, out, links: str = "intersection") -> Dict[st
 
 def training_files(data, src, tgt, train_prefix=None) -> Tuple[Path, Path]:
     """The tokenized training text of a data-bin: ``PREFIX.SRC`` and ``PREFIX.TGT``, by default
-    ``DATA/prep/train.tok`` where ``ran_fairseq.data.prepare`` keeps it."""
+    ``DATA/prep/train.tok`` where ``ran_text.prepare`` keeps it."""
     prefix = Path(train_prefix) if train_prefix else Path(data) / "prep" / "train.tok"
     files = (Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}"))
     for path in files:
         if not path.is_file():
             raise DictionaryError(f"{path} is missing: the dictionary is learned from the "
                                   f"tokenized training text the data-bin was built from (kept by "
-                                  f"ran_fairseq.data.prepare in DATA/prep); give --train-prefix")
+                                  f"ran_text.prepare in DATA/prep); give --train-prefix")
     return files
 
 
@@ -213,7 +213,7 @@ def from_args(args, say=None) -> Path:
 
 
 def main(argv: Optional[Iterable[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ran_fairseq.scoring.unk_dictionary",
+    p = argparse.ArgumentParser(prog="python -m ran_text.unk_dictionary",
                                 description=__doc__.split("\n\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)

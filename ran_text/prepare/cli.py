@@ -1,4 +1,4 @@
-"""The command line: ``python -m ran_fairseq.data.prepare {multi30k,iwslt14,custom}`` (also the
+"""The command line: ``python -m ran_text.prepare {multi30k,iwslt14,custom}`` (also the
 console script ``ran-prepare``)."""
 import argparse
 import sys
@@ -12,7 +12,7 @@ from .multi30k import prepare_multi30k
 from .options import EXTRA_TESTS, SPLITS, Cleaning, Options, PrepareError, data_bin_root, \
     default_workers
 from .pipeline import prepare
-from ran_io.textio import one_line_errors
+from ran_text.textio import one_line_errors
 
 def _add_common(p: argparse.ArgumentParser, bpe_merges=10000, lowercase=False, normalize=False,
                 aggressive=False, clean_max_len=0, clean_on="tok") -> None:
@@ -76,7 +76,7 @@ def _options(args, valid_every: int = 0) -> Options:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ran_fairseq.data.prepare",
+        prog="python -m ran_text.prepare",
         description="Tokenize (sacremoses), learn and apply joint BPE (subword-nmt) and binarize "
                     "(fairseq-preprocess --joined-dictionary) a parallel corpus into a data-bin.")
     sub = parser.add_subparsers(dest="corpus", required=True)
@@ -195,5 +195,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m ran_fairseq.data.prepare.cli: as its console script
+if __name__ == "__main__":  # python -m ran_text.prepare.cli: as its console script
     main()

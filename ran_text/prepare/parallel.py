@@ -8,7 +8,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Sequence
 
-from ran_io import tied
+from ran_text import tied
 from .langid import language_filter
 
 CHUNK_LINES = 2000  # sentences per job sent to a worker process

@@ -11,7 +11,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 from ..corpora import Part
 from .langid import language_filter
-from ran_io import tied
+from ran_text import tied
 from .options import EXTRA_TESTS, Cleaning, Options, PrepareError, say
 from .parallel import (_bpe_chunk, _chunks, _count_lines, _langid_chunk, _run_jobs,
                        _tokenize_chunk, _write_lines)

@@ -6,7 +6,7 @@ attention when it was generated (the ``A-`` line's link of that position). Two m
 
 - ``--method dictionary`` (the paper's): the source word's most probable target word in a
   translation dictionary learned from word alignments of the training corpus
-  (:mod:`ran_fairseq.scoring.unk_dictionary`: eflomal, the ``align`` extra; built once per
+  (:mod:`ran_text.unk_dictionary`: eflomal, the ``align`` extra; built once per
   data-bin from ``--data``/``--src``/``--tgt`` and cached there, or a ready ``--dictionary FILE``),
   the source word copied when the dictionary has no entry for it;
 - ``--method copy`` (the default, and the method before the dictionary existed): the source word
@@ -16,14 +16,14 @@ fairseq's own ``--replace-unk`` does not work with binarized data (fairseq issue
 so this runs after generation:
 
     fairseq-generate DATA --path ckpt.pt --print-alignment > gen.txt
-    python -m ran_fairseq.scoring.replace_unk --generate-output gen.txt \
+    python -m ran_text.replace_unk --generate-output gen.txt \
         --source DATA/test.tok.de --method dictionary --data DATA --src de --tgt en > gen.unk.txt
 
 With ``--output FILE``, ``FILE.json`` records the method, the dictionary (path and sha256) and the
 counts: ``<unk>`` tokens, replaced from the dictionary, copied.
 
 The output is the input with each ``<unk>`` of the ``H-`` and ``D-`` lines replaced (everything
-else unchanged, fairseq's closing BLEU line included), so ``ran_fairseq.scoring.evaluate`` and
+else unchanged, fairseq's closing BLEU line included), so ``ran_text.evaluate`` and
 other readers of generate output take it as they are.
 
 - ``A-`` lines: hard alignments ``SRC-TGT`` (``--print-alignment`` or ``--print-alignment hard``),
@@ -33,7 +33,7 @@ other readers of generate output take it as they are.
   model's input: the tokenized text that was binarized (BPE-segmented when the data uses BPE), not
   the ``S-`` lines, which show ``<unk>`` for out-of-vocabulary source words and may be
   detokenized. ``data-bin/X/test.tok.SRC`` of a word-level data-bin
-  (``ran_fairseq.data.prepare --bpe-merges 0``) is such a file.
+  (``ran_text.prepare --bpe-merges 0``) is such a file.
 - ``--dictionary``: lines ``SOURCE_WORD TARGET_WORD [...]``; the first entry of a word is used.
 - ``--generate-output`` may be gzip-compressed (``.gz``), as the engine keeps it.
 - ``H-`` lines must hold the model's tokens (no ``--post-process``/``--remove-bpe``, which merge
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from . import unk_dictionary
+from ran_text import unk_dictionary
 
 UNK = "<unk>"
 
@@ -248,7 +248,7 @@ def apply(generate_output, source, output, method="copy", dictionary_path=None, 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ran_fairseq.scoring.replace_unk",
+    p = argparse.ArgumentParser(prog="python -m ran_text.replace_unk",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--generate-output", required=True,
                    help="fairseq-generate output made with --print-alignment ('-': stdin; .gz: "

@@ -15,7 +15,7 @@ The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,v
                                   none at word level)
   ``{valid,test}.tok.{src,tgt}``  the Moses-tokenized text before BPE: the references of tokenized
                                   BLEU (``ran_lab.reproduce``) and, at word level, the tokens
-                                  the model reads (``ran_fairseq.scoring.replace_unk``)
+                                  the model reads (``ran_text.replace_unk``)
   ``{valid,test}.raw.{src,tgt}``  untokenized text (lowercased under --lowercase) for scoring
   ``prepare-stamp.json``          the parameters, inputs and tool versions: rerunning with the same
                                   ones does nothing, with different ones rebuilds (and, under
@@ -23,7 +23,7 @@ The data-bin then holds, besides fairseq's ``dict.{src,tgt}.txt`` and ``{train,v
 Intermediate text (raw / tokenized / BPE, per split and language) goes to a work dir,
 ``<out>/prep`` by default. Tokenization and BPE application run over ``--workers`` processes.
 
-CLI: ``python -m ran_fairseq.data.prepare {multi30k,iwslt14,custom} --help`` (``ran-prepare``).
+CLI: ``python -m ran_text.prepare {multi30k,iwslt14,custom} --help`` (``ran-prepare``).
 
 Modules: ``options`` (paths, ``Options``, ``Cleaning``, ``PrepareError``), ``langid`` (the
 language filter), ``parallel`` (the worker pool and its chunk functions), ``steps`` (tokenize,

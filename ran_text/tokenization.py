@@ -1,12 +1,12 @@
 """Translate raw text as the data pipeline tokenized the training data.
 
-``ran_fairseq.data.prepare`` tokenizes with sacremoses without aggressive dash splits (unless
+``ran_text.prepare`` tokenizes with sacremoses without aggressive dash splits (unless
 ``--aggressive-dash-splits``) and never escapes special characters, whereas fairseq's
 ``--tokenizer moses`` splits dashes and escapes by default. A data-bin's ``prepare-stamp.json``
 records the options it was built with; this module turns them into the fairseq options that
 reproduce that tokenization at translation time:
 
-    python -m ran_fairseq.data.tokenization DATA     # flags for fairseq-interactive / -generate
+    python -m ran_text.tokenization DATA     # flags for fairseq-interactive / -generate
     translation_options(DATA)                        # keyword arguments for from_pretrained
 
 The plugin's models use ``translation_options`` as defaults in ``from_pretrained`` (``ran_fairseq.hub``).
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-STAMP = "prepare-stamp.json"  # the name ran_fairseq.data.prepare writes
+STAMP = "prepare-stamp.json"  # the name ran_text.prepare writes
 
 
 class NoRecordError(FileNotFoundError):
@@ -35,12 +35,12 @@ def recorded_options(data_dir) -> dict:
         options = stamp["options"]
         options["src"], options["tgt"]  # noqa: B018  (both are required)
     except FileNotFoundError:
-        raise NoRecordError(f"{path} not found: {data_dir} was not made by ran_fairseq.data.prepare "
+        raise NoRecordError(f"{path} not found: {data_dir} was not made by ran_text.prepare "
                             "(scripts/prepare-*.sh), so how its text was tokenized is not "
                             "recorded; pass fairseq's tokenizer flags yourself") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise NoRecordError(f"{path} is unreadable or has no options ({e}); rebuild the data-bin "
-                            "with ran_fairseq.data.prepare --force") from None
+                            "with ran_text.prepare --force") from None
     return options
 
 
@@ -88,11 +88,11 @@ def unreproduced(data_dir, options: Optional[dict] = None) -> List[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m ran_fairseq.data.tokenization",
+        prog="python -m ran_text.tokenization",
         description="Print the fairseq-interactive / fairseq-generate flags (or, with --json, the "
                     "from_pretrained keyword arguments) that tokenize raw text as the data "
                     "pipeline tokenized DATA's training text.")
-    p.add_argument("data", help="a data-bin made by ran_fairseq.data.prepare")
+    p.add_argument("data", help="a data-bin made by ran_text.prepare")
     p.add_argument("--json", action="store_true", help="print from_pretrained keyword arguments")
     args = p.parse_args(argv)
     try:

@@ -88,7 +88,7 @@ def _exclusive(out_dir: Path):
     """Hold an exclusive lock on ``out_dir`` (a lock file beside it) so that two processes that
     prepare the same data-bin at once (two reproductions, say) build it one after the other
     instead of writing the same files together; the second then finds it up to date."""
-    from ran_io.textio import waiting_lock
+    from ran_text.textio import waiting_lock
 
     with waiting_lock(out_dir, "the data-bin", out_dir.parent / f".{out_dir.name}.lock", say):
         yield

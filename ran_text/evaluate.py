@@ -2,8 +2,8 @@
 
 ``fairseq-score`` does not work with sacrebleu 2.6, so this is the project's scoring path:
 
-    python -m ran_fairseq.scoring.evaluate --generate-output gen.out --ref data-bin/X/test.raw.en
-    python -m ran_fairseq.scoring.evaluate --hyp hyp.txt --ref ref.txt [--metrics bleu ter]
+    python -m ran_text.evaluate --generate-output gen.out --ref data-bin/X/test.raw.en
+    python -m ran_text.evaluate --hyp hyp.txt --ref ref.txt [--metrics bleu ter]
 
 ``--generate-output`` reads the detokenized ``D-<id>`` lines of ``fairseq-generate`` output
 (run with ``--bpe``/``--tokenizer`` so they are detokenized) and puts them back in corpus order.
@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
-from ran_io.textio import BOM, decode_line, read_lines  # noqa: F401  (read_lines: this module's API)
-from ran_io.textio import one_line_errors
+from ran_text.textio import BOM, decode_line, read_lines  # noqa: F401  (read_lines: this module's API)
+from ran_text.textio import one_line_errors
 
 METRICS = ("bleu", "chrf", "ter")
 
