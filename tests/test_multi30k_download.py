@@ -14,8 +14,6 @@ import pytest
 
 from ran_text import corpora
 from ran_text import prepare as prepare_module
-from ran_text.prepare import multi30k as prepare_multi30k
-from ran_text.prepare import options as prepare_options
 from ran_text.prepare import PrepareError, main, resolve_multi30k_raw
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +63,7 @@ class Server:
 @pytest.fixture
 def served(tmp_path, monkeypatch):
     """A server with the toy corpus under /task1/raw, its SHA-256s patched into the package; no
-    MULTI30K_* variable, no mirror beside the checkout, and a cache under tmp_path."""
+    MULTI30K_* variable, and a cache under tmp_path."""
     root = tmp_path / "www"
     write_corpus(root / "task1" / "raw")
     for f in (root / "task1" / "raw").iterdir():
@@ -74,7 +72,6 @@ def served(tmp_path, monkeypatch):
     for var in ("MULTI30K_DIR", "MULTI30K_DOWNLOAD", "MULTI30K_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(prepare_multi30k, "multi30k_mirror", lambda: None)
     server = Server(root)
     yield server
     server.close()
@@ -96,7 +93,6 @@ def test_installed_package_downloads_into_the_cache_and_writes_under_cwd(served,
     """As an installed package (no checkout): nothing to do but run; the files are downloaded
     once into $XDG_CACHE_HOME/ran_fairseq/multi30k with a progress line each, and the data-bin
     goes to ./data-bin. A second run makes no request."""
-    monkeypatch.setattr(prepare_options, "is_checkout", lambda root=None: False)
     monkeypatch.setenv("MULTI30K_URL", served.url)
     monkeypatch.chdir(tmp_path)
     args = ["multi30k", "--src", "de", "--tgt", "en", "--bpe-merges", "30", "--workers", "1"]
@@ -168,15 +164,12 @@ def test_multi30k_url_overrides_the_published_url(served, tmp_path, monkeypatch,
     assert corpora.MULTI30K_URL not in capsys.readouterr().out
 
 
-def test_named_folder_and_mirror_come_first(served, tmp_path, monkeypatch):
-    """MULTI30K_DIR (or --raw-dir) wins over the mirror, the mirror over the cache; a named folder
-    without the files is an error naming it, unless --download fills the cache."""
-    named, mirror = tmp_path / "named", tmp_path / "mirror"
+def test_named_folder_comes_first(served, tmp_path, monkeypatch):
+    """MULTI30K_DIR (or --raw-dir) wins over the cache; a named folder without the files is an
+    error naming it, unless --download fills the cache."""
+    named = tmp_path / "named"
     write_corpus(named)
-    write_corpus(mirror)
-    monkeypatch.setattr(prepare_multi30k, "multi30k_mirror", lambda: mirror)
     assert resolve_multi30k_raw(named, tmp_path / "w", LANGS, None, served.url) == named
-    assert resolve_multi30k_raw(None, tmp_path / "w", LANGS, None, served.url) == mirror
     with pytest.raises(PrepareError, match="MULTI30K_DIR") as err:
         resolve_multi30k_raw(tmp_path / "empty", tmp_path / "w", LANGS, None, served.url)
     assert str(tmp_path / "empty") in str(err.value) and served.requests == []
@@ -184,15 +177,23 @@ def test_named_folder_and_mirror_come_first(served, tmp_path, monkeypatch):
     assert got == cache_of(tmp_path) and len(served.requests) == 6
 
 
-def test_checkout_keeps_its_data_bin(monkeypatch, tmp_path):
+def test_data_bins_go_under_the_working_folder(monkeypatch, tmp_path):
+    """ran-prepare writes ./data-bin wherever it runs (the checkout's scripts run it in the
+    checkout); it knows nothing of the lab's mirror, which the lab names in MULTI30K_DIR."""
     monkeypatch.chdir(tmp_path)
-    assert prepare_module.is_checkout() == (REPO / "setup.py").is_file()
-    if prepare_module.is_checkout():
-        assert prepare_module.data_bin_root() == REPO / "data-bin"
-        assert prepare_module.multi30k_mirror() == REPO.parent / "shared" / "data" / "multi30k"
-    monkeypatch.setattr(prepare_options, "is_checkout", lambda root=None: False)
     assert prepare_module.data_bin_root() == tmp_path / "data-bin"
-    assert prepare_module.multi30k_mirror() is None
+    assert not hasattr(prepare_module, "multi30k_mirror")
+
+
+def test_the_lab_names_its_mirror_in_multi30k_dir(monkeypatch, tmp_path):
+    from ran_lab.common import paths
+
+    monkeypatch.setattr(paths, "MULTI30K_MIRROR", tmp_path)
+    assert paths.multi30k_environment({})["MULTI30K_DIR"] == str(tmp_path)
+    assert paths.multi30k_environment({"MULTI30K_DIR": "/elsewhere"}) == {
+        "MULTI30K_DIR": "/elsewhere"}
+    monkeypatch.setattr(paths, "MULTI30K_MIRROR", tmp_path / "absent")
+    assert "MULTI30K_DIR" not in paths.multi30k_environment({})
 
 
 def test_recorded_checksums_match_the_mirror():

@@ -3,6 +3,7 @@
 whichever of the two a program imports first, and the lab's commands import neither torch nor
 fairseq."""
 import json
+import re
 import subprocess
 import sys
 
@@ -142,3 +143,12 @@ def test_the_lab_imports_neither_torch_nor_fairseq():
                           env=helpers.fairseq_env())
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+def test_pitfalls_lists_every_fix_with_its_kind():
+    """docs/pitfalls.md's table names each fix of ran_fairseq.fixes.FIXES with its kind."""
+    from ran_fairseq import fixes
+
+    text = (helpers.REPO / "docs" / "pitfalls.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| (default|opt-in) \|", text, re.M))
+    assert rows == {fix.name: "default" if fix.default else "opt-in" for fix in fixes.FIXES}

@@ -69,8 +69,8 @@ def tiny_bin(tmp_path_factory):
 
 def test_fairseq_through_the_plugin_is_quiet_and_keeps_its_log(tiny_bin):
     """fairseq-train and fairseq-generate as the engine runs them (python -m ran_lab.run_fairseq):
-    no noise on either stream, fairseq's log as fairseq writes it; plain fairseq-train with
-    --user-dir: no hydra warnings (its tensorboardX line comes before the plugin is loaded)."""
+    no noise on either stream, fairseq's log as fairseq writes it. Plain fairseq-train with
+    --user-dir prints what stock fairseq prints: the plugin installs no filter of its own."""
     data, save = tiny_bin / "bin", tiny_bin / "ck"
     train = [data, "--user-dir", REPO / "ran_fairseq", "--task", "translation", "--arch",
              "ran_transformer_small", "--encoder-layers", "1", "--decoder-layers", "1", "--cpu",
@@ -86,13 +86,13 @@ def test_fairseq_through_the_plugin_is_quiet_and_keeps_its_log(tiny_bin):
     assert_quiet(proc.stdout + proc.stderr)
     assert "Translated 24 sentences" in proc.stdout + proc.stderr
     proc = run(["-m", "fairseq_cli.train", *train[:-1], tiny_bin / "ck-plain"])
-    assert_quiet(proc.stderr)
     assert "| INFO | fairseq_cli.train |" in proc.stdout
 
 
 FILTERS = """
 import logging, sys, warnings
-import ran_lab.quiet as quiet  # installs the filters, in front of -W always
+import ran_lab.quiet as quiet
+quiet.install()  # in front of -W always
 logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(name)s: %(message)s")
 log = logging.getLogger("fairseq.tasks.text_to_speech")
 log.info("Please install tensorboardX: pip install tensorboardX")
