@@ -94,5 +94,5 @@ bench pervasive 60 --systems configs/bench/pervasive.json --train-updates 20 --w
 
 # the logs name this machine's folders: record them relative to the checkout, as bench.json does
 "$python" -m ran_lab.portable "$work" "$log" > /dev/null 2>&1 || say "paths left as they are"
-tar -czf "$out/speed.tgz" -C "$work" --exclude=prepare.log . && say "packed $out/speed.tgz"
+tar -czf "$out/speed.tgz" -C "$work" --exclude=prepare.log . && say "packed speed.tgz into the output folder"
 say "done in $(( $(date +%s) - start )) s"

@@ -47,8 +47,5 @@ runs (a second engine is refused, naming the holder); fairseq's processes live i
 groups, get the engine's SIGTERM and SIGINT and end with it; files are written atomically; stored
 results and checkpoints made by other commands are not replaced without ``--force``.
 """
-from .cli import main, main_for, run_paper
-from .config import Column, FullSetting, Paper
-from .errors import ReproError
-
-__all__ = ["Column", "FullSetting", "Paper", "ReproError", "main", "main_for", "run_paper"]
+# (nothing is imported here: ``python -m ran_lab.reproduce.cli`` runs the command once, and a
+# module of the engine is imported by its own name)
