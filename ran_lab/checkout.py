@@ -32,7 +32,7 @@ def root() -> Path:
     one."""
     if not is_checkout(ROOT):
         raise NotACheckout(f"runs from a checkout of the project (it reads configs/ and writes "
-                           f"results/ there), and ran_fairseq is installed at {PACKAGE} without "
+                           f"results/ there), and ran_lab is installed at {PACKAGE} without "
                            f"one: {HOW_TO_GET_ONE}")
     return ROOT
 

@@ -21,9 +21,10 @@ def write_json(path, data):
 
 
 def toy_checkout(root):
-    """A checkout holding the package and the scripts' shared shell, no paper of its own."""
-    shutil.copytree(helpers.REPO / "ran_fairseq", root / "ran_fairseq",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    """A checkout holding the packages and the scripts' shared shell, no paper of its own."""
+    for package in ("ran_fairseq", "ran_text", "ran_lab"):
+        shutil.copytree(helpers.REPO / package, root / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(helpers.REPO / "setup.py", root / "setup.py")
     (root / "scripts").mkdir()
     shutil.copy(helpers.REPO / "scripts" / "lib.sh", root / "scripts" / "lib.sh")

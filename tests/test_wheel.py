@@ -28,8 +28,9 @@ def installed(tmp_path_factory):
     src.mkdir()
     for name in ("setup.py", "README.md"):
         shutil.copy(helpers.REPO / name, src / name)
-    shutil.copytree(helpers.REPO / "ran_fairseq", src / "ran_fairseq",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for package in ("ran_fairseq", "ran_text", "ran_lab"):
+        shutil.copytree(helpers.REPO / package, src / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     env = dict(helpers.fairseq_env(), PIP_CONFIG_FILE=os.devnull, PIP_CONSTRAINT="",
                PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("PYTHONPATH", None)
@@ -117,6 +118,7 @@ def test_prepare_train_generate_hub_and_evaluate_from_the_wheel(installed, corpu
     hub = ("import ran_fairseq, sys\n"
            "from ran_fairseq.models.ran_transformer import RanTransformerModel\n"
            "assert ran_fairseq.__file__.startswith(sys.prefix), ran_fairseq.__file__\n"
+           "assert not [m for m in sys.modules if m.startswith('ran_lab')], 'the lab loaded'\n"
            "hub = RanTransformerModel.from_pretrained(sys.argv[1], 'checkpoint_last.pt', "
            "data_name_or_path=sys.argv[2])\n"
            "print(repr(hub.translate(sys.argv[3], beam=2, max_len_b=10)))\n")
