@@ -8,6 +8,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import helpers  # noqa: E402
+from ran_lab import plugin  # noqa: E402
 from ran_lab.common import paths  # noqa: E402
 
 # The tests run fairseq as the reproduction engine does: with every fix of ran_fairseq.fixes, the
@@ -15,6 +16,8 @@ from ran_lab.common import paths  # noqa: E402
 # the offline copy beside the checkout where there is one.
 os.environ.setdefault("RAN_FAIRSEQ_FIXES", "all")
 os.environ.update(paths.multi30k_environment())
+# The plugin registered in this process too, as the lab loads it (tests build models in-process).
+plugin.load()
 
 # Model-level tests compare float32 results at a tight tolerance; one thread keeps runs repeatable
 # and leaves the second core to the fairseq subprocesses.
@@ -76,7 +79,7 @@ GROUPS = {
             "test_multi30k_download.py", "test_portable.py", "test_analysis.py",
             "test_analyze_pervasive.py", "test_remake.py", "test_nothing_lost.py",
             "test_one_line_errors.py", "test_slurm.py", "test_check_environments.py", "test_significance.py",
-            "test_inputs_are_data.py", "test_python_m.py"],
+            "test_inputs_are_data.py", "test_python_m.py", "test_engine.py"],
     "docs": ["test_docs_commands.py", "test_docs_links.py", "test_quickstart.py",
              "test_readme_summary.py"],
 }

@@ -132,10 +132,10 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
     class Prepared(Exception):
         pass
 
-    def execute_all(*_):
+    def make_all(*_):
         raise Prepared
     monkeypatch.setattr(cli, "prepare", lambda config, pair, log, env: prepared.append(pair))
-    monkeypatch.setattr(cli, "execute_all", execute_all)
+    monkeypatch.setattr(cli, "make_all", make_all)
     with pytest.raises(Prepared):
         cli.run_all(reproduce_paper(), args)
     assert prepared == [("de", "en"), ("en", "de")]
@@ -767,16 +767,13 @@ def test_a_slurm_table_whose_jobs_all_failed_is_an_error(tmp_path, monkeypatch):
         "--launcher", "slurm"])
     reason = "de-en TransF seed 1 (Slurm job 7 ended FAILED: ValueError: boom; --resume ...)"
 
-    def execute_all(runs, args, *_):
-        args.cluster_failures = [reason]
-        return [], [reason]
+    from ran_lab.reproduce.schedule import Made
 
     monkeypatch.setattr(cli, "prepare", lambda *_: None)
     monkeypatch.setattr(cli, "check_jobs", lambda *_: None)
-    monkeypatch.setattr(cli, "execute_all", execute_all)
+    monkeypatch.setattr(cli, "make_all", lambda *_: Made([], [reason], [reason]))
     with pytest.raises(ReproError, match=r"1 run\(s\) without a result: .*ValueError: boom"):
         cli.run_all(reproduce_paper(), args)
     # jobs still under way (none failed): collected later, no error
-    monkeypatch.setattr(cli, "execute_all", lambda runs, args, *_: ([], ["under way"]))
-    args.cluster_failures = None
+    monkeypatch.setattr(cli, "make_all", lambda *_: Made([], ["under way"], []))
     assert cli.run_all(reproduce_paper(), args) is None

@@ -135,3 +135,47 @@ def test_no_plugin_module_over_600_lines():
     long = {name: n for name, path in module_files(REPO).items()
             if under(name, PLUGIN) and (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
     assert not long, f"plugin modules over 600 lines: {long}"
+
+
+def import_cycles(root: Path) -> List[List[str]]:
+    """The cycles of the import graph of the packages under ``root`` (function-level imports
+    included; a package's own ``__init__`` importing its modules is no cycle)."""
+    known = module_files(root)
+    graph = {name: {target for _, target in imports_of(name, path, known)
+                    if target in known and target != name
+                    and not name.startswith(target + ".")}  # a module's package is imported first
+             for name, path in known.items()}
+    cycles, state, stack = [], {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+def test_no_import_circles():
+    """No module needs itself through another (the engine's scheduler, one run's work and the
+    launchers were such a circle, broken only by imports inside functions)."""
+    assert import_cycles(REPO) == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+    for path in module_files(REPO).values():
+        copy = tmp_path / path.relative_to(REPO)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text("")
+    (tmp_path / "ran_lab/reproduce/execute.py").write_text("def f():\n    from . import schedule\n")
+    (tmp_path / "ran_lab/reproduce/schedule.py").write_text("from . import execute\n")
+    assert import_cycles(tmp_path) == [["ran_lab.reproduce.execute", "ran_lab.reproduce.schedule",
+                                        "ran_lab.reproduce.execute"]]

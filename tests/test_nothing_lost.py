@@ -36,7 +36,7 @@ def test_an_engine_that_finished_meanwhile_keeps_its_row(corpus, config, tmp_pat
     out = tmp_path / "out"
     common = ["--config", config, "--data", data, "--pairs", "de-en", "--threads", "1", "--out",
               out, "--checkpoints", tmp_path / "ckpt"]
-    real = cli.execute_all
+    real = cli.make_all
     other = {}
 
     def a_finishes_meanwhile(*args, **kwargs):
@@ -44,7 +44,7 @@ def test_an_engine_that_finished_meanwhile_keeps_its_row(corpus, config, tmp_pat
                                                  "--max-update", "3")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "execute_all", a_finishes_meanwhile)
+    monkeypatch.setattr(cli, "make_all", a_finishes_meanwhile)
     status = engine_in_process(common + ["--systems", "TransF", "--max-update", "2"])
     assert other["proc"].returncode == 0, other["proc"].stderr[-3000:]
     table_of_a = json.loads((out / "results.json").read_text())

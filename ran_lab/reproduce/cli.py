@@ -16,7 +16,8 @@ from ..common.machine import available_cores
 from ..common.paths import repo_path, shown
 from .config import Paper, check_device_flags, load_config, parse_pairs, parse_seeds, select_systems
 from .errors import ReproError
-from .execute import execute_all
+from .launch.local import Local
+from .schedule import make_all
 from . import launch
 from .launch.jobs import check_jobs
 from .locks import lock_runs
@@ -160,7 +161,7 @@ def run_all(paper, args):
     if args.launcher == "slurm":  # --- launcher: slurm (ran_lab.reproduce.launch) ---
         launch.require_submitit()
         from .launch import slurm
-        slurm.prepare(runs, args, config)
+        runs, args.threads = slurm.placed(runs, args, config)
     if args.dry_run:
         for run in runs:
             print(f"# {run.pair} {run.system['name']} seed {run.seed}")
@@ -182,8 +183,17 @@ def run_all(paper, args):
             for pair in [*pairs, *pairs_beside(args, config, runs, data_template)]:
                 print(f"{name}: preparing {pair[0]}-{pair[1]}", file=sys.stderr, flush=True)
                 prepare(config, pair, args.out / f"prepare.{pair[0]}-{pair[1]}.log", env)
-        results, not_run = execute_all(runs, args, config, env, paper, name)
-        failed = getattr(args, "cluster_failures", None)  # --launcher slurm: jobs that failed
+        if slurm is not None:
+            launcher = slurm.Slurm(args, paper)
+        else:
+            launcher = Local(config, args.jobs, args.threads, env, paper, args.config)
+        made = make_all(runs, args, launcher, env, name)
+        results, not_run, failed = made.results, made.not_run, made.failed
+        if slurm is not None and not_run:  # each with its Slurm job, and why it has no result
+            print(f"{name}: without a result: {'; '.join(not_run)}", file=sys.stderr)
+        elif not_run:
+            print(f"{name}: not run before --stop-after {args.stop_after:g} min: "
+                  f"{'; '.join(not_run)} (rerun with --resume)", file=sys.stderr)
         if not results and args.launcher == "slurm" and not_run:
             if failed:  # no table to write, and an error, as below
                 raise ReproError(f"{len(failed)} run(s) without a result: {'; '.join(failed)}")

@@ -15,6 +15,7 @@ from ..common.paths import repo_path, slug
 from ..common.systems import parse_systems
 from ..common.systems import select_systems as common_select
 from .errors import ReproError
+from .runs import SELECT
 
 if TYPE_CHECKING:  # only for the annotation of Paper.measure
     from .runs import Run
@@ -28,9 +29,6 @@ OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_
                         "set_train_flags", "speed_bench", "continues",
                         "gpus"}  # gpus: the paper's GPUs per training (--launcher slurm's default)
 
-
-# select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU (train_argv).
-SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
 
 
 SIGNIFICANCE = {"samples": 1000, "level": 0.01}

@@ -1,25 +1,30 @@
-"""Making the runs: each trained (unless it decodes another's checkpoint), decoded and scored,
-``--jobs`` at a time."""
-import concurrent.futures
-import functools
+"""One run's work, wherever it runs (here, or in its Slurm job): trained (unless it decodes another
+run's checkpoint), decoded, postprocessed and scored, measured, and recorded with the checkout's
+paths as placeholders (:func:`finished_result`). The scheduler is :mod:`.schedule`; where the work
+runs, :mod:`.launch`."""
 import gzip
 import shutil
-import sys
-import threading
 import time
 
 from ran_text import textio
 from .. import portable
 from ..common import paths
 from ..common.jsonio import load_json, read_text_lines
-from ..common.machine import machine_info
 from .checkpoints import selected_checkpoint
 from .errors import ReproError
 from .logs import SPEED_RE
-from .process import CHILDREN, run_logged
+from .process import run_logged
 from .scores import detokenize, tokenized_bleu
-from .store import difference, read_result, stored_result, stored_train_argv
 from .training import train
+
+
+def finished_result(run, env, trained, paper_measure, machine):
+    """``run``'s result as it is stored: :func:`execute`, the machine that made it, the paper's
+    own measurements (``paper_measure``, or None), with the checkout's files as {repo}/PATH."""
+    result = dict(execute(run, env, trained), machine=machine)
+    if paper_measure is not None:
+        result.update(paper_measure(run, result))
+    return portable.record(result, paths.REPO)
 
 
 def execute(run, env, trained):
@@ -170,129 +175,3 @@ def keep_generate_output(plain, kept):
     plain.unlink()
 
 
-def made_otherwise(run):
-    """Whether ``run``'s folders hold a result or checkpoints made by other commands."""
-    old = read_result(run)
-    if old is not None and difference(run, old) is not None:
-        return True
-    argv = stored_train_argv(run) if run.trains else None
-    return argv is not None and argv != run.train_argv
-
-
-def run_label(run):
-    return f"{run.pair} {run.system['name']} seed {run.seed}"
-
-
-def machine_here(config, args):
-    """The machine record of this invocation's runs; an error where the config trains on a GPU
-    and torch sees none."""
-    if config["device"] == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ReproError(f"{args.config} trains on a GPU and torch sees none; use "
-                             f"--dry-run to print the commands, or the CPU config")
-    return dict(machine_info(config["device"], args.threads), jobs=args.jobs)
-
-
-def submit_all(pool, runs, one):
-    """``one(run, trainer)`` of every run in ``pool``, trainings first, so that a decode-only run
-    never holds a worker waiting for one (``trainer``: the Future of the training whose checkpoint
-    it decodes, or None); returns the Futures by ``id(run)``."""
-    futures = {}
-    trained_by = {}  # (pair, system, seed) -> Future of a training run
-    for run in sorted(runs, key=lambda r: not r.trains):
-        trainer = None
-        if not run.trains:
-            trainer = trained_by.get((run.pair, run.system["checkpoint_of"], run.seed))
-        futures[id(run)] = pool.submit(one, run, trainer)
-        if run.trains:
-            trained_by[(run.pair, run.system["name"], run.seed)] = futures[id(run)]
-    return futures
-
-
-def execute_all(runs, args, config, env, paper, name):
-    """Every run, ``args.jobs`` at a time, in ``runs``' order; return (results of the finished
-    runs in that order, labels of the runs not started before ``--stop-after``). A run that decodes
-    another's checkpoint waits for it. The first failure starts no further run; the runs under way
-    finish, then it is raised."""
-    start = time.monotonic()
-    lock = threading.Lock()
-    failures = []
-    results = {}
-
-    def say(text):
-        with lock:
-            print(f"{name}: {text}", file=sys.stderr, flush=True)
-
-    here = functools.lru_cache(maxsize=None)(functools.partial(machine_here, config, args))
-    # --- launcher: slurm (ran_lab.reproduce.launch): the runs are Slurm jobs ---
-    cluster = None
-    if args.launcher == "slurm":
-        from .launch.slurm import Cluster
-        cluster = Cluster(args, paper, say)
-    from .redo import redo_postprocess, redoable  # (redo builds on this module)
-
-    def one(run, trainer):
-        trained = trainer.result() if trainer is not None else None
-        if trainer is not None and trained is None:
-            return None  # its checkpoint's training did not run
-        try:
-            old, rescored = stored_result(run, args.force) if args.resume else (None, False)
-            if old is not None:
-                say(f"{run_label(run)}: done before, skipped (--resume)"
-                    + (f"; rescored: sacreBLEU {old['sacrebleu']:.2f}" if rescored else ""))
-                return old
-            if failures or CHILDREN.stopped_by is not None or (
-                    args.stop_after is not None
-                    and time.monotonic() - start > 60 * args.stop_after):
-                return None
-            stored = read_result(run) if getattr(args, "redo_postprocess", False) else None
-            if stored is not None and redoable(run, stored):
-                # no device needed: its machine stays the one that decoded it
-                say(f"{run_label(run)}: postprocessed again from its kept decoding "
-                    f"(--redo-postprocess) ...")
-                old = redo_postprocess(run, env, stored)
-            else:
-                machine = here() if cluster is None else None
-                if not args.resume or (args.force and made_otherwise(run)):
-                    # made again from the start (check_stored refused other commands' files
-                    # unless --force)
-                    if run.trains:
-                        shutil.rmtree(run.save_dir, ignore_errors=True)
-                    shutil.rmtree(run.dir, ignore_errors=True)
-                if cluster is not None:  # made, measured and recorded in its job
-                    return cluster.make(run, trained, lambda: CHILDREN.stopped_by is not None)
-                say(f"{run_label(run)} ...")
-                old = dict(execute(run, env, trained), machine=machine)
-                if paper.measure is not None:
-                    old.update(paper.measure(run, old))
-            # recorded with the checkout's files as {repo}/PATH
-            old = portable.record(old, paths.REPO)
-        except Exception as e:  # noqa: BLE001  (kept, raised after the runs under way)
-            with lock:
-                failures.append(e)
-            return None
-        textio.write_json(run.dir / "result.json", old)
-        say(f"{run_label(run)}: tok BLEU {old['tok_bleu']:.2f}, sacreBLEU {old['sacrebleu']:.2f}, "
-            f"TER {old['ter']:.2f}, {old['decode']['sentences_per_s']:.2f} sent/s, "
-            f"{old['train_seconds'] / 60:.1f} min training")
-        return old
-
-    workers = args.jobs if cluster is None else max(1, len(runs))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = submit_all(pool, runs, one)
-        for run in runs:
-            results[id(run)] = futures[id(run)].result()
-    if failures:
-        raise failures[0]
-    not_run = [run_label(run) for run in runs if results[id(run)] is None]
-    if cluster is not None:  # each with its Slurm job, and why it has no result
-        not_run = [cluster.reasons.get(id(run), run_label(run))
-                   for run in runs if results[id(run)] is None]
-        if not_run:
-            print(f"{name}: without a result: {'; '.join(not_run)}", file=sys.stderr)
-    elif not_run:
-        print(f"{name}: not run before --stop-after {args.stop_after:g} min: "
-              f"{'; '.join(not_run)} (rerun with --resume)", file=sys.stderr)
-    return [results[id(run)] for run in runs if results[id(run)] is not None], not_run

@@ -19,9 +19,39 @@ from .errors import ReproError
 CHILDREN = Children()
 
 
+class Processes:
+    """The engine's runner: each command a process of its own among :data:`CHILDREN`, its output
+    into the log, in the checkout, with MULTI30K_DIR naming the lab's mirror where there is one."""
+
+    def run(self, cmd, log, env, pass_fds):
+        """``cmd`` (``[python, -m, MODULE, ...]``) to its end, stdout and stderr into the open file
+        ``log``; its return code."""
+        return CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=paths.multi30k_environment(env), cwd=paths.REPO,
+                            pass_fds=tuple(pass_fds))
+
+
+# The seam between the engine and fairseq's processes: every command of a run (fairseq-train,
+# fairseq-generate, a postprocess) goes through RUNNER.run. Tests of the engine's own logic swap
+# in a runner that writes what fairseq would (``runner``), and so run in-process.
+RUNNER = Processes()
+
+
+@contextlib.contextmanager
+def runner(other):
+    """Within the block, the runs' commands go to ``other`` (an object with ``run``, as
+    :class:`Processes`)."""
+    global RUNNER
+    before, RUNNER = RUNNER, other
+    try:
+        yield other
+    finally:
+        RUNNER = before
+
+
 def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
-    separator), as one of :data:`CHILDREN` (``pass_fds``: open files it keeps, the run's locks, so
+    separator), through :data:`RUNNER` (``pass_fds``: open files it keeps, the run's locks, so
     that they stay held while it lives); return the text this run wrote."""
     cmd = [sys.executable, *argv]
     log_path = Path(log_path)
@@ -30,10 +60,7 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
         if offset:
             log.write(f"\n===== {what}: continued (--resume) =====\n")
             log.flush()
-        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                  env=paths.multi30k_environment(env),
-                                  cwd=paths.REPO,
-                                  pass_fds=tuple(pass_fds))
+        returncode = RUNNER.run(cmd, log, env, pass_fds)
     with open(log_path, encoding="utf-8", errors="replace") as log:
         log.seek(offset)
         text = log.read()

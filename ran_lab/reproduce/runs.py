@@ -5,7 +5,10 @@ from pathlib import Path
 from ..common import paths
 from ..common.flags import flag_pairs, set_flag
 from ..common.paths import repo_path, slug
-from .config import SELECT
+
+# a config's select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU
+# (selection_flags)
+SELECT = {"last": "checkpoint_last.pt", "loss": "checkpoint_best.pt", "bleu": "checkpoint_best.pt"}
 
 
 class Run:
@@ -67,6 +70,10 @@ class Run:
                           "raw_ref": self.raw_ref[subset], "subset": subset}
                 self.postprocess[subset] = [part.format(**{k: str(v) for k, v in fields.items()})
                                             for part in system["postprocess"]]
+
+    def __getstate__(self):
+        # a run sent to another process (its Slurm job) holds none of this one's lock files
+        return dict(self.__dict__, lock_fds=())
 
     def commands(self):
         cmds = [["fairseq-train"] + self.train_argv] if self.trains else []

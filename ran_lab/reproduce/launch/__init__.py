@@ -1,8 +1,29 @@
-"""Where the runs are made: ``--launcher local`` (the engine's own processes, ``--jobs`` at a time)
-or ``--launcher slurm`` (one Slurm job per (pair, system, seed): :mod:`.slurm`)."""
+"""Where the runs are made: ``--launcher local`` (the engine's own processes, ``--jobs`` at a time:
+:mod:`.local`) or ``--launcher slurm`` (one Slurm job per (pair, system, seed): :mod:`.slurm`).
+
+Both are launchers for the scheduler (:mod:`..schedule`), with one interface:
+
+- ``workers(runs)``: how many runs may be under way at once;
+- ``check()``: raises where no run can be made (before the scheduler removes a run's old files);
+- ``launch(run, trained, stopped, say) -> Outcome``: ``run`` made (``trained``: the result of the
+  training whose checkpoint it decodes, or None; ``stopped()``: whether the engine was told to
+  stop; ``say``: a progress line). Neither changes the run or the arguments it is given.
+"""
+import dataclasses
 import shlex
+from typing import Optional
 
 LAUNCHERS = ("local", "slurm")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """A launched run: its result (as stored in result.json), or None with the reason; ``failed``
+    where its launch failed (a Slurm job ended without a result) rather than was left under
+    way."""
+    result: Optional[dict]
+    reason: Optional[str] = None
+    failed: bool = False
 
 INSTALL_SUBMITIT = ("--launcher slurm needs the submitit package: pip install 'ran_fairseq[slurm]' "
                     "(or pip install submitit)")

@@ -7,6 +7,7 @@ sent USR2 ``--requeue-signal`` seconds before the limit, and requeues itself) an
 on from checkpoint_last.pt to the exact --max-update. Multi-GPU and multi-node trainings are
 fairseq's own distributed training under srun (its Slurm detection, ``--distributed-port``). The
 jobs' states come from ``scontrol`` and ``squeue``, which need no accounting database."""
+import copy
 import os
 import re
 import sys
@@ -21,7 +22,7 @@ from ...common.jsonio import load_json
 from ...common.machine import machine_info
 from ..errors import ReproError
 from .jobs import RECORD, active_state, job_state, read_record
-from . import require_submitit
+from . import Outcome, require_submitit
 
 submitit = require_submitit()
 
@@ -61,15 +62,17 @@ def distributed_argv(run, world):
     return set_flag(argv, "--distributed-port", port)
 
 
-def prepare(runs, args, config):
-    """Give every run its Slurm resources and distributed flags (before their commands are
-    compared with stored results or printed)."""
+def placed(runs, args, config):
+    """(copies of ``runs`` with their Slurm resources and distributed flags, the threads of a
+    task): what the engine compares with stored results, prints and submits."""
     res = resources(args, config)
-    args.threads = args.threads_given or res["cpus_per_task"]
+    placed_runs = []
     for run in runs:
+        run = copy.copy(run)
         run.slurm = res
         run.train_argv = distributed_argv(run, res["world_size"])
-    return res
+        placed_runs.append(run)
+    return placed_runs, args.threads_given or res["cpus_per_task"]
 
 
 def sbatch_parameters(run, args):
@@ -115,11 +118,11 @@ class RunJob(submitit.helpers.Checkpointable):
         self.run, self.paper_key, self.threads = run, paper_key, threads
 
     def __call__(self):
-        from ..execute import execute
+        from ..execute import finished_result
+        from ..papers import PAPERS
         from ..process import run_logged
 
         run = self.run
-        run.lock_fds = ()
         env = dict(os.environ, OMP_NUM_THREADS=str(self.threads),
                    MKL_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1")
         rank = int(os.environ.get("SLURM_PROCID", "0"))
@@ -129,20 +132,15 @@ class RunJob(submitit.helpers.Checkpointable):
                            run.dir / f"train.rank{rank}.log", env,
                            f"fairseq-train rank {rank}", append=True)
             return None
-        from ..papers import PAPERS
-
-        label = f"({run.pair}, {run.system['name']}, seed {run.seed})"
         trained = None
         if not run.trains:
             trained = load_json(run.dir / "trained.json", "the trained run's result",
                                 "resubmit with --resume", ReproError)
-        result = dict(execute(run, env, trained), machine=self.machine())
         paper = PAPERS.get(self.paper_key)
-        if paper is not None and paper.measure is not None:
-            result.update(paper.measure(run, result))
-        result = portable.record(result, paths.REPO)
+        result = finished_result(run, env, trained, paper.measure if paper else None,
+                                 self.machine())
         textio.write_json(run.dir / "result.json", result)
-        print(f"{label}: tok BLEU {result['tok_bleu']:.2f}", flush=True)
+        print(f"{label(run)}: tok BLEU {result['tok_bleu']:.2f}", flush=True)
         return "done"
 
     def machine(self):
@@ -177,25 +175,27 @@ def must_train(run):
     return (history[-1].get("num_updates") or 0) < budget
 
 
-class Cluster:
-    """The engine's side: submit, attach to, wait for and collect the runs' jobs."""
+class Slurm:
+    """The launcher of ``--launcher slurm``: a run's job submitted (or, with --resume, the one
+    under way attached to), waited for and collected."""
 
-    def __init__(self, args, paper, say):
-        self.args, self.paper, self.say = args, paper, say
-        self.reasons = {}  # id(run) -> why it has no result (its job failed, or is under way)
-        args.cluster_failures = self.failures = []  # the reasons of the runs whose job failed
+    def __init__(self, args, paper):
+        self.args, self.paper = args, paper
 
-    def make(self, run, trained, stopped):
-        """``run``'s result from its job (submitted now, or the one under way with --resume);
-        None where it has none (submitted only, failed, or the engine was stopped), with the
-        reason in :attr:`reasons`."""
+    def workers(self, runs):
+        return max(1, len(runs))  # every job waited for at once: Slurm schedules them
+
+    def check(self):
+        pass
+
+    def launch(self, run, trained, stopped, say):
         record = read_record(run)
         state = job_state(record["job_id"]) if record else None
         if not (record and self.args.resume and active_state(state)):
             if record and self.args.resume:
                 why = record.get("failed") or failure(run, record["job_id"], state)
-                self.say(f"{label(run)}: Slurm job {record['job_id']} {why}; submitted again "
-                         f"(--resume)")
+                say(f"{label(run)}: Slurm job {record['job_id']} {why}; submitted again "
+                    f"(--resume)")
             run.dir.mkdir(parents=True, exist_ok=True)
             if trained is not None:
                 textio.write_json(run.dir / "trained.json", trained)
@@ -205,33 +205,29 @@ class Cluster:
                       "folder": portable.record(str(run.dir / "slurm"), paths.REPO),
                       "resources": run.slurm}
             textio.write_json(run.dir / RECORD, record)
-            self.say(f"{label(run)}: submitted as Slurm job {job.job_id}")
+            say(f"{label(run)}: submitted as Slurm job {job.job_id}")
         else:
-            self.say(f"{label(run)}: its Slurm job {record['job_id']} is {state[0].lower()}; "
-                     f"collecting it")
+            say(f"{label(run)}: its Slurm job {record['job_id']} is {state[0].lower()}; "
+                f"collecting it")
         job_id = record["job_id"]
         if self.args.submit_only:
-            self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id}, submitted)"
-            return None
+            return Outcome(None, f"{label(run)} (Slurm job {job_id}, submitted)")
         while True:
             state = job_state(job_id)
             if not active_state(state):
                 break
             if stopped():
-                self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id}, under way)"
-                return None
+                return Outcome(None, f"{label(run)} (Slurm job {job_id}, under way)")
             time.sleep(POLL_SECONDS)
         result_file = run.dir / "result.json"
         if result_file.is_file() and result_file.stat().st_mtime >= record["submitted"]:
-            return load_json(result_file, "the run's result", "resubmit with --resume",
-                             ReproError)
+            return Outcome(load_json(result_file, "the run's result", "resubmit with --resume",
+                                     ReproError))
         why = failure(run, job_id, state)
-        record["failed"] = why
-        textio.write_json(run.dir / RECORD, record)
-        self.reasons[id(run)] = f"{label(run)} (Slurm job {job_id} {why}; --resume resubmits it)"
-        self.failures.append(self.reasons[id(run)])
-        self.say(f"{label(run)}: Slurm job {job_id} {why}")
-        return None
+        textio.write_json(run.dir / RECORD, dict(record, failed=why))
+        say(f"{label(run)}: Slurm job {job_id} {why}")
+        return Outcome(None, f"{label(run)} (Slurm job {job_id} {why}; --resume resubmits it)",
+                       failed=True)
 
 
 def failure(run, job_id, state):
