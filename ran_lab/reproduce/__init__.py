@@ -38,9 +38,11 @@ made in one checkout are taken by ``--resume`` in another.
 
 The modules, in the order of a run: :mod:`.config` (the Paper, the scale config and its systems),
 :mod:`.runs` (one run's commands), :mod:`.locks`, :mod:`.store` (stored results, ``--resume`` and
-``--force``), :mod:`.process` (fairseq's processes), :mod:`.training`, :mod:`.checkpoints`,
-:mod:`.logs`, :mod:`.execute` (every run, ``--jobs`` at a time), :mod:`.scores`, :mod:`.table` and
-:mod:`.markdown` (results.json, TABLE.md), :mod:`.cli`.
+``--force``), :mod:`.schedule` (every run, in order: skipped, redone or launched),
+:mod:`.launch` (where a run is made: here, ``--jobs`` at a time, or as a Slurm job; one
+interface), :mod:`.execute` (one run's work: :mod:`.training`, decoding, :mod:`.scores`),
+:mod:`.process` (the seam to fairseq's processes, ``RUNNER``), :mod:`.checkpoints`, :mod:`.logs`,
+:mod:`.table` and :mod:`.markdown` (results.json, TABLE.md), :mod:`.cli`.
 
 Under faults (docs/guarantees.md): each run's output and checkpoint folders are locked while it
 runs (a second engine is refused, naming the holder); fairseq's processes live in their own process
