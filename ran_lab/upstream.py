@@ -144,7 +144,7 @@ def main(argv=None):
               "summary": summary(plain, plugin)}
     write_text_atomic(args.out / "results.json", json.dumps(result, indent=1) + "\n")
     write_text_atomic(args.out / "README.md", report(result))
-    for xml in args.out.glob("*.xml"):
-        xml.unlink()
+    for made in [*args.out.glob("*.xml"), *args.out.glob("*.log")]:
+        made.unlink()  # pytest's own reports name this machine's folders
     print(report(result))
     return 1 if result["summary"]["differ"] else 0
