@@ -12,6 +12,7 @@ from ..common.flags import flag_pairs
 from ..common.jsonio import load_json, read_text_lines
 from ..common.paths import shown
 from .config import parse_pairs
+from . import replace
 from .errors import ReproError
 from .runs import Run
 
@@ -195,10 +196,14 @@ def check_stored(args, config, runs, data_template, name):
     with other flags (trained again), another run's result (left out of the table), and rows of
     the folder's results.json and TABLE.md that the new ones would not hold (made by another
     systems file, say). With ``--force``, say what is replaced."""
-    found = []
+    found, finished = [], []
     for run in runs:
+        replace.recover(run, name, waiting_for_job=args.launcher == "slurm" and args.resume
+                        and (run.dir / "slurm.json").is_file())
         old = read_result(run)
         diff = None if old is None else difference(run, old)
+        if old is not None and diff is None and not args.resume:
+            finished.append(shown(run.dir / "result.json"))
         if diff is not None:
             found.append(f"{shown(run.dir / 'result.json')} was made with other settings "
                          f"({diff}) and would be replaced")
@@ -209,6 +214,16 @@ def check_stored(args, config, runs, data_template, name):
             found.append(f"the checkpoints in {shown(run.save_dir)} were trained with other "
                          f"flags ({flags_difference(argv, run.train_argv)}) and would be "
                          f"trained again")
+    if finished and not args.force:
+        listed = ", ".join(finished[:4]) + (f" and {len(finished) - 4} more"
+                                            if len(finished) > 4 else "")
+        raise ReproError(f"nothing was changed: {listed} hold(s) a finished run of these "
+                         f"commands. Rerun with --resume to keep it (it is skipped), or with "
+                         f"--force to make it again (its files stay until the new ones are "
+                         f"whole)")
+    if finished:
+        print(f"{name}: --force: {', '.join(finished)} made again; the finished run's files "
+              f"stay until the new ones are whole", file=sys.stderr, flush=True)
     found += table_losses(args, config, runs, data_template)
     if not found:
         return
