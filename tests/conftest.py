@@ -80,7 +80,7 @@ GROUPS = {
             "test_analyze_pervasive.py", "test_remake.py", "test_nothing_lost.py",
             "test_one_line_errors.py", "test_slurm.py", "test_check_environments.py", "test_significance.py",
             "test_inputs_are_data.py", "test_python_m.py", "test_engine.py",
-            "test_replacing.py"],
+            "test_replacing.py", "test_file_schemas.py"],
     "docs": ["test_docs_commands.py", "test_docs_links.py", "test_quickstart.py",
              "test_readme_summary.py"],
 }

@@ -11,6 +11,7 @@ import time
 from ran_text import textio
 from .. import portable
 from ..common import paths
+from .errors import ReproError
 from .process import CHILDREN
 from . import replace
 from .redo import redo_postprocess, redoable
@@ -91,6 +92,10 @@ def make_all(runs, args, launcher, env, name):
                     f"(--redo-postprocess) ...")
                 result = portable.record(redo_postprocess(run, env, stored), paths.REPO)
             else:
+                if not run.data.is_dir():  # (--data: nothing was prepared)
+                    raise ReproError(f"{run_label(run)}: its data-bin {run.data} does not "
+                                     f"exist: give --data the folder of a data-bin (ran-prepare "
+                                     f"writes one), or leave --data out to prepare the config's")
                 launcher.check()  # (before any file is moved)
                 if not args.resume or (args.force and made_otherwise(run)):
                     # made again from the start (check_stored refused a finished run, or other

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ran_text import textio
 from .. import portable
-from ..common import paths
+from ..common import paths, schema
 from ..common.flags import flag_pairs
 from ..common.jsonio import load_json, read_text_lines
 from ..common.paths import shown
@@ -85,8 +85,9 @@ def read_result(run):
     path = run.dir / "result.json"
     if not path.is_file():
         return None
-    return portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
-                                             shape=dict), paths.REPO)
+    result = portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
+                                               shape=dict), paths.REPO)
+    return schema.check(result, schema.RESULT, path, ReproError, "a run's result", FIX_RESULT)
 
 
 def previous_result(run, force=False):
@@ -131,7 +132,8 @@ def stored_report(out):
     if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
         raise ReproError(f"{path} (the folder's table data) holds no list of result objects under "
                          f'"results"; it was edited or made by another program: {FIX_REPORT}')
-    return report
+    return schema.check(report, schema.RESULTS, path, ReproError, "the folder's table data",
+                        FIX_REPORT)
 
 
 def stored_rows(out):

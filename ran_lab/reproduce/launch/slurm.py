@@ -21,6 +21,7 @@ from ...common.flags import flag_pairs, set_flag
 from ...common.jsonio import load_json
 from ...common.machine import machine_info
 from ..errors import ReproError
+from ..training import read_finished
 from .jobs import RECORD, active_state, job_state, read_record
 from . import Outcome, require_submitit
 
@@ -162,7 +163,7 @@ def must_train(run):
     finished = run.save_dir / "train_finished.json"
     if finished.is_file():
         try:
-            record = load_json(finished, "the record of a finished training", "", ReproError)
+            record = read_finished(finished)
         except ReproError:
             record = {}
         if portable.expand(record.get("argv"), paths.REPO) == run.train_argv:

@@ -1,0 +1,201 @@
+"""Every kind of file the lab reads has one schema (ran_lab.common.schema), checked when it is
+read: a file of the wrong shape is one line naming the file, the key and what was expected, and a
+string where a list belongs is refused, never iterated (``"seeds": "12"`` ran seeds 1 and 2)."""
+import json
+import math
+
+import pytest
+
+from helpers import REPO
+from test_engine import FakeFairseq, argv, data, engine  # noqa: F401  (data: a fixture)
+
+CONFIG = REPO / "configs" / "ran" / "cpu.json"
+
+
+def config_with(tmp_path, change=None, systems=None, paper=None):
+    """configs/ran/cpu.json with ``change`` (a dict of keys, or a whole value), its systems file
+    and paper numbers optionally replaced (their JSON values); the config's path."""
+    config = json.loads(CONFIG.read_text())
+    for name, value, key in (("systems.json", systems, "systems"),
+                             ("paper.json", paper, "paper")):
+        if value is not None:
+            (tmp_path / name).write_text(json.dumps(value))
+            config[key] = str(tmp_path / name)
+    config.pop("speed_bench", None)
+    config = dict(config, **change) if isinstance(change, dict) else \
+        (config if change is None else change)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def load_error(path):
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.errors import ReproError
+
+    with pytest.raises(ReproError) as e:
+        load_config(path)
+    message = str(e.value)
+    assert "\n" not in message and str(path.parent) in message
+    return message
+
+
+def systems(**change):
+    spec = json.loads((REPO / "configs" / "ran" / "systems.json").read_text())
+    return dict(spec, **change)
+
+
+def paper(**change):
+    return dict(json.loads((REPO / "configs" / "ran" / "paper.json").read_text()), **change)
+
+
+@pytest.mark.parametrize("change, key, expected", [
+    ({"seeds": "12"}, '"seeds"', "a non-empty list of integers 0..4294967295"),
+    ({"seeds": [1, 2 ** 32]}, '"seeds[1]"', "an integer 0..4294967295"),
+    ({"significance": [1]}, '"significance"', "an object"),
+    ({"significance": {"samples": "many"}}, '"significance.samples"', "an integer >= 100"),
+    ({"select": ["last"]}, '"select"', 'one of "last", "loss", "bleu"'),
+    ({"pairs": 5}, '"pairs"', "a non-empty list"),
+    ({"pairs": "de-en"}, '"pairs"', "a non-empty list"),
+    ({"train_flags": "--dropout 0.1"}, '"train_flags"', "a list of strings"),
+    ([1, 2], "the file", "an object"),
+], ids=["seeds-string", "seed-too-big", "significance-list", "samples-string", "select-list",
+        "pairs-number", "pairs-string", "train-flags-string", "config-list"])
+def test_a_config_of_the_wrong_shape_is_one_line(tmp_path, change, key, expected):
+    message = load_error(config_with(tmp_path, change))
+    assert f"{key}: expected {expected}" in message, message
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (systems(common_flags="--dropout 0.1"), '"common_flags": expected a list of strings'),
+    (systems(common_flags=["--save-dir", "/tmp/x"]), "common_flags sets --save-dir"),
+    (systems(common_flags=["--arch", "transformer"]), "common_flags sets --arch"),
+    (systems(systems=[]), '"systems": expected a non-empty list'),
+    (systems(systems=[{"name": "a\nb", "arch": "ran_transformer_small"}]),
+     '"systems[0].name": expected a non-empty string on one line'),
+    ([], "the file: expected an object"),
+], ids=["common-flags-string", "common-flags-save-dir", "common-flags-arch", "no-systems",
+        "name-with-newline", "a-list"])
+def test_a_systems_file_of_the_wrong_shape_is_one_line(tmp_path, spec, expected):
+    message = load_error(config_with(tmp_path, systems=spec))
+    assert expected in message and "systems.json" in message, message
+
+
+@pytest.mark.parametrize("numbers, expected", [
+    (paper(columns=[5]), '"columns[0]": expected an object (a column)'),
+    ([], "the file: expected an object"),
+    (paper(columns="t1"), '"columns": expected a list of objects'),
+], ids=["column-number", "a-list", "columns-string"])
+def test_paper_numbers_of_the_wrong_shape_are_one_line(tmp_path, numbers, expected):
+    message = load_error(config_with(tmp_path, paper=numbers))
+    assert expected in message and "paper.json" in message, message
+
+
+@pytest.mark.parametrize("template, expected", [
+    ("{root}/bin.{src}-{tgt}", "unknown field {root}"),
+    ("bin.{src-{tgt}", "bin.{src-{tgt}': unexpected '{' in field name"),
+    ("bin.{0}", "bin.{0}': Replacement index 0 out of range"),
+])
+def test_a_data_template_with_other_fields_is_one_line(tmp_path, template, expected):
+    message = engine(argv(tmp_path, str(tmp_path / template)), FakeFairseq())
+    assert isinstance(message, str) and expected in message and "\n" not in message, message
+    assert message.startswith("reproduce-ran: error: --data '")
+
+
+def test_a_data_folder_that_does_not_exist_is_refused_before_training(tmp_path):
+    fake = FakeFairseq()
+    message = engine(argv(tmp_path, str(tmp_path / "nowhere.{src}-{tgt}")), fake)
+    assert isinstance(message, str) and "--data" in message and "nowhere.de-en" in message
+    assert "does not exist" in message and fake.calls == []
+
+
+def test_a_seed_above_fairseqs_range_is_refused(tmp_path, data, capsys):  # noqa: F811
+    fake = FakeFairseq()
+    assert engine(argv(tmp_path, data, "--seeds", f"1,{2 ** 32}"), fake) == 2
+    assert f"--seeds: seed {2 ** 32} is above 4294967295" in capsys.readouterr().err
+    assert fake.calls == []
+
+
+RESULT = "out/de-en/RAN-ALL/seed1/result.json"
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda r: dict(r, sacrebleu=math.nan), '"sacrebleu": expected a finite number'),
+    (lambda r: dict(r, params="1234"), '"params": expected an integer >= 0 or null'),
+    (lambda r: dict(r, seed=-1), '"seed": expected an integer 0..4294967295'),
+    (lambda r: {k: v for k, v in r.items() if k != "ter"}, '"ter": expected a finite number '
+                                                           '(a required key, missing)'),
+], ids=["nan", "params-string", "seed-negative", "missing"])
+def test_a_hand_edited_result_never_reaches_a_table(tmp_path, data, edit, key):  # noqa: F811
+    assert engine(argv(tmp_path, data), FakeFairseq()) == 0
+    path = tmp_path / RESULT
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    table = (tmp_path / "out" / "TABLE.md").read_text()
+    fake = FakeFairseq()
+    message = engine(argv(tmp_path, data, "--resume"), fake)
+    assert isinstance(message, str) and str(path) in message and key in message, message
+    assert "\n" not in message and fake.calls == []
+    assert (tmp_path / "out" / "TABLE.md").read_text() == table
+
+
+def test_a_results_json_row_of_the_wrong_type_is_one_line(tmp_path, data):  # noqa: F811
+    assert engine(argv(tmp_path, data), FakeFairseq()) == 0
+    path = tmp_path / "out" / "results.json"
+    report = json.loads(path.read_text())
+    report["results"][0]["chrf"] = "high"
+    path.write_text(json.dumps(report))
+    message = engine(argv(tmp_path, data, "--resume"), FakeFairseq())
+    assert isinstance(message, str) and str(path) in message
+    assert '"results[0].chrf": expected a finite number' in message, message
+
+
+@pytest.mark.parametrize("record, key", [
+    ({"argv": "fairseq-train", "seconds": 3}, '"argv": expected a list of strings'),
+    ([], "the file: expected an object"),
+    ({"argv": []}, '"seconds"'),
+])
+def test_a_train_finished_record_of_the_wrong_shape_under_resume(tmp_path, data, record, key):  # noqa: F811
+    assert engine(argv(tmp_path, data), FakeFairseq()) == 0
+    (tmp_path / RESULT).unlink()
+    path = tmp_path / "ckpt" / "de-en" / "RAN-ALL" / "seed1" / "train_finished.json"
+    path.write_text(json.dumps(record))
+    message = engine(argv(tmp_path, data, "--resume"), FakeFairseq())
+    assert isinstance(message, str) and str(path) in message and key in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("record", [{"job_id": [7]}, [], {"id": 7}])
+def test_a_slurm_record_of_the_wrong_shape_is_one_line(tmp_path, data, record):  # noqa: F811
+    assert engine(argv(tmp_path, data), FakeFairseq()) == 0
+    path = tmp_path / "out" / "de-en" / "RAN-ALL" / "seed1" / "slurm.json"
+    path.write_text(json.dumps(record))
+    message = engine(argv(tmp_path, data, "--resume"), FakeFairseq())
+    assert isinstance(message, str) and str(path) in message and "job_id" in message \
+        or "expected an object" in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda s: dict(s, significance=dict(s["significance"], level="0.01")),
+     '"settings.significance.level": expected a finite number in (0, 1), found a string'),
+    (lambda s: {k: v for k, v in s.items() if k != "paper_file"},
+     '"settings.paper_file": expected a non-empty string (a required key, missing)'),
+    (lambda s: dict(s, baseline=["TransF"]), '"settings.baseline": expected a non-empty string'),
+], ids=["level-string", "no-paper-file", "baseline-list"])
+def test_claims_on_table_data_of_the_wrong_shape_is_one_line(tmp_path, data, edit, expected):  # noqa: F811
+    import os
+    import subprocess
+    import sys
+
+    assert engine(argv(tmp_path, data), FakeFairseq()) == 0
+    path = tmp_path / "out" / "results.json"
+    report = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(report, settings=edit(report["settings"]))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH",
+                                                                                  "")]))
+    proc = subprocess.run([sys.executable, "-m", "ran_lab.claims.cli", "--results",
+                           str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                          cwd=REPO)
+    assert proc.returncode != 0
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert str(path) in proc.stderr and expected in proc.stderr, proc.stderr
