@@ -199,3 +199,13 @@ def test_claims_on_table_data_of_the_wrong_shape_is_one_line(tmp_path, data, edi
     assert proc.returncode != 0
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert str(path) in proc.stderr and expected in proc.stderr, proc.stderr
+
+
+def test_a_truncated_hypotheses_file_under_resume_is_one_line(tmp_path, data):  # noqa: F811
+    assert engine(argv(tmp_path, data), FakeFairseq()) == 0
+    hyps = tmp_path / "out" / "de-en" / "RAN-ALL" / "seed1" / "hyp.detok.txt"
+    hyps.write_text("".join(hyps.read_text().splitlines(True)[:5]))
+    message = engine(argv(tmp_path, data, "--resume"), FakeFairseq())
+    assert isinstance(message, str) and "\n" not in message, message
+    assert f"{hyps} (the run's hypotheses) has 5 lines for the 12 references" in message
+    assert "delete the run's result.json" in message

@@ -299,6 +299,13 @@ TRAIN_FINISHED = Obj(required={"argv": FLAGS, "seconds": Num(0)})
 # a run folder's slurm.json (its Slurm job)
 SLURM = Obj(required={"job_id": OneOf(Int(1), Str(nonempty=True, line=True))}, extra=True)
 
+# a row of a results.json as ran-claims reads it: which run, and its scores where it has them
+TABLE_ROW = Obj(required={"pair": Str(nonempty=True), "system": Str(nonempty=True, line=True),
+                          "seed": Int(0, SEED_MAX)},
+                optional={"tok_bleu": SCORE, "sacrebleu": SCORE, "chrf": SCORE, "ter": SCORE,
+                          "subsets": Map(SUBSET)},
+                extra=True, description="an object (a run's row)")
+
 # a results folder's results.json as ran-claims reads it: the table's settings and its rows
 TABLE_DATA = Obj(
     required={"settings": Obj(required={"baseline": Str(nonempty=True),
@@ -311,5 +318,5 @@ TABLE_DATA = Obj(
                                         "subsets": List(Str(), min_len=1),
                                         "not_run": Maybe(List(Str()))},
                               extra=True),
-              "results": List(RESULT)},
+              "results": List(TABLE_ROW)},
     extra=True)

@@ -289,7 +289,13 @@ def rescore(run, old):
         hyps, refs = run.dir / scores.get("hyp_file", ""), run.raw_ref.get(subset)
         if not (scores.get("hyp_file") and hyps.is_file() and refs and refs.is_file()):
             continue
-        new = score(read_text_lines(hyps, ReproError), read_text_lines(refs, ReproError))
+        lines, ref_lines = read_text_lines(hyps, ReproError), read_text_lines(refs, ReproError)
+        if len(lines) != len(ref_lines):
+            raise ReproError(f"{hyps} (the run's hypotheses) has {len(lines)} lines for the "
+                             f"{len(ref_lines)} references of {refs}: it was cut short or "
+                             f"edited; delete the run's result.json: --resume then decodes and "
+                             f"scores the run again (its training is kept)")
+        new = score(lines, ref_lines)
         values = {"sacrebleu": new["bleu"][0], "chrf": new["chrf"][0], "ter": new["ter"][0]}
         if any(scores.get(k) is None or abs(scores[k] - v) > 1e-9 for k, v in values.items()):
             scores.update(values, signatures={k: v[1] for k, v in new.items()})
