@@ -131,3 +131,22 @@ def test_a_kill_while_a_finished_run_is_made_again_loses_nothing(tmp_path, data,
     assert without_transf(snapshot(tmp_path / "out")) == without_transf(before)
     assert rows(tmp_path) == table
     assert not list(tmp_path.rglob(".*.replaced"))
+
+
+def test_one_folder_for_results_and_checkpoints_is_not_a_collision_with_itself(tmp_path, data):  # noqa: F811
+    """--out and --checkpoints the same folder: the engine locks each run's folder once (it
+    refused its own run as 'in use by process N', N being itself)."""
+    args = argv(tmp_path, data)
+    args[args.index("--checkpoints") + 1] = tmp_path / "out"
+    assert engine(args, FakeFairseq()) == 0
+    assert engine([*args, "--resume"], FakeFairseq()) == 0
+    assert engine([*args, "--force"], FakeFairseq()) == 0
+    assert not list(tmp_path.rglob(".*.replaced"))
+    assert (tmp_path / "out" / "de-en" / "RAN-ALL" / "seed1" / "checkpoint_best.pt").is_file()
+
+
+def test_a_pair_named_twice_is_refused(tmp_path, data):  # noqa: F811
+    args = argv(tmp_path, data)
+    args[args.index("--pairs") + 1] = "de-en,de-en"
+    message = engine(args, FakeFairseq())
+    assert message == "reproduce-ran: error: --pairs: de-en appears twice"

@@ -339,6 +339,8 @@ def parse_pairs(text):
         if len(parts) != 2 or not all(re.fullmatch(r"[a-z]{2,3}", x) for x in parts) \
                 or parts[0] == parts[1]:
             raise ReproError(f"--pairs: {item.strip()!r} is not a pair like de-en")
+        if tuple(parts) in pairs:
+            raise ReproError(f"--pairs: {item.strip()} appears twice")
         pairs.append(tuple(parts))
     return pairs
 
