@@ -230,3 +230,25 @@ def test_slurm_launcher_with_no_slurm_running_is_one_line(tmp_path, data, monkey
     assert isinstance(message, str) and "\n" not in message, message
     assert "sbatch did not take the job" in message and "Unable to contact slurm controller" \
         in message, message
+
+
+class FullDisk(FakeFairseq):
+    """A training that stops as fairseq does when a checkpoint finds no room: its chained
+    tracebacks in the log, exit status 1."""
+
+    def train(self, flags, log):
+        path = f"{flags['--save-dir']}/checkpoint_last.pt"
+        log.write("Traceback (most recent call last):\n  File \"trainer.py\", line 1, in save\n"
+                  "RuntimeError: [enforce fail at inline_container.cc:595] . "
+                  "PytorchStreamWriter failed writing file data/3: file write failed\n\n"
+                  "During handling of the above exception, another exception occurred:\n\n"
+                  "Traceback (most recent call last):\n"
+                  f"OSError: [Errno 28] No space left on device: '{path}'\n")
+        return 1
+
+
+def test_a_full_checkpoint_disk_is_one_line_naming_the_file(tmp_path, data):  # noqa: F811
+    message = engine(argv(tmp_path, data), FullDisk())
+    assert isinstance(message, str) and "\n" not in message, message
+    path = tmp_path / "ckpt" / "de-en" / "TransF" / "seed1" / "checkpoint_last.pt"
+    assert f"the disk is full (writing {path})" in message and "--resume" in message
