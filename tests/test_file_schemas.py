@@ -252,3 +252,36 @@ def test_a_full_checkpoint_disk_is_one_line_naming_the_file(tmp_path, data):  # 
     assert isinstance(message, str) and "\n" not in message, message
     path = tmp_path / "ckpt" / "de-en" / "TransF" / "seed1" / "checkpoint_last.pt"
     assert f"the disk is full (writing {path})" in message and "--resume" in message
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[]", "the file: expected an object"),
+    ('{"paper": "x", "claims": "c1"}', '"claims": expected a list of objects'),
+    ('{"paper": "x", "claims": [5]}', '"claims[0]": expected an object (a claim)'),
+    ('{"paper": "x", "claims": [], "defaults": []}', '"defaults": expected an object'),
+], ids=["a-list", "claims-string", "claim-number", "defaults-list"])
+def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
+    from ran_lab.claims.spec import ClaimsError, load
+
+    path = tmp_path / "claims.json"
+    path.write_text(text)
+    with pytest.raises(ClaimsError) as e:
+        load(path, REPO)
+    assert str(path) in str(e.value) and expected in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('[{"folder": "results/ran/short", "argv": "scripts/reproduce-ran.sh"}]',
+     '"[0].argv": expected a non-empty list of strings'),
+    ('[{"folder": "results/ran/short\\nx", "argv": ["scripts/reproduce-ran.sh"]}]',
+     '"[0].folder": expected a non-empty string on one line'),
+    ('{"folder": "results/ran/short"}', "the file: expected a list"),
+], ids=["argv-string", "folder-newline", "an-object"])
+def test_a_remake_manifest_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
+    from ran_lab.remake import ManifestError, load_manifest
+
+    path = tmp_path / "REMAKE.json"
+    path.write_text(text)
+    with pytest.raises(ManifestError) as e:
+        load_manifest(path, REPO)
+    assert str(path) in str(e.value) and expected in str(e.value), str(e.value)

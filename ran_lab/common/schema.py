@@ -320,3 +320,16 @@ TABLE_DATA = Obj(
                               extra=True),
               "results": List(TABLE_ROW)},
     extra=True)
+
+# a paper's claims file (configs/PAPER/claims.json): its shape; ran_lab.claims.spec checks each
+# claim's relation and the fields that relation needs
+CLAIMS = Obj(required={"paper": Str(nonempty=True),
+                       "claims": List(Obj(extra=True, description="an object (a claim)"))},
+             optional={"paper_file": Str(nonempty=True), "defaults": Obj(extra=True)},
+             extra=True)
+
+# results/REMAKE.json: the table folders and the reproduction command of each; ran_lab.remake
+# checks that each command is a paper's reproduction script
+REMAKE = List(Obj(required={"folder": Str(nonempty=True, line=True),
+                            "argv": List(Str(), min_len=1)},
+                  optional={"note": Str()}, description="an object (a table folder)"))
