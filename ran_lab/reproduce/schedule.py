@@ -108,7 +108,7 @@ def make_all(runs, args, launcher, env, name):
                     replace.put_back(run)
                     raise
                 if outcome.result is None:
-                    if outcome.failed or stopped():  # not a Slurm job under way
+                    if outcome.failed:  # (a Slurm job under way keeps them aside)
                         replace.put_back(run)
                     with lock:
                         outcomes[id(run)] = outcome
