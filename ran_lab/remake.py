@@ -35,6 +35,7 @@ from typing import List, Optional, Sequence
 from ran_text.textio import one_line_errors
 
 from ran_lab import checkout
+from ran_lab.common import schema
 
 REPO = checkout.ROOT
 MANIFEST = Path("results") / "REMAKE.json"
@@ -97,6 +98,7 @@ def load_manifest(path: Path, repo: Optional[Path] = None) -> List[Entry]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ManifestError(f"{path}: {e}") from None
+    schema.check(data, schema.REMAKE, path, ManifestError, "the remake manifest")
     if not isinstance(data, list):
         raise ManifestError(f"{path}: a list of {{\"folder\", \"argv\", \"note\"}} expected")
     entries, seen = [], set()

@@ -84,7 +84,9 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
     args.out, args.checkpoints = (tmp_path / "out").resolve(), (tmp_path / "ckpt").resolve()
     run = Run(args, config, ("de", "en"), config["systems"]["TransF"],
                         (tmp_path / "bin.de-en").resolve(), 1)
-    stored = {"commands": run.recorded(), "repo": str(REPO), "sacrebleu": 30.0}
+    stored = {"commands": run.recorded(), "repo": str(REPO), "sacrebleu": 30.0, "pair": "de-en",
+              "system": "TransF", "seed": 1, "tok_bleu": 30.0, "chrf": 50.0, "ter": 60.0,
+              "subsets": {}}
     (run_dir / "result.json").write_text(json.dumps(stored))
     before = (run_dir / "result.json").read_bytes()
 
@@ -126,7 +128,9 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
     stored = Run(args, config, ("en", "de"), config["systems"]["RAN-ALL"],
                  Path(data.format(src="en", tgt="de")).resolve(), 1)
     stored.dir.mkdir(parents=True)
-    (stored.dir / "result.json").write_text(json.dumps({"commands": stored.recorded()}))
+    (stored.dir / "result.json").write_text(json.dumps(
+        {"pair": "en-de", "system": "RAN-ALL", "seed": 1, "tok_bleu": 1.0, "sacrebleu": 1.0,
+         "chrf": 1.0, "ter": 1.0, "subsets": {}, "commands": stored.recorded()}))
     prepared = []
 
     class Prepared(Exception):

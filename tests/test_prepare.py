@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -242,6 +243,47 @@ def test_refuses_foreign_data_bin_and_misaligned_pairs(tmp_path, capsys):
     assert main(common + ["--out", str(tmp_path / "new")]) == 1
     err = capsys.readouterr().err
     assert "a.de has 2 lines" in err and "a.en has 1" in err
+
+
+KILLED_BUILD = """
+import os, signal, sys
+from ran_text.prepare import pipeline
+from ran_text.prepare.cli import main
+
+binarize = pipeline.binarize
+
+def binarize_then_die(*args, **kwargs):  # the data-bin written, its stamp not yet
+    binarize(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+pipeline.binarize = binarize_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_data_bin_a_killed_build_left_is_made_again_without_force(tmp_path, capsys):
+    """A build SIGKILLed after fairseq-preprocess wrote the data-bin but before its stamp (an
+    engine killed while it prepared) leaves a data-bin that is the tool's own: the next build
+    (the engine's --resume) makes it again, where it used to refuse it as not made by this tool;
+    a data-bin that no build of this tool began is still refused."""
+    for name, text in (("a.de", "eins zwei\nzwei drei\n"), ("a.en", "one two\ntwo three\n"),
+                       ("b.de", "eins\n"), ("b.en", "one\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "bin"
+    common = ["custom", "--src", "de", "--tgt", "en", "--train-prefix", str(tmp_path / "a"),
+              "--valid-prefix", str(tmp_path / "b"), "--test-prefix", str(tmp_path / "b"),
+              "--workers", "1", "--bpe-merges", "0", "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH",
+                                                                                  "")]))
+    proc = subprocess.run([sys.executable, "-c", KILLED_BUILD, *common], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert (out / "dict.de.txt").is_file() and not (out / "prepare-stamp.json").exists()
+    capsys.readouterr()
+    assert main(common) == 0
+    assert "was stopped before it finished" in capsys.readouterr().out
+    assert (out / "prepare-stamp.json").is_file() and not (out / "prepare-building.json").exists()
+    assert main(common) == 0 and "up to date" in capsys.readouterr().out
 
 
 def test_second_test_set_becomes_test1(tmp_path, capsys):

@@ -181,7 +181,7 @@ def test_list_and_unknown_folder(repo, capsys):
 
 @pytest.mark.parametrize("text, message", [
     ('{"folder": "results/t"}', "a list of"),
-    ('[{"folder": "results/t", "argv": []}]', "'argv' must be"),
+    ('[{"folder": "results/t", "argv": []}]', r'"\[0\]\.argv": expected a non-empty list of strings'),
     ('[{"folder": "/abs", "argv": ["scripts/reproduce-ran.sh"]}]', "'folder' must be"),
     ('[{"folder": "a", "argv": ["scripts/reproduce-ran.sh"]}, '
      '{"folder": "a/", "argv": ["scripts/reproduce-ran.sh"]}]', "listed twice"),

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ran_lab import checkout
-from ran_text.textio import read_json
+from ran_lab.common import schema
+from ran_text.textio import FileFault, read_json
 from . import provenance, report
 from .engine import Verdict, evaluate
 from .results import Folder, ResultsError
@@ -27,8 +28,10 @@ __all__ = ["Claims", "ClaimsError", "Folder", "ResultsError", "Verdict", "claims
 def claims_file_of(folder: Path, repo: Path = REPO) -> Path:
     """The claims file of a results folder: ``claims.json`` beside the paper file its
     results.json names."""
-    settings = read_json(Path(folder) / "results.json", "a results folder's table data",
-                         shape=dict)["settings"]
+    path = Path(folder) / "results.json"
+    settings = schema.check(read_json(path, "a results folder's table data", shape=dict),
+                            schema.TABLE_DATA, path, FileFault, "a results folder's table data",
+                            "delete it: the reproduction command with --resume writes it again from the runs' result.json")["settings"]
     return (repo / settings["paper_file"]).parent / "claims.json"
 
 

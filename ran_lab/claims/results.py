@@ -13,7 +13,8 @@ import hashlib
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ran_text.textio import read_json
+from ran_lab.common import schema
+from ran_text.textio import FileFault, read_json
 from ..portable import expand_path
 from . import bootstrap
 from .rule import Seed
@@ -42,8 +43,10 @@ class Folder:
                  pooled_cache: Optional[List[dict]] = None, seed: int = bootstrap.SEED):
         self.path = Path(path)
         self.repo = Path(repo) if repo else None
-        self.report = read_json(self.path / "results.json", "a results folder's table data",
-                                shape=dict)
+        self.report = schema.check(
+            read_json(self.path / "results.json", "a results folder's table data", shape=dict),
+            schema.TABLE_DATA, self.path / "results.json", FileFault,
+            "a results folder's table data", "delete it: the reproduction command with --resume writes it again from the runs' result.json")
         self.settings = self.report["settings"]
         self.baseline = self.settings["baseline"]
         self.level = self.settings["significance"]["level"]

@@ -35,6 +35,8 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
+from ran_lab.common import schema
+
 from .rule import OPS, RELATIONS, SIZE_TESTS
 
 METRICS = ("sacrebleu", "ter")
@@ -243,6 +245,7 @@ def load(path, repo: Optional[Path] = None) -> Claims:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise ClaimsError(f"{path}: {e}") from None
+    schema.check(data, schema.CLAIMS, path, ClaimsError, "claims file")
     paper_numbers = None
     if data.get("paper_file"):
         paper_path = Path(repo or Path.cwd()) / data["paper_file"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from . import schema
 from .errors import LabError
 
 
@@ -28,8 +29,9 @@ def parse_systems(spec, path, error=LabError, known=None,
     ``systems`` an object with non-empty string fields 'name' and 'arch' and, where ``known`` is
     given, no field outside it; no name twice. ``check(entry)`` runs on each entry after that
     (its flags, say) and raises for what it refuses."""
+    schema.check(spec, schema.SYSTEMS, path, error, "systems file")
     systems = {}
-    for i, system in enumerate(spec.get("systems", [])):
+    for i, system in enumerate(spec["systems"]):
         if not isinstance(system, dict) or not all(
                 isinstance(system.get(k), str) and system[k] for k in ("name", "arch")):
             raise error(f"{path}: systems[{i}] needs string fields 'name' and 'arch'")

@@ -14,7 +14,8 @@ from ran_text.textio import FileFault, FolderLock, os_error_line
 from .runguard import Stopped
 from ..common.machine import available_cores
 from ..common.paths import repo_path, shown
-from .config import Paper, check_device_flags, load_config, parse_pairs, parse_seeds, select_systems
+from .config import (Paper, check_data_template, check_device_flags, load_config, parse_pairs,
+                     parse_seeds, select_systems)
 from .errors import ReproError
 from .launch.local import Local
 from .schedule import make_all
@@ -153,6 +154,7 @@ def run_all(paper, args):
     args.out = Path(args.out or repo_path(config["out"])).resolve()
     args.checkpoints = Path(args.checkpoints or repo_path(config["checkpoints"])).resolve()
     data_template = args.data or str(repo_path(config["data"]))
+    check_data_template(data_template, "--data" if args.data else f"{args.config}: \"data\"")
     runs = [Run(args, config, pair, system,
                 Path(data_template.format(src=pair[0], tgt=pair[1])).resolve(), seed)
             for pair in pairs for seed in seeds for system in systems]

@@ -11,6 +11,7 @@ from ..common.flags import check_device_flags as common_device_flags
 from ..common.flags import check_flags
 from ..common.flags import config_train_flags as common_train_flags
 from ..common.jsonio import read_json
+from ..common import schema
 from ..common.paths import repo_path, slug
 from ..common.systems import parse_systems
 from ..common.systems import select_systems as common_select
@@ -113,6 +114,9 @@ def parse_seeds(items):
         text = str(item).strip()
         if not text.isdigit():
             raise ValueError(f"{item!r} is not a non-negative integer (e.g. --seeds 1,2,3)")
+        if int(text) > schema.SEED_MAX:
+            raise ValueError(f"seed {text} is above {schema.SEED_MAX}, the largest fairseq "
+                             f"takes")
         if int(text) in seeds:
             raise ValueError(f"seed {text} appears twice")
         seeds.append(int(text))
@@ -135,6 +139,8 @@ def load_systems(path, arch_override=None):
             check_postprocess(system["postprocess"], f"{path}: system {name!r} postprocess")
 
     found = parse_systems(spec, path, ReproError, known=SYSTEM_KEYS, check=check)
+    # the flags of every system: the same rules as each system's own
+    check_flags(found.common_flags, TRAIN_OWNED, f"{path}: common_flags", ReproError)
     systems = {name: {
         "name": name, "arch": arch_override or system["arch"],
         "flags": found.common_flags + list(system.get("flags", [])),
@@ -182,7 +188,10 @@ def check_postprocess(post, where):
 def read_config(path, seen=()):
     """A config's keys, those of the config it names as ``base`` (a path from the repository root)
     filled in under its own: a GPU config is its CPU config with ``device`` and ``out`` changed."""
-    config = read_json(path, "config (--config)" if not seen else "base config", ReproError)
+    what = "config (--config)" if not seen else "base config"
+    config = dict(schema.check(read_json(path, what, ReproError),
+                               schema.Obj(optional={"base": schema.Str(nonempty=True)},
+                                          extra=True), path, ReproError, what))
     base = config.pop("base", None)
     if base is None:
         return config
@@ -206,6 +215,7 @@ def load_config(path):
     missing = sorted(k for k in CONFIG_KEYS if k not in config)
     if missing:
         raise ReproError(f"config {path} lacks {', '.join(missing)}")
+    schema.check(config, schema.CONFIG, path, ReproError, "config, with its base")
     unknown = sorted(set(config) - CONFIG_KEYS - OPTIONAL_CONFIG_KEYS)
     if unknown:
         raise ReproError(f"config {path} has unknown key(s) {', '.join(unknown)} (known: "
@@ -238,8 +248,10 @@ def load_config(path):
                 ReproError)
     systems_file = repo_path(config["systems"])
     baseline, systems = load_systems(systems_file, config.get("arch"))
-    paper = read_json(repo_path(config["paper"]), "paper numbers (the config's 'paper')",
-                      ReproError)
+    paper_file = repo_path(config["paper"])
+    paper = schema.check(read_json(paper_file, "paper numbers (the config's 'paper')",
+                                   ReproError), schema.PAPER, paper_file, ReproError,
+                         "paper numbers")
     keys = [c.get("key") for c in paper.get("columns", [])]
     shown_keys = config.get("paper_columns", keys)
     unknown = [k for k in shown_keys if k not in keys] if isinstance(shown_keys, list) else None
@@ -327,8 +339,21 @@ def parse_pairs(text):
         if len(parts) != 2 or not all(re.fullmatch(r"[a-z]{2,3}", x) for x in parts) \
                 or parts[0] == parts[1]:
             raise ReproError(f"--pairs: {item.strip()!r} is not a pair like de-en")
+        if tuple(parts) in pairs:
+            raise ReproError(f"--pairs: {item.strip()} appears twice")
         pairs.append(tuple(parts))
     return pairs
+
+
+def check_data_template(template, where):
+    """A data-bin path whose only fields are {src} and {tgt} (a config's 'data', --data);
+    anything else in braces is one error naming ``where``."""
+    try:
+        template.format(src="src", tgt="tgt")
+    except (KeyError, IndexError, ValueError, AttributeError) as e:
+        what = f"unknown field {{{e.args[0]}}}" if isinstance(e, KeyError) else str(e)
+        raise ReproError(f"{where} {template!r}: {what}; a data-bin path may hold {{src}} and "
+                         f"{{tgt}} (replaced per pair), and {{{{ }}}} for a brace") from None
 
 
 def check_device_flags(device, train_flags, systems, where, change):

@@ -18,14 +18,31 @@ def lock_runs(runs):
     locks. Engines with different runs may share --out (the table then holds both); two with a
     run in common may not (each would take the other's checkpoint or result)."""
     locks = []
+    held = {}  # lock file -> (the run that holds it, its lock): this engine's own
     try:
         for run in runs:
-            mine = [folder_lock(run.dir, "the run folder").acquire()]
+            mine = []
+            folders = [(run.dir, "the run folder")]
             if run.trains:
-                mine.append(folder_lock(run.save_dir, "the checkpoint folder").acquire())
+                folders.append((run.save_dir, "the checkpoint folder"))
+            for folder, what in folders:
+                key = Path(folder).resolve()
+                if key in held:
+                    other, lock = held[key]
+                    if other is not run:  # two runs of this invocation, one folder
+                        raise ReproError(
+                            f"{folder} is the folder of two runs of this command "
+                            f"({other.pair} {other.system['name']} seed {other.seed}, and "
+                            f"{run.pair} {run.system['name']} seed {run.seed}); name each "
+                            f"pair, system and seed once, or give --out and --checkpoints "
+                            f"folders of their own")
+                    continue  # --out and --checkpoints are one folder: one lock serves both
+                lock = folder_lock(folder, what).acquire()
+                held[key] = (run, lock)
+                mine.append(lock)
+                locks.append(lock)
             run.lock_fds = tuple(lock.fileno() for lock in mine)
-            locks += mine
-    except LockedError as e:
+    except (LockedError, ReproError) as e:
         for lock in locks:
             lock.release()
         raise ReproError(str(e)) from None

@@ -2,6 +2,7 @@
 prepare command, run here when it is the data package's own (``ran-prepare ...``)."""
 import contextlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -49,6 +50,12 @@ def runner(other):
         RUNNER = before
 
 
+# a fairseq process that stopped on a full disk: an OSError of errno 28, or torch's writer that
+# could not write a checkpoint's data
+DISK_FULL_RE = re.compile(r"\[Errno 28\]|No space left on device|PytorchStreamWriter failed writing")
+FILE_RE = re.compile(r"\[Errno 28\][^\n']*'([^'\n]+)'")
+
+
 def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
     separator), through :data:`RUNNER` (``pass_fds``: open files it keeps, the run's locks, so
@@ -66,6 +73,14 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
         text = log.read()
     # the log is kept with the checkout's and the packages' paths as placeholders
     portable.rewrite_log(log_path, paths.REPO)
+    if returncode != 0 and DISK_FULL_RE.search(text):
+        # fairseq's chained tracebacks of a save that found no room, in one line
+        saving = FILE_RE.findall(text)
+        folder = argv[argv.index("--save-dir") + 1] if "--save-dir" in argv else None
+        where = saving[-1] if saving else folder or log_path.parent
+        raise ReproError(f"{what}: the disk is full (writing {where}): free space on it, or give "
+                         f"--checkpoints (--out) a folder on another disk, and rerun with "
+                         f"--resume; the log: {log_path}")
     if returncode != 0:
         raise ReproError(f"{what} failed with exit code {returncode}: {shlex.join(cmd)}\n"
                          f"--- {log_path} (tail) ---\n{text[-4000:]}")

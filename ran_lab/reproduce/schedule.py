@@ -4,7 +4,6 @@ again from its kept decoding (``--redo-postprocess``), or launched (:mod:`.launc
 Slurm job, through one interface); a finished run's result.json is written here, whatever made
 it."""
 import concurrent.futures
-import shutil
 import sys
 import threading
 import time
@@ -12,7 +11,9 @@ import time
 from ran_text import textio
 from .. import portable
 from ..common import paths
+from .errors import ReproError
 from .process import CHILDREN
+from . import replace
 from .redo import redo_postprocess, redoable
 from .store import difference, read_result, stored_result, stored_train_argv
 
@@ -91,15 +92,24 @@ def make_all(runs, args, launcher, env, name):
                     f"(--redo-postprocess) ...")
                 result = portable.record(redo_postprocess(run, env, stored), paths.REPO)
             else:
-                launcher.check()  # (before any file is removed)
+                if not run.data.is_dir():  # (--data: nothing was prepared)
+                    raise ReproError(f"{run_label(run)}: its data-bin {run.data} does not "
+                                     f"exist: give --data the folder of a data-bin (ran-prepare "
+                                     f"writes one), or leave --data out to prepare the config's")
+                launcher.check()  # (before any file is moved)
                 if not args.resume or (args.force and made_otherwise(run)):
-                    # made again from the start (check_stored refused other commands' files
-                    # unless --force)
-                    if run.trains:
-                        shutil.rmtree(run.save_dir, ignore_errors=True)
-                    shutil.rmtree(run.dir, ignore_errors=True)
-                outcome = launcher.launch(run, trained, stopped, say)
+                    # made again from the start (check_stored refused a finished run, or other
+                    # commands' files, unless --force): a finished run's folders wait aside
+                    # until the new one is whole (.replace)
+                    replace.set_aside(run)
+                try:
+                    outcome = launcher.launch(run, trained, stopped, say)
+                except BaseException:
+                    replace.put_back(run)
+                    raise
                 if outcome.result is None:
+                    if outcome.failed:  # (a Slurm job under way keeps them aside)
+                        replace.put_back(run)
                     with lock:
                         outcomes[id(run)] = outcome
                     return None
@@ -109,6 +119,7 @@ def make_all(runs, args, launcher, env, name):
                 errors.append(e)
             return None
         textio.write_json(run.dir / "result.json", result)
+        replace.discard(run)  # the new run is whole: the old one's folders go
         say(f"{run_label(run)}: tok BLEU {result['tok_bleu']:.2f}, sacreBLEU "
             f"{result['sacrebleu']:.2f}, TER {result['ter']:.2f}, "
             f"{result['decode']['sentences_per_s']:.2f} sent/s, "

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from ran_text import textio
 from .. import portable
-from ..common import paths
+from ..common import paths, schema
 from ..common.flags import flag_pairs
 from ..common.jsonio import load_json, read_text_lines
 from ..common.paths import shown
 from .config import parse_pairs
+from . import replace
 from .errors import ReproError
 from .runs import Run
 
@@ -84,8 +85,9 @@ def read_result(run):
     path = run.dir / "result.json"
     if not path.is_file():
         return None
-    return portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
-                                             shape=dict), paths.REPO)
+    result = portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
+                                               shape=dict), paths.REPO)
+    return schema.check(result, schema.RESULT, path, ReproError, "a run's result", FIX_RESULT)
 
 
 def previous_result(run, force=False):
@@ -130,7 +132,8 @@ def stored_report(out):
     if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
         raise ReproError(f"{path} (the folder's table data) holds no list of result objects under "
                          f'"results"; it was edited or made by another program: {FIX_REPORT}')
-    return report
+    return schema.check(report, schema.RESULTS, path, ReproError, "the folder's table data",
+                        FIX_REPORT)
 
 
 def stored_rows(out):
@@ -195,10 +198,14 @@ def check_stored(args, config, runs, data_template, name):
     with other flags (trained again), another run's result (left out of the table), and rows of
     the folder's results.json and TABLE.md that the new ones would not hold (made by another
     systems file, say). With ``--force``, say what is replaced."""
-    found = []
+    found, finished = [], []
     for run in runs:
+        replace.recover(run, name, waiting_for_job=args.launcher == "slurm" and args.resume
+                        and (run.dir / "slurm.json").is_file())
         old = read_result(run)
         diff = None if old is None else difference(run, old)
+        if old is not None and diff is None and not args.resume:
+            finished.append(shown(run.dir / "result.json"))
         if diff is not None:
             found.append(f"{shown(run.dir / 'result.json')} was made with other settings "
                          f"({diff}) and would be replaced")
@@ -209,6 +216,16 @@ def check_stored(args, config, runs, data_template, name):
             found.append(f"the checkpoints in {shown(run.save_dir)} were trained with other "
                          f"flags ({flags_difference(argv, run.train_argv)}) and would be "
                          f"trained again")
+    if finished and not args.force:
+        listed = ", ".join(finished[:4]) + (f" and {len(finished) - 4} more"
+                                            if len(finished) > 4 else "")
+        raise ReproError(f"nothing was changed: {listed} hold(s) a finished run of these "
+                         f"commands. Rerun with --resume to keep it (it is skipped), or with "
+                         f"--force to make it again (its files stay until the new ones are "
+                         f"whole)")
+    if finished:
+        print(f"{name}: --force: {', '.join(finished)} made again; the finished run's files "
+              f"stay until the new ones are whole", file=sys.stderr, flush=True)
     found += table_losses(args, config, runs, data_template)
     if not found:
         return
@@ -272,7 +289,13 @@ def rescore(run, old):
         hyps, refs = run.dir / scores.get("hyp_file", ""), run.raw_ref.get(subset)
         if not (scores.get("hyp_file") and hyps.is_file() and refs and refs.is_file()):
             continue
-        new = score(read_text_lines(hyps, ReproError), read_text_lines(refs, ReproError))
+        lines, ref_lines = read_text_lines(hyps, ReproError), read_text_lines(refs, ReproError)
+        if len(lines) != len(ref_lines):
+            raise ReproError(f"{hyps} (the run's hypotheses) has {len(lines)} lines for the "
+                             f"{len(ref_lines)} references of {refs}: it was cut short or "
+                             f"edited; delete the run's result.json: --resume then decodes and "
+                             f"scores the run again (its training is kept)")
+        new = score(lines, ref_lines)
         values = {"sacrebleu": new["bleu"][0], "chrf": new["chrf"][0], "ter": new["ter"][0]}
         if any(scores.get(k) is None or abs(scores[k] - v) > 1e-9 for k, v in values.items()):
             scores.update(values, signatures={k: v[1] for k, v in new.items()})

@@ -7,6 +7,7 @@ from ran_text import textio
 from .. import portable
 from ..common import paths
 from ..common.flags import flag_pairs
+from ..common import schema
 from ..common.jsonio import load_json
 from ..common.paths import shown
 from .checkpoints import copy_atomic, load_checkpoint, remove_partial_files
@@ -21,6 +22,12 @@ STOP_FLAGS = ("--max-update",)
 
 FIX_FINISHED = ("delete it: --resume then compares checkpoint_last.pt's update count with the "
                 "budget, and trains only if it falls short")
+
+
+def read_finished(path, what="the record of a finished training"):
+    """A checkpoint folder's train_finished.json: {"argv": [...], "seconds": N}, checked."""
+    return schema.check(load_json(path, what, FIX_FINISHED, ReproError), schema.TRAIN_FINISHED,
+                        path, ReproError, what, FIX_FINISHED)
 
 
 def start_from_continued(run, label):
@@ -47,8 +54,7 @@ def start_from_continued(run, label):
         why = f"{old_log} is missing"
     else:
         old = portable.expand(
-            load_json(finished, "the continued training's record", FIX_FINISHED,
-                      ReproError).get("argv"), paths.REPO)
+            read_finished(finished, "the continued training's record")["argv"], paths.REPO)
         if comparable(old) != comparable(run.train_argv):
             diff = sorted(set(comparable(old).items()) ^ set(comparable(run.train_argv).items()),
                           key=str)
@@ -115,8 +121,7 @@ def train(run, env, label):
     # A finished training is not restarted: fairseq-train, given a checkpoint at its
     # --max-update, would still take one more step before it stops.
     finished = run.save_dir / "train_finished.json"
-    record = (load_json(finished, "the record of a finished training", FIX_FINISHED, ReproError)
-              if finished.is_file() else {})
+    record = read_finished(finished) if finished.is_file() else {}
     if portable.expand(record.get("argv"), paths.REPO) == run.train_argv:
         seconds = record["seconds"]
     else:

@@ -12,7 +12,7 @@ from .options import (_LANG_CODE, EXTRA_TESTS, SPLITS, Cleaning, Options, Prepar
                       default_workers, say)
 from .parallel import _pool
 from .stamp import (_STAMP_RESULTS, STAMP, _exclusive, _make_stamp, _output_names,
-                    _prepare_out_dir, _read_stamp, _tool_versions)
+                    _prepare_out_dir, _read_stamp, _tool_versions, finished)
 from .steps import apply_bpe_file, binarize, filter_languages, filter_pairs, learn_bpe_codes, \
     tokenize_split
 
@@ -189,6 +189,7 @@ def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
             and all((out_dir / n).exists() for n in outputs):
         say(f"{out_dir} is up to date (same inputs and parameters); nothing to do "
             f"(--force rebuilds)")
+        finished(out_dir)  # (a build killed after its stamp was written)
         return False
     _prepare_out_dir(out_dir, outputs, old, force)
     made_work = not work.exists()
@@ -232,5 +233,6 @@ def _build(splits, out_dir, opts, work, workers, stamp, extra, outputs, start) -
     say(f"binarized ({time.time() - step:.1f} s)")
     stamp["outputs"] = outputs
     (out_dir / STAMP).write_text(json.dumps(stamp, indent=1) + "\n", encoding="utf-8")
+    finished(out_dir)
     say(f"wrote {out_dir} in {time.time() - start:.1f} s")
     return True

@@ -12,6 +12,9 @@ from .langid import LANGID_PACKAGE
 from .options import SPLITS, Options, PrepareError, say
 
 STAMP = "prepare-stamp.json"
+# written before a build touches the data-bin, removed once its stamp is: a data-bin that holds it
+# is a build of this tool that was stopped (a killed engine), made again without --force
+BUILDING = "prepare-building.json"
 STAMP_VERSION = 1
 _LATER_OPTIONS = {"nwords_src": 0, "nwords_tgt": 0, "joined_dictionary": True,
                   "lang_filter": False}
@@ -71,16 +74,41 @@ def _read_stamp(out_dir: Path) -> Optional[dict]:
 def _prepare_out_dir(out_dir: Path, outputs: List[str], old: Optional[dict], force: bool) -> None:
     """Remove the files a previous build left (those named by its stamp and ours), refusing to
     overwrite a data-bin this tool did not make unless ``force``."""
+    from ran_text import textio
+
     dicts = [n for n in outputs if n.startswith("dict.")]
-    if old is None and not force and any((out_dir / n).exists() for n in dicts):
+    stopped = _read_building(out_dir)  # a build of this tool that never finished
+    if old is None and stopped is None and not force \
+            and any((out_dir / n).exists() for n in dicts):
         raise PrepareError(f"{out_dir} already holds a data-bin without {STAMP} (not made by "
                            f"this tool): choose another --out, or pass --force to overwrite it")
+    if stopped is not None:
+        say(f"{out_dir}: a build of this data-bin was stopped before it finished (it holds "
+            f"{BUILDING}); making it again")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = set(outputs) | set((old or {}).get("outputs", [])) | set(stopped or [])
+    textio.write_json(out_dir / BUILDING, {"outputs": sorted(names)})
     (out_dir / STAMP).unlink(missing_ok=True)
-    names = set(outputs) | set((old or {}).get("outputs", []))
     for name in names:
         if Path(name).name == name:  # plain file names only, never a path out of out_dir
             (out_dir / name).unlink(missing_ok=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _read_building(out_dir: Path) -> Optional[List[str]]:
+    """The file names a stopped build of ``out_dir`` was making (its BUILDING record), or None."""
+    try:
+        record = json.loads((out_dir / BUILDING).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # cut short as it was written: still this tool's
+        return []
+    names = record.get("outputs") if isinstance(record, dict) else None
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def finished(out_dir: Path) -> None:
+    """The build of ``out_dir`` is whole (its stamp written): no longer a stopped one."""
+    (out_dir / BUILDING).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

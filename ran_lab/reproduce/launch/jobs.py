@@ -3,6 +3,7 @@
 leaves it alone, and only ``--launcher slurm --resume`` attaches to the job."""
 import subprocess
 
+from ...common import schema
 from ...common.jsonio import load_json
 from ..errors import ReproError
 
@@ -19,8 +20,9 @@ def read_record(run):
     path = run.dir / RECORD
     if not path.is_file():
         return None
-    return load_json(path, "the run's Slurm job", f"delete {path} once its job has ended",
-                     ReproError)
+    fix = f"delete {path} once its job has ended"
+    return schema.check(load_json(path, "the run's Slurm job", fix, ReproError), schema.SLURM,
+                        path, ReproError, "the run's Slurm job", fix)
 
 
 def job_state(job_id):

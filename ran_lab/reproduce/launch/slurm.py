@@ -21,6 +21,7 @@ from ...common.flags import flag_pairs, set_flag
 from ...common.jsonio import load_json
 from ...common.machine import machine_info
 from ..errors import ReproError
+from ..training import read_finished
 from .jobs import RECORD, active_state, job_state, read_record
 from . import Outcome, require_submitit
 
@@ -100,6 +101,20 @@ def executor(run, args):
     return ex
 
 
+def submit(run, args, work):
+    """``work`` submitted as ``run``'s Slurm job; where sbatch refuses it (no Slurm running here,
+    an unknown partition or account), a ReproError of one line with sbatch's own reason."""
+    try:
+        return executor(run, args).submit(work)
+    except (submitit.core.utils.FailedJobError, OSError) as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        reason = next((line for line in lines if "error" in line.lower()),
+                      lines[-1] if lines else type(e).__name__)
+        raise ReproError(f"{label(run)}: sbatch did not take the job ({reason}); is Slurm "
+                         f"running here (scontrol ping), and are the partition and "
+                         f"--slurm-extra options the cluster's?") from None
+
+
 def sbatch_script(run, args):
     """The sbatch script submitit would submit for ``run`` (``--dry-run``)."""
     from submitit.slurm.slurm import _make_sbatch_string
@@ -162,7 +177,7 @@ def must_train(run):
     finished = run.save_dir / "train_finished.json"
     if finished.is_file():
         try:
-            record = load_json(finished, "the record of a finished training", "", ReproError)
+            record = read_finished(finished)
         except ReproError:
             record = {}
         if portable.expand(record.get("argv"), paths.REPO) == run.train_argv:
@@ -199,8 +214,7 @@ class Slurm:
             run.dir.mkdir(parents=True, exist_ok=True)
             if trained is not None:
                 textio.write_json(run.dir / "trained.json", trained)
-            job = executor(run, self.args).submit(
-                RunJob(run, self.paper.key, self.args.threads))
+            job = submit(run, self.args, RunJob(run, self.paper.key, self.args.threads))
             record = {"job_id": str(job.job_id), "submitted": time.time(),
                       "folder": portable.record(str(run.dir / "slurm"), paths.REPO),
                       "resources": run.slurm}
