@@ -182,8 +182,7 @@ def paired(base: np.ndarray, system: np.ndarray, scorer: Scorer, level: float = 
 
 
 def pooled(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], scorer: Scorer, level: float = 0.01,
-           samples: int = INTERVAL_SAMPLES, seed: int = SEED
-           ) -> Tuple[float, Tuple[float, float]]:
+           samples: int = INTERVAL_SAMPLES, seed: int = SEED, spread: bool = False):
     """The mean over seeds of the difference ``system - base`` (``pairs``: each seed's base and
     system statistics, on the same sentences) and its interval, every seed scored on the same
     resampled sentences."""
@@ -195,7 +194,69 @@ def pooled(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], scorer: Scorer, level
         counts = draw(rng, n, min(BLOCK, samples - start))
         means.append(np.mean([scorer.resampled(s, counts) - scorer.resampled(b, counts)
                               for b, s in pairs], axis=0))
-    return observed, percentile_interval(np.concatenate(means), level)
+    means = np.concatenate(means)
+    if spread:  # the test set's share of the mean difference's variance (:mod:`.seeds`)
+        return observed, percentile_interval(means, level), float(np.var(means, ddof=1))
+    return observed, percentile_interval(means, level)
+
+
+@dataclass
+class Tested:
+    """One seed's two-sided percentile test (:func:`test`): ``p`` over ``samples`` resamples,
+    ``count`` of them on the far side of 0, the Monte-Carlo interval ``mc`` of p, whether it lies
+    on one side of the level (``settled``), the observed ``difference`` and its ``interval``;
+    p < level exactly when the interval excludes 0."""
+    p: float
+    count: int
+    samples: int
+    mc: Tuple[float, float]
+    settled: bool
+    difference: float
+    interval: Tuple[float, float]
+
+
+def order_interval(values: np.ndarray, level: float) -> Tuple[float, float]:
+    """The ``1 - level`` interval of the resampled differences as order statistics: with
+    ``k = N·level/2`` (N a multiple of 200 at level 0.01), the k-th smallest and the k-th
+    largest value. It excludes 0 exactly when :func:`two_sided_p` is below ``level``."""
+    ordered = np.sort(values)
+    k = max(1, int(round(len(ordered) * level / 2)))
+    return float(ordered[k - 1]), float(ordered[len(ordered) - k])
+
+
+def two_sided_p(values: np.ndarray) -> Tuple[float, int]:
+    """The percentile bootstrap's two-sided p of "the difference is 0": twice the share of
+    resampled differences on the far side of 0 (``count`` of them: at or below 0, or at or
+    above 0, whichever is fewer), at most 1; and that count."""
+    count = int(min(np.sum(values <= 0), np.sum(values >= 0)))
+    return min(1.0, 2 * count / len(values)), count
+
+
+def test(base: np.ndarray, system: np.ndarray, scorer: Scorer, level: float = 0.01,
+         seed: int = SEED, cap: int = CAP, samples: int = INTERVAL_SAMPLES) -> Tested:
+    """The two-sided paired percentile bootstrap of ``system`` against ``base`` (the verdicts'
+    test): ``samples`` resamples first, then blocks of :data:`BLOCK` while the Wilson interval
+    of ``count / N`` at :data:`MC_LEVEL`, doubled, holds ``level``, up to ``cap``. The
+    interval and p come from the same resampled differences (:func:`order_interval`,
+    :func:`two_sided_p`)."""
+    rng = np.random.default_rng(seed)
+    n = len(base)
+    observed = scorer.score(system.sum(0)) - scorer.score(base.sum(0))
+    deltas: List[np.ndarray] = []
+    drawn = 0
+    while True:
+        size = samples if drawn == 0 else BLOCK
+        for start in range(0, size, BLOCK):
+            counts = draw(rng, n, min(BLOCK, size - start))
+            deltas.append(scorer.resampled(system, counts) - scorer.resampled(base, counts))
+        drawn += size
+        signed = np.concatenate(deltas)
+        p, count = two_sided_p(signed)
+        lo, hi = wilson(count, drawn)
+        mc = (min(1.0, 2 * lo), min(1.0, 2 * hi))
+        settled = not (mc[0] <= level <= mc[1])
+        if settled or drawn >= cap:
+            return Tested(p, count, drawn, mc, settled, observed, order_interval(signed, level))
 
 
 def first_p(base: np.ndarray, system: np.ndarray, scorer: Scorer, samples: int = BLOCK,
