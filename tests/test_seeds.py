@@ -86,3 +86,13 @@ def test_the_seed_spread_widens_a_margin_only_where_larger():
     assert seeds.margin_for(1.0, None) == 1.0
     assert seeds.margin_for(1.0, 0.2) == 1.0
     assert seeds.margin_for(1.0, 0.5) == pytest.approx(1.96 * math.sqrt(2) * 0.5, abs=1e-3)
+
+
+def test_shared_training_runs_take_the_seeds_own_differences():
+    # one training run per seed, decoded twice: the differences +0.16 and +0.19 vary little
+    test = seeds.combined(0.175, 0.0036, 0.09, 6, 2, 0.01, shared=[0.16, 0.19])
+    assert test.shared and test.seed_var == pytest.approx(0.00045 / 2)
+    assert test.interval[0] > 0  # the pooled 2·sigma²/n (0.09) would swamp it
+    assert seeds.combined(0.175, 0.0036, 0.09, 6, 2, 0.01).interval[0] < 0
+    one = seeds.combined(0.175, 0.0036, 0.09, 6, 1, 0.01, shared=[0.175])
+    assert one.seed_var == 0.0 and math.isinf(one.df)

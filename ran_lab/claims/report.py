@@ -30,7 +30,9 @@ RULE = (
     "rests on that mean's {confidence} interval and its two-sided p, from one procedure: the "
     "variance of the mean is the test set's (the paired bootstrap's resampled sentences, every "
     "seed scored on the same resample) plus the seeds' (2σ²/n, σ² the between-seed variance "
-    "pooled over this folder's systems on the same pair, subset and metric), the interval is "
+    "pooled over this folder's systems on the same pair, subset and metric; where one system "
+    "decodes the other's checkpoints, the variance of the seeds' own differences over n), the "
+    "interval is "
     "d ± t·se on Welch-Satterthwaite's degrees of freedom, and p < {level} exactly when the "
     "interval excludes 0 (docs/scoring.md). Each seed's own test (the two-sided percentile "
     "bootstrap, p and interval from the same resamples: {samples} at least, more while p's "
@@ -99,8 +101,13 @@ def combined_text(c: Comparison) -> str:
     b = c.combined
     if b is None:
         return ""
-    where = ("seeds and test set, seed sd " + f"{b.sigma:.2f}" if b.sigma is not None
-             else "test set only: no system of this folder has two seeds")
+    if b.shared:
+        where = ("seeds and test set, one training run per seed: the seeds' differences vary "
+                 f"by sd {b.sigma:.2f}" if b.sigma is not None else
+                 "test set only: one seed of one training run")
+    else:
+        where = ("seeds and test set, seed sd " + f"{b.sigma:.2f}" if b.sigma is not None
+                 else "test set only: no system of this folder has two seeds")
     return f"interval {interval_text(b.interval)}, {pval(b.p)} ({where})"
 
 
@@ -428,15 +435,15 @@ def sizes_of(verdicts: List[Verdict]) -> List[str]:
 
 def held_count(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None) -> str:
     """"k held (j on one seed), m inconclusive, n not held of N" (the directions of
-    :func:`counted`), then the sizes apart: "; sizes: a consistent, b smaller, c larger, d not
-    comparable" where the counted claims state any."""
+    :func:`counted`), then the sizes apart, each that occurs: "; sizes: a consistent, b smaller,
+    c larger, d not comparable"."""
     ran = counted(verdicts, pairs, folder)
     k, m, n = (sum(v.outcome == o for v in ran) for o in (HELD, INCONCLUSIVE, NOT_HELD))
     j = sum(1 for v in ran if v.outcome == HELD and one_seed(v))
     text = f"{k} held ({j} on one seed), {m} inconclusive, {n} not held of {len(ran)}"
     sizes = sizes_of(ran)
     if sizes:
-        text += "; sizes: " + ", ".join(f"{sizes.count(s)} {s}" for s in SIZES)
+        text += "; sizes: " + ", ".join(f"{sizes.count(s)} {s}" for s in SIZES if s in sizes)
     return text
 
 

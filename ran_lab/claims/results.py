@@ -204,6 +204,8 @@ class Folder:
         by_system: Dict[str, List[float]] = {}
         for (p, system, seed), r in sorted(self.runs.items()):
             scores = r.get("subsets", {}).get(subset)
+            if r.get("checkpoint_of"):  # its owner's seeds again (seeds.py)
+                continue
             if p == pair and scores is not None and scores.get(metric) is not None:
                 by_system.setdefault(system, []).append(scores[metric])
         return seeds_mod.seed_variance(by_system)
@@ -216,7 +218,16 @@ class Folder:
                       / len(seeds))
         test_var = self.pooled(pair, system, against, seeds, subset, metric)
         sigma2, df = self.seed_variance(pair, subset, metric)
-        return seeds_mod.combined(difference, test_var, sigma2, df, len(seeds), self.level)
+        shared = None
+        if self.trained(pair, system, seeds[0]) == self.trained(pair, against, seeds[0]):
+            shared = [self.score(pair, system, s, subset, metric) -
+                      self.score(pair, against, s, subset, metric) for s in seeds]
+        return seeds_mod.combined(difference, test_var, sigma2, df, len(seeds), self.level,
+                                  shared)
+
+    def trained(self, pair, system, seed) -> str:
+        """The system whose training run a run decodes (itself, or its ``checkpoint_of``)."""
+        return self.runs[(pair, system, seed)].get("checkpoint_of") or system
 
     def comparison_seeds(self, pair, system, against, subset, metric,
                          p_value: Optional[Callable] = None) -> List[Seed]:

@@ -17,6 +17,12 @@ of the sum and ``t`` Student's quantile at ``1 - level/2`` on Welch-Satterthwait
 freedom ``(a + b)² / (a²/df)`` (``a`` the seed share, ``b`` the test set's, taken as known); with
 ``df = 0`` it is the normal quantile on the test set's share alone. p is two-sided from the same
 ``t``: p < level exactly when the interval excludes 0 (:func:`combined`).
+
+**Shared training runs.** A system that decodes another's checkpoints (``checkpoint_of``: unknown
+words replaced after decoding) shares its seed effect: the two runs of a seed are not
+independent, and their difference's seed share is estimated from the seeds' own differences
+instead, ``var(d_i)/n`` on ``n - 1`` degrees of freedom (none with one seed). Such a system adds
+nothing to ``sigma²``: its runs repeat its owner's seeds.
 """
 import math
 from dataclasses import dataclass
@@ -106,6 +112,7 @@ class Combined:
     df: float
     seeds: int
     sigma: Optional[float]
+    shared: bool = False
 
     @property
     def one_seed(self) -> bool:
@@ -113,16 +120,24 @@ class Combined:
 
 
 def combined(difference: float, test_var: float, sigma2: float, sigma_df: int, n: int,
-             level: float) -> Combined:
-    """The interval and p of a mean difference over ``n`` seeds (see the module's text)."""
-    seed_var = 2 * sigma2 / n if sigma_df else 0.0
+             level: float, shared: Optional[Sequence[float]] = None) -> Combined:
+    """The interval and p of a mean difference over ``n`` seeds (see the module's text);
+    ``shared``: the seeds' differences, where the two systems share their training runs (their
+    variance over ``n - 1`` replaces ``2·sigma²`` and its degrees of freedom)."""
+    if shared is not None:
+        sigma2, sigma_df = ((sum((d - fmean(shared)) ** 2 for d in shared) / (n - 1), n - 1)
+                            if n > 1 else (0.0, 0))
+        seed_var = sigma2 / n if sigma_df else 0.0
+    else:
+        seed_var = 2 * sigma2 / n if sigma_df else 0.0
     total = seed_var + test_var
     df = math.inf if not sigma_df or seed_var == 0 else total ** 2 / (seed_var ** 2 / sigma_df)
     se = math.sqrt(total)
     q = t_quantile(level, df)
     p = t_sf2(difference / se, df) if se > 0 else (0.0 if difference else 1.0)
     return Combined(difference, (difference - q * se, difference + q * se), p, se, seed_var,
-                    test_var, df, n, math.sqrt(sigma2) if sigma_df else None)
+                    test_var, df, n, math.sqrt(sigma2) if sigma_df else None,
+                    shared is not None)
 
 
 def holm(ps: Sequence[float]) -> list:
