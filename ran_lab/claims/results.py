@@ -198,16 +198,17 @@ class Folder:
         self._pooled[key] = self.used_pooled[key] = entry
         return var
 
-    def seed_variance(self, pair, subset, metric):
-        """The folder's pooled between-seed variance on ``pair``/``subset``/``metric`` and its
-        degrees of freedom (:func:`.seeds.seed_variance` over every system's seeds)."""
-        by_system: Dict[str, List[float]] = {}
+    def seed_variance(self, subset, metric):
+        """The folder's pooled between-seed variance on ``subset``/``metric`` and its degrees of
+        freedom (:func:`.seeds.seed_variance` over every system's seeds on every pair: one
+        variance for the folder's runs, its configuration and budget)."""
+        by_system: Dict[tuple, List[float]] = {}
         for (p, system, seed), r in sorted(self.runs.items()):
             scores = r.get("subsets", {}).get(subset)
             if r.get("checkpoint_of"):  # its owner's seeds again (seeds.py)
                 continue
-            if p == pair and scores is not None and scores.get(metric) is not None:
-                by_system.setdefault(system, []).append(scores[metric])
+            if scores is not None and scores.get(metric) is not None:
+                by_system.setdefault((p, system), []).append(scores[metric])
         return seeds_mod.seed_variance(by_system)
 
     def combined(self, pair, system, against, seeds: List[int], subset, metric):
@@ -217,7 +218,7 @@ class Folder:
                       - sum(self.score(pair, against, s, subset, metric) for s in seeds)
                       / len(seeds))
         test_var = self.pooled(pair, system, against, seeds, subset, metric)
-        sigma2, df = self.seed_variance(pair, subset, metric)
+        sigma2, df = self.seed_variance(subset, metric)
         shared = None
         if self.trained(pair, system, seeds[0]) == self.trained(pair, against, seeds[0]):
             shared = [self.score(pair, system, s, subset, metric) -

@@ -3,7 +3,7 @@ the between-seed variance in it; Holm's correction for a claim made of several c
 
 **The model.** A run's score on the test set is ``y = mu_system + u``: ``u``, what training with
 another seed changes, has mean 0 and one variance ``sigma²`` common to every system of a results
-folder on one pair, subset and metric, independent between runs. ``sigma²`` is estimated by
+folder (every translation direction, one subset and metric), independent between runs. ``sigma²`` is estimated by
 pooling each system's sample variance over its seeds (:func:`seed_variance`: the sum of squared
 deviations from each system's own mean over the sum of ``seeds - 1``, its degrees of freedom);
 a system with one seed adds nothing, and a folder where no system has two seeds has no estimate
