@@ -628,6 +628,55 @@ def outside_quotes(text):
     return re.sub(r"(?<![*\w])\*[^*\n]+\*(?![*\w])", "", text)  # *italic*: the rule's own words
 
 
+def numbers_in_files():
+    """Every p-value and interval the committed files hold: results.json's (the engine's tests)
+    and CLAIMS.json's (each seed's test, each comparison's and each order pair's)."""
+    ps, intervals = set(), set()
+    for path in (REPO / "results").rglob("CLAIMS.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for e in data["pvalues"]:
+            ps.add(e["p"])
+            intervals.add(tuple(e["interval"]))
+            intervals.add((-e["interval"][1], -e["interval"][0]))
+        for v in data["verdicts"]:
+            for part in v.get("systems", []) + v.get("pairs", []):
+                for key in ("p", "holm_p"):
+                    if part.get(key) is not None:
+                        ps.add(part[key])
+                if part.get("interval"):
+                    intervals.add(tuple(part["interval"]))
+    for path in (REPO / "results").rglob("results.json"):
+        for r in json.loads(path.read_text(encoding="utf-8")).get("results", []):
+            for scores in r.get("subsets", {}).values():
+                ps.update(scores[k] for k in ("p_value", "ter_p_value")
+                          if isinstance(scores.get(k), float))
+    return ps, intervals
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_p_and_interval_written_by_hand_is_in_the_files(page):
+    """Outside the quoted spans, a p-value ("p = 0.024", "p < 0.001") or an interval ("[−0.65,
+    +1.97]") that a page writes is one that results.json or CLAIMS.json holds, as printed there
+    (the level itself, "p < 0.01", is the rule's)."""
+    ps, intervals = numbers_in_files()
+    text = outside_quotes(page.read_text(encoding="utf-8"))
+    printed_p = {report.pval(p) for p in ps}
+    printed_i = {report.interval_text(i) for i in intervals}
+    wrong = []
+    for m in re.finditer(r"p (=|<) (\d\.\d+)", text):
+        if m.group(0) == "p < 0.01":
+            continue
+        digits = len(m.group(2).split(".")[1])
+        if m.group(0) not in printed_p and not any(
+                f"{p:.{digits}f}" == m.group(2) for p in ps) or m.group(1) == "<" and \
+                not any(p < float(m.group(2)) for p in ps):
+            wrong.append(m.group(0))
+    for m in re.finditer(r"\[[−+]\d+\.\d\d, [−+]\d+\.\d\d\]", text):
+        if m.group(0) not in printed_i:
+            wrong.append(m.group(0))
+    assert not wrong, f"{page.name} writes numbers no committed file holds: {wrong}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_no_verdict_is_written_by_hand(page):
     """Outside the quoted spans and tables, the results pages name no verdict: a verdict word in
