@@ -79,7 +79,7 @@ GROUPS = {
             "test_multi30k_download.py", "test_portable.py", "test_analysis.py",
             "test_analyze_pervasive.py", "test_remake.py", "test_nothing_lost.py",
             "test_one_line_errors.py", "test_slurm.py", "test_check_environments.py", "test_significance.py",
-            "test_seeds.py",
+            "test_seeds.py", "test_reproducible.py",
             "test_inputs_are_data.py", "test_python_m.py", "test_engine.py"],
     "docs": ["test_docs_commands.py", "test_docs_links.py", "test_quickstart.py",
              "test_readme_summary.py"],
