@@ -1,26 +1,27 @@
-"""The paired bootstrap the verdicts rest on: p-values that one Monte-Carlo draw does not decide,
-and intervals of a difference, for one seed and pooled over seeds.
+"""The paired bootstraps: each seed's test of the verdicts (:func:`test`), the reproduction
+engine's sacreBLEU test (:func:`paired`), and the test set's share of a mean difference over seeds
+(:func:`pooled`).
 
-The test is sacreBLEU's paired bootstrap (``sacrebleu.significance``, after Koehn 2004): the test
-set's sentences are resampled with replacement, both systems are scored on each resample from their
-per-sentence statistics, and p is the share of resamples whose centred absolute difference exceeds
-the observed one, ``(c + 1) / (N + 1)``. The resamples are drawn in blocks of :data:`BLOCK` from
-one generator seeded with ``seed`` (sacreBLEU's 12345 by default); the first block is sacreBLEU's
-own draw, so that with 1,000 resamples p is exactly what ``PairedTest`` reports.
+**The verdicts' test** (:func:`test`): the two-sided percentile bootstrap. The test set's
+sentences are resampled with replacement, both systems are scored on each resample from their
+per-sentence statistics, and the differences kept; p = 2c / N (c: the differences on the far side
+of 0) and the interval (the k-th smallest and largest difference, k = N·level/2) come from the
+same resamples, so that p < level exactly when the interval excludes 0. At least
+:data:`INTERVAL_SAMPLES` are drawn, then blocks of :data:`BLOCK` while the Wilson score interval of
+``c / N`` at :data:`MC_LEVEL`, doubled, holds the level, up to :data:`CAP`.
 
-**Stable p.** p is itself an estimate. Its Monte-Carlo interval is the Wilson score interval of
-``c / N`` at :data:`MC_LEVEL`; where that interval holds the significance level (0.01), another
-block is drawn and p recomputed over all blocks, until the interval lies on one side of the level
-or :data:`CAP` resamples are drawn. ``Paired.settled`` is False where it still straddles the level:
-the verdict then counts the seed as neither significant nor not.
+**The engine's test** (:func:`paired`, results.json's ``p_value``): sacreBLEU's paired bootstrap
+(``sacrebleu.significance``, after Koehn 2004): p is the share of resamples whose absolute
+difference, less the mean absolute difference, exceeds the observed one, ``(c + 1) / (N + 1)``.
+The first block is sacreBLEU's own draw (seed 12345), so that with 1,000 resamples p is exactly
+what ``PairedTest`` reports; while the Wilson score interval of ``(c + 1) / (N + 1)`` with
+``n = N + 1`` at :data:`MC_LEVEL` holds the level, another block is drawn, up to :data:`CAP`
+resamples; ``Paired.settled`` is False where it still straddles the level.
 
-**Intervals.** The difference's interval is the percentile interval of the resampled differences
-(system minus the other, in the metric's units) at ``1 - level`` (99 % for p < 0.01), from at
-least :data:`INTERVAL_SAMPLES` resamples. The *pooled* interval is that of the mean difference
-over seeds: every seed's pair of runs is scored on the same resampled sentences (the seeds share
-the test set) and the seeds' differences are averaged. It measures how the test set's sampling
-moves the table's mean difference, not how training with another seed would: one to three seeds
-cannot estimate that.
+**The test set's share** (:func:`pooled`): every seed's pair of runs is scored on the same
+resampled sentences (the seeds share the test set) and the seeds' differences averaged; the
+variance of that mean over the resamples is what the test set adds to the verdict's interval
+(:mod:`.seeds` adds the seeds').
 """
 import math
 from dataclasses import dataclass
