@@ -108,3 +108,16 @@ def test_the_recheck_finds_no_verdict_that_another_seed_changes():
     result = recheck(LONG, OTHER_SEED, repo=REPO)
     assert all(NEAR[0] < e["p"] < NEAR[1] for e, _ in result.tests)
     assert result.changed == []
+
+
+def test_the_engine_test_stops_on_the_wilson_interval_docs_scoring_states():
+    """results.json's test (bootstrap.paired): p = (c + 1) / (N + 1) and its Monte-Carlo
+    interval is the Wilson interval of that proportion with n = N + 1."""
+    rng = np.random.default_rng(2)
+    length = np.full(300, 20.0)
+    base = np.stack([rng.poisson(6, 300).astype(float), length], axis=1)
+    system = np.stack([np.maximum(0, base[:, 0] - rng.binomial(1, 0.2, 300)), length], axis=1)
+    result = bootstrap.paired(base, system, TerOfSums(), samples=1000, interval_samples=0)
+    assert result.p == pytest.approx((result.count + 1) / (result.samples + 1))
+    assert result.mc == pytest.approx(bootstrap.wilson(result.count + 1, result.samples + 1))
+    assert result.settled == (not result.mc[0] <= 0.01 <= result.mc[1])
