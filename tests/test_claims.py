@@ -756,3 +756,74 @@ def test_a_level_prints_without_a_sign_a_difference_with_one():
         == "Syn-R above RAN-ALL 2.68 nats (limit > 2.12 nats)"
     assert report.threshold_text("last below first", -0.54, "<", 0.0, "nats", signed=True) \
         == "last below first −0.54 nats (limit < +0.00 nats)"
+
+
+def quality(interval, metric):
+    lo, hi = interval
+    return (lo, hi) if metric != "ter" else (-hi, -lo)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_verdict_contradicts_its_interval_and_each_recomputes_from_the_files(folder):
+    """Read from the committed files alone: every seed's p is below 0.01 exactly when its
+    interval excludes 0; every comparison's interval is d ± t·se with the folder's pooled seed
+    variance (from results.json) and the test set's share (CLAIMS.json's ``pooled``), its p below
+    0.01 exactly when the interval excludes 0, and its direction the one the interval gives."""
+    if not (folder / "CLAIMS.json").is_file():
+        pytest.skip("no claims for this folder")
+    data = json.loads((folder / "CLAIMS.json").read_text(encoding="utf-8"))
+    report_ = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    for e in data["pvalues"]:
+        lo, hi = e["interval"]
+        assert (e["p"] < 0.01) == (lo > 0 or hi < 0), e
+    runs = {(r["pair"], r["system"], r["seed"]): r for r in report_["results"]}
+    test_var = {(e["pair"], e["subset"], e["metric"], e["system"], e["against"],
+                 tuple(e["seeds"])): e["test_var"] for e in data["pooled"]}
+    claims_ = {c["id"]: c for c in spec.load(lab.claims_file_of(folder, REPO), REPO).claims}
+    checked = 0
+    for v in data["verdicts"]:
+        claim = claims_[v["id"]]
+        for part in v.get("systems", []):
+            if part["verdict"] == rule.NOT_RUN:
+                continue
+            metric, subset = claim["metric"], claim["subset"]
+            seeds_ = [s["seed"] for s in part["seeds"]]
+            by_system = {}
+            for (p, system, seed), r in runs.items():
+                scores = r["subsets"].get(subset)
+                if scores and scores.get(metric) is not None and not r.get("checkpoint_of"):
+                    by_system.setdefault((p, system), []).append(scores[metric])
+            squares = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
+                          for xs in by_system.values() if len(xs) > 1)
+            df = sum(len(xs) - 1 for xs in by_system.values())
+            n = len(seeds_)
+            diffs = [s["system"] - s["against"] for s in part["seeds"]]
+            shared = (runs[(v["pair"], part["system"], seeds_[0])].get("checkpoint_of") or
+                      part["system"]) == (runs[(v["pair"], part["against"], seeds_[0])]
+                                          .get("checkpoint_of") or part["against"])
+            if shared:
+                mean_d = sum(diffs) / n
+                a = sum((d - mean_d) ** 2 for d in diffs) / (n - 1) / n if n > 1 else 0.0
+                df = n - 1
+            else:
+                a = 2 * squares / df / n if df else 0.0
+            b = test_var[(v["pair"], subset, metric, part["system"], part["against"],
+                          tuple(seeds_))]
+            dof = (a + b) ** 2 / (a * a / df) if a else math.inf
+            t = seeds.t_quantile(0.01, dof)
+            d = part["difference"]
+            se = math.sqrt(a + b)
+            assert part["interval"] == pytest.approx([d - t * se, d + t * se], abs=1e-9)
+            lo, hi = quality(part["interval"], metric)
+            assert (part["p"] < 0.01) == (lo > 0 or hi < 0)
+            direction = part["direction"] or part["verdict"]
+            outcome = rule.outcome(direction)
+            if claim["relation"] in (">", "<"):
+                better = claim["relation"] == ">"
+                want = (rule.HELD if (lo > 0 if better else hi < 0) else
+                        rule.NOT_HELD if (hi < 0 if better else lo > 0) else rule.INCONCLUSIVE)
+                assert outcome == want, (v["id"], part["system"])
+            if outcome == rule.HELD and n == 1:
+                assert part["verdict"] == rule.ONE_SEED
+            checked += 1
+    assert checked or not data["pooled"]
