@@ -4,8 +4,8 @@ from them.
 A page quotes a verdict inside a marked span, ``<!-- claim FOLDER#ID -->…<!-- /claim -->`` (with
 ``@PAIR`` after the id for a comparison or order: ``results/ran/long#Z-T1-ran-all@de-en``), or a
 whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``, or the tally
-of the paper's claims, "k held, m inconclusive, n not held of N", inside
-``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
+of the paper's claims, "k held (j on one seed), m inconclusive, n not held of N" and the sizes
+apart, inside ``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
 :func:`fill` writes what the engine computes into every span and table, and the documentation
 test fails where a page differs from it.
 """

@@ -1,7 +1,8 @@
 """The verdict rule, on plain numbers: one comparison, an order of several systems, a threshold.
 
-Every verdict is one of three outcomes, *held*, *inconclusive* or *not held* (or *not run*: a
-system without results); :func:`outcome` reads it from a verdict's text.
+Every verdict is one of three outcomes, *held*, *inconclusive* or *not held* (or *descriptive*: a
+measure without an interval; or *not run*: a system without results); :func:`outcome` reads it
+from a verdict's text.
 
 A comparison holds the runs of two systems seed by seed (:class:`Seed`: each system's score on the
 same seed, the two-sided percentile bootstrap's p between them and the difference's interval, from
