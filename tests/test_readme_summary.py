@@ -24,7 +24,7 @@ def counted(folder, pairs):
     held, unsure, failed = (sum(v.outcome == o for v in ran)
                             for o in ("held", "inconclusive", "not held"))
     assert held + unsure + failed == len(ran)
-    one = sum(1 for v in ran if v.verdict.startswith("held (one seed)"))
+    one = sum(1 for v in ran if v.outcome == "held" and "held (one seed)" in v.verdict)
     text = f"{held} held ({one} on one seed), {unsure} inconclusive, {failed} not held of {len(ran)}"
     sizes = [c.size["result"] for v in ran for _, c in v.comparisons if c.size]
     if sizes:

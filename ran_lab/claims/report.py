@@ -425,8 +425,8 @@ def counted(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = N
 
 
 def one_seed(v: Verdict) -> bool:
-    """Whether a held verdict rests on one seed."""
-    return v.verdict.startswith(ONE_SEED)
+    """Whether a held verdict rests on one seed (in any of its parts)."""
+    return v.verdict.startswith(ONE_SEED) or f"{ONE_SEED} for " in v.verdict
 
 
 def sizes_of(verdicts: List[Verdict]) -> List[str]:
