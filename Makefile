@@ -1,8 +1,8 @@
 # The two commands of the README:
 #   make demo   set up, prepare Multi30k de-en, train a small model, translate the test set, score
 #   make test   set up, lint, then run the test suite (what .ci/run calls)
-# For the inner loop: make test-fast (the unit tests and the lab's quick checks, about two
-# minutes; groups in tests/conftest.py) and make lint (ruff, rules in ruff.toml).
+# For the inner loop: make test-fast (the unit tier, well under two minutes; tiers in
+# tests/conftest.py) and make lint (ruff, rules in ruff.toml).
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PYTEST_ARGS ?=
@@ -20,10 +20,18 @@ demo:
 lint: setup
 	$(VENV)/bin/ruff check --quiet .
 
-# pytest exits 5 when it collected no test: that is a broken suite, not a pass.
+# The tiers by cost, cheapest first (tests/conftest.py), each on every core; the first tier that
+# fails stops the run. pytest exits 5 when it collected no test: unless PYTEST_ARGS selects tests
+# (-k, -m or a path under tests/), that is a broken suite, not a pass.
+TIERS := unit integration system
 test: setup lint
-	@$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	@start=$$(date +%s); for tier in $(TIERS); do \
+	    echo "make test: the $$tier tier"; \
+	    $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile -m $$tier $(PYTEST_ARGS); rc=$$?; \
+	    if [ $$rc -eq 5 ] && ! echo " $(PYTEST_ARGS)" | grep -qE ' (-k|-m|tests/)'; then \
+	        echo "make test: pytest collected no $$tier test" >&2; exit 1; fi; \
+	    if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; \
+	done; echo "make test: all tiers passed in $$(( $$(date +%s) - start )) s"
 
 test-fast: setup
 	@$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS); rc=$$?; \

@@ -30,19 +30,23 @@ LEFT_OUT = {
 }
 
 
-def outcomes(junit: Path) -> dict:
-    """test id -> passed / failed / error / skipped, from pytest's JUnit XML."""
-    found = {}
+def outcomes(junit: Path) -> tuple:
+    """(test id -> passed / failed / error / skipped, test id -> the first line of why it failed),
+    from pytest's JUnit XML."""
+    found, why = {}, {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
-        found[name] = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
-        found[name] = {"failure": "failed"}.get(found[name], found[name])
-    return found
+        kinds = {child.tag: child for child in case}
+        kind = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
+        found[name] = {"failure": "failed"}.get(kind, kind)
+        if kind in ("failure", "error"):
+            why[name] = (kinds[kind].get("message") or "").strip().splitlines()[:1]
+            why[name] = why[name][0][:200] if why[name] else ""
+    return found, why
 
 
 def run_once(fairseq_repo: Path, out: Path, label: str, with_plugin: bool, timeout: int) -> dict:
-    junit = out / f"{label}.xml"
+    junit = out.resolve() / f"{label}.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "--continue-on-collection-errors", "--junitxml",
            str(junit), "tests", *(f"--ignore={p}" for p in LEFT_OUT)]
@@ -57,8 +61,10 @@ def run_once(fairseq_repo: Path, out: Path, label: str, with_plugin: bool, timeo
     if not junit.is_file():
         raise SystemExit(f"fairseq-tests: error: pytest wrote no report ({label}, exit "
                          f"{proc.returncode}); see {out / (label + '.log')}")
-    return {"command": " ".join(cmd[1:]), "seconds": round(time.time() - start),
-            "outcomes": outcomes(junit)}
+    found, why = outcomes(junit)
+    shown = ["OUT/" + Path(a).name if a == str(junit) else a for a in cmd[1:]]
+    return {"command": " ".join(shown), "seconds": round(time.time() - start),
+            "outcomes": found, "why": why}
 
 
 def summary(plain: dict, plugin: dict) -> dict:
@@ -100,7 +106,11 @@ def report(result: dict) -> str:
         + (":" if s["differ"] else "."),
         "",
     ]
-    lines += [f"- `{name}`: {a} without, {b} with the plugin" for name, (a, b) in s["differ"].items()]
+    for name, (a, b) in s["differ"].items():
+        reason = (result["without_plugin"]["why"].get(name) or result["with_plugin"]["why"].get(name)
+                  or "")
+        lines.append(f"- `{name}`: {a} without, {b} with the plugin"
+                     + (f" (the failure: {reason})" if reason else ""))
     lines += ["", "Left out:", ""]
     lines += [f"- `{path}`: {why}" for path, why in LEFT_OUT.items()]
     return "\n".join(lines) + "\n"

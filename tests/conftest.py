@@ -54,38 +54,40 @@ def synthetic_databin(tmp_path_factory):
     return helpers.binarize(root / "raw", root / "bin")
 
 
-# Every test file belongs to one group, a marker (`pytest -m lab`, `make test-fast`):
-#   unit    the papers' mechanisms and small pieces on plain tensors or strings, in this process
-#   plugin  the architectures through fairseq itself (conformance, hub, checkpoints, reliability)
-#   lab     the reproduction engine, the benchmark, data preparation, claims, analyses
-#   docs    the documentation's commands and links, the demo
-# `fast` marks what `make test-fast` runs (the unit group and the lab's checks that start no
-# fairseq process): the inner loop, in about two minutes on two cores.
-GROUPS = {
+# Every test file belongs to one tier, by what it costs (a marker; `make test` runs them in this
+# order, each on every core, and stops at the first tier that fails):
+#   unit         in this process on tensors, strings and small files, or a fake fairseq
+#                (tests/test_engine.py): seconds a file; `make test-fast` (marker `fast`), the
+#                inner loop, well under two minutes on two cores
+#   integration  the architectures through fairseq itself, in this process or as fairseq commands
+#                forked from a process that has imported them (tests/cli_server.py); the claims
+#   system       across processes as a user runs them: the reproduction engine end to end, the
+#                benchmark's workers, torchrun, a Slurm cluster, a wheel, the documentation's
+#                commands
+# (pytest --durations shows what each costs; a file that outgrows its tier moves.)
+TIERS = {
     "unit": ["test_positional_attention.py", "test_recurrent_cross_attention.py",
-             "test_dynamic_memory_attention.py", "test_attention_entropy.py", "test_scoring.py",
-             "test_replace_unk.py", "test_epoch_anneal.py", "test_checkpoint_average.py",
-             "test_layering.py", "test_saved_tensors_recurrent_cross.py"],
-    "plugin": ["test_conformance.py", "test_conformance_selfcheck.py",
-               "test_pervasive_attention.py", "test_hub.py", "test_checkpoint_loading.py",
-               "test_reliability.py", "test_package.py", "test_quiet.py",
-               "test_saved_tensors.py", "test_wheel.py", "test_options.py",
-               "test_workflow_hydra.py", "test_workflow_decoding.py",
-               "test_workflow_distributed.py"],
-    "lab": ["test_reproduce.py", "test_adding_a_paper.py", "test_reproduce_recurrent_cross.py",
-            "test_reproduce_dynmem.py", "test_reproduce_pervasive.py", "test_bench.py",
-            "test_kernels.py", "test_faults.py", "test_claims.py", "test_gpu_plans.py",
-            "test_gpu_scripts.py", "test_gpu_check.py", "test_prepare.py",
-            "test_multi30k_download.py", "test_portable.py", "test_analysis.py",
-            "test_analyze_pervasive.py", "test_remake.py", "test_nothing_lost.py",
-            "test_one_line_errors.py", "test_slurm.py", "test_check_environments.py", "test_significance.py",
-            "test_seeds.py", "test_reproducible.py",
-            "test_inputs_are_data.py", "test_python_m.py", "test_engine.py"],
-    "docs": ["test_docs_commands.py", "test_docs_links.py", "test_quickstart.py",
-             "test_readme_summary.py"],
+             "test_dynamic_memory_attention.py", "test_pervasive_attention.py",
+             "test_attention_entropy.py", "test_scoring.py", "test_replace_unk.py",
+             "test_epoch_anneal.py", "test_checkpoint_average.py", "test_layering.py",
+             "test_saved_tensors.py", "test_saved_tensors_recurrent_cross.py", "test_options.py",
+             "test_conformance_selfcheck.py", "test_engine.py", "test_portable.py",
+             "test_remake.py", "test_inputs_are_data.py", "test_gpu_plans.py",
+             "test_significance.py", "test_multi30k_download.py", "test_python_m.py",
+             "test_check_environments.py", "test_docs_links.py", "test_readme_summary.py"],
+    "integration": ["test_conformance.py", "test_hub.py", "test_checkpoint_loading.py",
+                    "test_reliability.py", "test_workflow_hydra.py", "test_workflow_decoding.py",
+                    "test_claims.py", "test_kernels.py", "test_faults.py",
+                    "test_one_line_errors.py", "test_analysis.py", "test_analyze_pervasive.py",
+                    "test_prepare.py", "test_seeds.py", "test_reproducible.py"],
+    "system": ["test_reproduce.py", "test_reproduce_recurrent_cross.py",
+               "test_reproduce_dynmem.py", "test_reproduce_pervasive.py",
+               "test_adding_a_paper.py", "test_nothing_lost.py", "test_bench.py",
+               "test_gpu_check.py", "test_gpu_scripts.py", "test_slurm.py",
+               "test_workflow_distributed.py", "test_package.py", "test_quiet.py",
+               "test_wheel.py", "test_docs_commands.py", "test_quickstart.py"],
 }
-FAST = {"unit", "test_portable.py", "test_docs_links.py", "test_multi30k_download.py"}
-GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
+TIER_OF = {name: tier for tier, names in TIERS.items() for name in names}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -96,10 +98,10 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
     for item in items:
         name = Path(str(item.fspath)).name
-        if name not in GROUP_OF:
-            raise pytest.UsageError(f"tests/{name} belongs to no group: add it to GROUPS in "
-                                    f"tests/conftest.py (unit, plugin, lab or docs)")
-        group = GROUP_OF[name]
-        item.add_marker(getattr(pytest.mark, group))
-        if group in FAST or name in FAST:
+        if name not in TIER_OF:
+            raise pytest.UsageError(f"tests/{name} belongs to no tier: add it to TIERS in "
+                                    f"tests/conftest.py (unit, integration or system)")
+        tier = TIER_OF[name]
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit":
             item.add_marker(pytest.mark.fast)
