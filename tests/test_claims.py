@@ -9,7 +9,7 @@ import pytest
 
 import helpers
 from ran_lab import claims as lab
-from ran_lab.claims import analysis, report, rule, spec
+from ran_lab.claims import analysis, report, rule, seeds, spec
 from ran_lab.claims.results import Folder, ResultsError
 
 REPO = helpers.REPO
@@ -25,17 +25,34 @@ def one(diff, p, base=40.0):
     return [S(1, base + diff, base, p)]
 
 
-@pytest.mark.parametrize("relation, diff, p, verdict", [
-    (">", 1.0, 0.001, rule.HELD), (">", 1.0, 0.02, rule.INCONCLUSIVE),
-    (">", -1.0, 0.02, rule.INCONCLUSIVE), (">", -1.0, 0.001, rule.NOT_HELD_WORSE),
-    ("<", -1.0, 0.001, rule.HELD), ("<", -1.0, 0.05, rule.INCONCLUSIVE),
-    ("<", 1.0, 0.001, rule.NOT_HELD_BETTER),
+def both(lo, hi, n=1, p=None):
+    """A comparison's combined interval (seeds and test set) and a p that agrees with it."""
+    inside = lo <= 0 <= hi
+    return seeds.Combined((lo + hi) / 2, (lo, hi), p if p is not None else
+                          (0.5 if inside else 0.001), (hi - lo) / 5, 0.0, 0.0, math.inf, n, None)
+
+
+@pytest.mark.parametrize("relation, interval, verdict", [
+    (">", (0.2, 1.8), rule.ONE_SEED), (">", (-0.2, 2.2), rule.INCONCLUSIVE),
+    (">", (-2.2, 0.2), rule.INCONCLUSIVE), (">", (-1.8, -0.2), rule.NOT_HELD_WORSE),
+    ("<", (-1.8, -0.2), rule.ONE_SEED), ("<", (-2.2, 0.2), rule.INCONCLUSIVE),
+    ("<", (0.2, 1.8), rule.NOT_HELD_BETTER),
 ])
-def test_better_and_worse_need_significance(relation, diff, p, verdict):
-    result = rule.compare(relation, one(diff, p))
+def test_better_and_worse_are_decided_by_the_interval(relation, interval, verdict):
+    diff = sum(interval) / 2
+    # the seed's own test (p = 0.001) plays no part: the combined interval decides
+    result = rule.compare(relation, one(diff, 0.001), combined=both(*interval))
     assert result.verdict == verdict
     assert result.difference == pytest.approx(diff)
     assert result.n == 1
+    assert rule.outcome(result.verdict) in (rule.HELD, rule.INCONCLUSIVE, rule.NOT_HELD)
+
+
+def test_one_seed_is_at_most_held_one_seed_and_two_seeds_are_held():
+    seeds_ = [S(1, 41, 40, 0.001), S(2, 41.5, 40, 0.002)]
+    assert rule.compare(">", seeds_, combined=both(0.2, 2.3, n=2)).verdict == rule.HELD
+    assert rule.compare(">", seeds_[:1], combined=both(0.2, 1.8)).verdict == rule.ONE_SEED
+    assert rule.outcome(rule.ONE_SEED) == rule.HELD
 
 
 @pytest.mark.parametrize("relation, interval, verdict", [
@@ -50,71 +67,67 @@ def test_better_and_worse_need_significance(relation, diff, p, verdict):
     ("≤", (-3.0, 0.9), rule.HELD), ("≤", (1.2, 3.0), rule.NOT_HELD_BETTER),
     ("≤", (-0.5, 1.5), rule.INCONCLUSIVE),
 ])
-def test_parity_is_judged_on_the_pooled_interval_and_the_margin(relation, interval, verdict):
+def test_parity_is_judged_on_the_interval_and_the_margin(relation, interval, verdict):
     # the p-value plays no part: "not significant" is not "on par"
-    result = rule.compare(relation, one(sum(interval) / 2, 0.5), margin=1.0, pooled=interval)
+    two = [S(1, 40 + sum(interval) / 2, 40, 0.5), S(2, 40 + sum(interval) / 2, 40, 0.5)]
+    result = rule.compare(relation, two, margin=1.0, combined=both(*interval, n=2))
     assert result.verdict == verdict
     # for TER the interval is turned round: a lower TER is better
-    ter = rule.compare(relation, one(-sum(interval) / 2, 0.5), higher_is_better=False,
-                       margin=1.0, pooled=(-interval[1], -interval[0]))
-    assert ter.verdict == verdict
+    ter = [S(1, 40 - sum(interval) / 2, 40, 0.5), S(2, 40 - sum(interval) / 2, 40, 0.5)]
+    assert rule.compare(relation, ter, higher_is_better=False, margin=1.0,
+                        combined=both(-interval[1], -interval[0], n=2)).verdict == verdict
 
 
-def test_parity_without_a_margin_is_refused():
+def test_parity_without_a_margin_or_an_interval_is_refused():
     with pytest.raises(ValueError, match="margin"):
-        rule.compare("≈", one(0.1, 0.5))
-
-
-def test_level_is_strict():
-    assert rule.compare(">", one(1.0, 0.01)).verdict == rule.INCONCLUSIVE
-    assert rule.compare(">", one(1.0, 0.0099)).verdict == rule.HELD
-
-
-def test_an_unsettled_p_is_not_significant():
-    seed = S(1, 41.0, 40.0, 0.0099, (0.1, 1.9), False, 100_000)
-    assert rule.compare(">", [seed]).verdict == rule.INCONCLUSIVE
-    assert rule.compare(">", [S(1, 41.0, 40.0, 0.0099, (0.1, 1.9), True)]).verdict == rule.HELD
+        rule.compare("≈", one(0.1, 0.5), combined=both(-0.5, 0.7))
+    with pytest.raises(ValueError, match="combined"):
+        rule.compare(">", one(0.1, 0.5))
 
 
 def test_ter_is_better_when_lower():
-    result = rule.compare("<", one(+0.9, 0.001), higher_is_better=False)
-    assert result.verdict == rule.HELD and result.side == "worse"
-    assert rule.compare(">", one(-0.9, 0.001), higher_is_better=False).verdict == rule.HELD
+    result = rule.compare("<", one(+0.9, 0.001), higher_is_better=False,
+                          combined=both(0.2, 1.6))
+    assert result.verdict == rule.ONE_SEED and result.side == "worse"
+    assert rule.compare(">", one(-0.9, 0.001), higher_is_better=False,
+                        combined=both(-1.6, -0.2)).verdict == rule.ONE_SEED
 
 
-def test_significant_only_in_every_seed_and_k_of_n_counts_the_seeds():
-    seeds = [S(1, 40.93, 40.24, 0.041), S(2, 41.30, 40.18, 0.003)]
-    result = rule.compare("≥", seeds, margin=1.0, pooled=(0.2, 1.6))
-    assert result.verdict == rule.HELD and not result.significant
+def test_k_of_n_counts_the_seeds_own_tests_and_the_difference_is_of_the_means():
+    seeds_ = [S(1, 40.93, 40.24, 0.041), S(2, 41.30, 40.18, 0.003)]
+    result = rule.compare("≥", seeds_, margin=1.0, combined=both(0.2, 1.6, n=2))
+    assert result.verdict == rule.HELD
     assert (result.k, result.n) == (1, 2)
-    # the difference is that of the means over the seeds, not of a bootstrap
     assert result.difference == pytest.approx((40.93 + 41.30) / 2 - (40.24 + 40.18) / 2)
-    assert rule.compare(">", seeds).verdict == rule.INCONCLUSIVE
-    both = [S(1, 41, 40, 0.001), S(2, 41.5, 40, 0.002)]
-    assert rule.compare(">", both).verdict == rule.HELD
     # a seed significant on the other side does not count
     mixed = [S(1, 42, 40, 0.001), S(2, 39.5, 40, 0.001)]
-    assert rule.compare(">", mixed).k == 1
-    assert rule.compare(">", mixed).verdict == rule.INCONCLUSIVE
+    assert rule.compare(">", mixed, combined=both(-3, 4, n=2)).k == 1
 
 
-@pytest.mark.parametrize("size, interval, verdict", [
-    ({"value": 0.5}, (8.0, 10.0), "direction held; size not held (larger)"),
-    ({"value": 2.13}, (1.0, 3.0), "direction held; size held"),
-    ({"value": -14.0, "test": "at_least"}, (-8.5, -5.5), "direction held; size not held (smaller)"),
-    ({"value": -14.0, "test": "at_least"}, (-16.0, -15.0), "direction held; size held"),
-    ({"value": [0.5, 0.7]}, (2.0, 3.8), "direction held; size not held (larger)"),
-    ({"value": [0.5, 0.7]}, (0.6, 3.8), "direction held; size held"),
+@pytest.mark.parametrize("size, interval, found", [
+    ({"value": 0.5}, (8.0, 10.0), "larger"),
+    ({"value": 2.13}, (1.0, 3.0), rule.CONSISTENT),
+    ({"value": -14.0, "test": "at_least"}, (-8.5, -5.5), "smaller"),
+    ({"value": -14.0, "test": "at_least"}, (-16.0, -15.0), rule.CONSISTENT),
+    ({"value": [0.5, 0.7]}, (2.0, 3.8), "larger"),
+    ({"value": [0.5, 0.7]}, (0.6, 3.8), rule.CONSISTENT),
 ])
-def test_a_stated_size_is_checked_after_the_direction(size, interval, verdict):
+def test_a_stated_size_is_a_second_verdict(size, interval, found):
     diff = sum(interval) / 2
-    result = rule.compare(">" if diff > 0 else "<", one(diff, 0.001), pooled=interval, size=size)
-    assert result.verdict == verdict
-    assert rule.outcome(result.verdict) == (rule.HELD if verdict.endswith("size held")
-                                            else rule.NOT_HELD)
-    # a direction that does not hold says so, whatever the size
-    assert rule.compare(">", one(diff, 0.2), pooled=interval, size=size).verdict == \
-        rule.INCONCLUSIVE
+    two = [S(1, 40 + diff, 40, 0.001), S(2, 40 + diff, 40, 0.001)]
+    relation = ">" if diff > 0 else "<"
+    result = rule.compare(relation, two, combined=both(*interval, n=2), size=size)
+    # the direction is the verdict; the size is shown beside it, never a failure
+    assert result.verdict == rule.HELD and result.direction == rule.HELD
+    assert result.size["result"] == found
+    # where the paper's setting is this one's, the size decides
+    decided = rule.compare(relation, two, combined=both(*interval, n=2),
+                           size={**size, "comparable": True})
+    assert rule.outcome(decided.verdict) == (rule.HELD if found == rule.CONSISTENT
+                                             else rule.NOT_HELD)
+    # a direction that does not hold has no size to compare
+    weak = rule.compare(">", two, combined=both(-1.0, abs(diff) + 1, n=2), size=size)
+    assert weak.verdict == rule.INCONCLUSIVE and weak.size["result"] == rule.NOT_COMPARABLE
 
 
 @pytest.mark.parametrize("verdict, outcome", [
@@ -124,47 +137,71 @@ def test_a_stated_size_is_checked_after_the_direction(size, interval, verdict):
     ("inconclusive (held for a; inconclusive for b)", rule.INCONCLUSIVE),
     ("direction held; size held", rule.HELD),
     ("direction held; size not held (larger)", rule.NOT_HELD),
+    (rule.ONE_SEED, rule.HELD), ("descriptive (limit met)", rule.DESCRIPTIVE),
+    ("inconclusive (order observed; 2 of 3 pairs significant after Holm)", rule.INCONCLUSIVE),
 ])
-def test_every_verdict_has_one_of_three_outcomes(verdict, outcome):
+def test_every_verdict_has_one_outcome(verdict, outcome):
     assert rule.outcome(verdict) == outcome
 
 
-def test_not_run_without_seeds():
+def test_not_run_without_seeds_and_where_a_part_did_not_run():
     assert rule.compare(">", []).verdict == rule.NOT_RUN
     with pytest.raises(ValueError):
         rule.compare("order", one(1, 0.001))
+    # a claim is not held on the strength of the part that ran
+    assert rule.overall([rule.HELD, rule.NOT_RUN]) == rule.NOT_RUN
+    assert rule.overall([rule.INCONCLUSIVE, rule.NOT_RUN]) == rule.INCONCLUSIVE
 
 
-def pairs_for(groups, scores, p):
-    """Every cross-group pair's seeds, with p-value ``p`` for every pair."""
-    out = {}
+def pairs_for(groups, scores, p, n=2):
+    """Every cross-group pair's seeds and combined test, with p-value ``p(a, b)``."""
+    out, tests = {}, {}
     for i, upper in enumerate(groups):
         for lower in (s for g in groups[i + 1:] for s in g):
             for a in upper:
-                out[(a, lower)] = [S(1, scores[a], scores[lower], p(a, lower))]
-    return out
+                out[(a, lower)] = [S(k, scores[a], scores[lower], 0.5) for k in range(1, n + 1)]
+                d = scores[a] - scores[lower]
+                tests[(a, lower)] = seeds.Combined(d, (d - 1, d + 1), p(a, lower), 0.4, 0, 0,
+                                                   math.inf, n, None)
+    return out, tests
 
 
-def test_order_held_noise_reversed_not_run():
-    groups = [["a", "b"], ["c"], ["d"]]
+def order_of(groups, scores, p, n=2):
+    pair_seeds, tests = pairs_for(groups, scores, p, n)
+    return rule.order(groups, pair_seeds, combined=tests)
+
+
+def test_order_needs_every_pair_significant_after_holm():
+    groups = [["a", "b"], ["c"], ["d"]]  # four pairs ranked apart
     good = {"a": 40, "b": 39.5, "c": 38, "d": 36}
-    assert rule.order(groups, pairs_for(groups, good, lambda a, b: 0.3)).verdict == rule.HELD
-    # b and a swapped inside their group: still held (a group is a tie)
+    assert order_of(groups, good, lambda a, b: 0.001).verdict == rule.HELD
+    assert order_of(groups, good, lambda a, b: 0.001, n=1).verdict == rule.ONE_SEED
+    # in order but not significant: inconclusive, however the order looks
+    result = order_of(groups, good, lambda a, b: 0.3)
+    assert rule.outcome(result.verdict) == rule.INCONCLUSIVE
+    # Holm over the five pairs: 0.003 each is significant alone, not after the correction
+    assert rule.outcome(order_of(groups, good, lambda a, b: 0.003).verdict) == rule.INCONCLUSIVE
+    result = order_of(groups, good, lambda a, b: 0.001)
+    assert [round(x, 4) for *_, x in result.pairs] == [0.005] * 5
+    # b and a swapped inside their group: a group is a tie
     swapped = {**good, "a": 39.4}
-    assert rule.order(groups, pairs_for(groups, swapped, lambda a, b: 0.3)).verdict == rule.HELD
-    # c above b, not significant: not reproduced within noise
+    assert order_of(groups, swapped, lambda a, b: 0.001).verdict == rule.HELD
+    # c above b, not significant: not reproduced within noise; significant: reversed
     flip = {**good, "c": 39.8}
-    result = rule.order(groups, pairs_for(groups, flip, lambda a, b: 0.3))
+    result = order_of(groups, flip, lambda a, b: 0.3)
     assert result.verdict == rule.ORDER_NOISE
     assert [(hi, lo) for hi, lo, _ in result.reversed_pairs] == [("b", "c")]
     assert result.observed[0] == ("a", 40)
-    # the same pair significant: reversed
-    result = rule.order(groups, pairs_for(groups, flip, lambda a, b: 0.001))
-    assert result.verdict == rule.REVERSED
-    # a system without results
-    pairs = pairs_for(groups, good, lambda a, b: 0.3)
-    pairs[("a", "d")] = []
-    assert rule.order(groups, pairs).verdict == rule.NOT_RUN
+    assert order_of(groups, flip, lambda a, b: 0.001).verdict == rule.REVERSED
+    pair_seeds, tests = pairs_for(groups, good, lambda a, b: 0.3)
+    pair_seeds[("a", "d")] = []
+    assert rule.order(groups, pair_seeds, combined=tests).verdict == rule.NOT_RUN
+
+
+def test_holm_adjusts_step_down():
+    assert seeds.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert seeds.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+    assert seeds.holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
 
 
 def test_threshold_tests():
@@ -174,10 +211,17 @@ def test_threshold_tests():
     assert rule.threshold([held]) == rule.HELD
     assert rule.threshold([failed]) == rule.NOT_HELD
     assert rule.threshold([held, failed]) == "not held (held for x; not held for y)"
-    assert rule.threshold([held, unrun]) == "held (held for x; not run for z)"
+    # a claim about something not run is not run, not held on the part that ran
+    assert rule.threshold([held, unrun]) == "not run (held for x; not run for z)"
+    assert rule.outcome(rule.threshold([held, unrun])) == rule.NOT_RUN
     assert rule.threshold([unrun]) == rule.NOT_RUN
     with pytest.raises(ValueError):
         rule.Test("w", 1, "=>", 1)
+    # a measure without an interval is described, not judged
+    assert rule.descriptive(rule.HELD) == "descriptive (limit met)"
+    assert rule.descriptive("not held (held for x; not held for y)") == \
+        "descriptive (met for x; not met for y)"
+    assert rule.outcome(rule.descriptive(rule.NOT_HELD)) == rule.DESCRIPTIVE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,24 +347,23 @@ def test_engine_tests_every_pair_on_the_hypotheses_and_keeps_the_tests(tmp_path)
     by = {v.key: v for v in verdicts}
     assert by["c1@de-en"].comparisons[0][1].difference == pytest.approx(3.0)
     assert by["c4@de-en"].verdict == rule.NOT_RUN
-    # a against b is tested on the hypotheses: with the table's resamples, sacreBLEU's own p
-    from ran_lab.reproduce.scores import paired_bootstrap
-    expected, _, _ = paired_bootstrap(HYPS["b"], HYPS["a"], REFS, 100)
+    # a against b is tested on the hypotheses: p and interval from the same resamples agree
     seed = by["c3@de-en"].comparisons[0][1].seeds[0]
-    if seed.samples == 100:
-        assert seed.p == pytest.approx(expected)
     lo, hi = seed.interval
-    assert lo <= hi
-    # ≈ is judged on the pooled interval with the margin of the defaults
+    assert lo <= hi and (seed.p < 0.01) == (lo > 0 or hi < 0)
+    # ≈ is judged on the combined interval with the margin of the defaults (one seed: no seed
+    # variance to widen it)
     parity = by["c2@de-en"].comparisons[0][1]
     assert parity.margin == 1.0 and parity.pooled is not None
+    assert parity.combined.sigma is None
     assert by["c5@de-en"].outcome in rule.OUTCOMES
     # written, the tests are kept, and a second run needs no references
     lab.write_claims(path, folder, repo=tmp_path)
     data = json.loads((folder / "CLAIMS.json").read_text())
     assert {tuple(sorted((e["system"], e["against"]))) for e in data["pvalues"]} == {
         ("a", "b"), ("a", "base"), ("b", "base")}
-    assert [(e["system"], e["against"]) for e in data["pooled"]] == [("b", "base")]
+    assert {tuple(sorted((e["system"], e["against"]))) for e in data["pooled"]} == {
+        ("a", "b"), ("a", "base"), ("b", "base")}
     (tmp_path / "test.raw.en").unlink()
     _, _, again = lab.compute(folder, path, repo=tmp_path, compute_missing=False)
     for key in by:
@@ -332,21 +375,28 @@ def test_engine_tests_every_pair_on_the_hypotheses_and_keeps_the_tests(tmp_path)
 
 
 def test_quotes_name_the_verdict_the_difference_each_seed_and_the_intervals():
-    seeds = [S(1, 40.93, 40.24, 0.041, (-0.38, 1.76)),
-             S(2, 41.30, 40.18, 0.00999, (0.02, 2.24), True, 12_000)]
+    seeds_ = [S(1, 40.93, 40.24, 0.041, (-0.38, 1.76)),
+              S(2, 41.30, 40.18, 0.00999, (0.02, 2.24), True, 12_000)]
+    test = seeds.combined(0.905, 0.04, 0.09, 6, 2, 0.01)
     v = lab.Verdict({"id": "x", "relation": "≥", "metric": "sacrebleu", "against": "T"}, "de-en",
-                    rule.HELD, comparisons=[("R", rule.compare("≥", seeds, margin=1.0,
-                                                               pooled=(0.24, 1.64)))])
+                    rule.HELD, comparisons=[("R", rule.compare("≥", seeds_, margin=1.0,
+                                                               combined=test))])
+    lo, hi = test.interval
     assert report.quote(v) == (
         "held, better in 1 of 2 seeds: +0.90 (seed 1: +0.69 [−0.38, +1.76], p = 0.041; "
         "seed 2: +1.12 [+0.02, +2.24], p = 0.00999 (12,000 resamples); "
-        "pooled interval [+0.24, +1.64]; margin ±1)")
+        f"interval {report.interval_text(test.interval)}, {report.pval(test.p)} (seeds and test "
+        "set, seed sd 0.30); margin ±1)")
+    assert lo < 0 < hi and test.p > 0.01
     single = lab.Verdict({"id": "y", "relation": "<", "metric": "ter", "against": "T"}, "de-en",
                          rule.INCONCLUSIVE,
-                         comparisons=[("R", rule.compare("<", [S(1, 42.16, 41.6, 0.0809,
-                                                                 (-0.4, 1.5))],
-                                                         higher_is_better=False))])
-    assert report.quote(single) == "inconclusive: +0.56 TER (p = 0.081, interval [−0.40, +1.50])"
+                         comparisons=[("R", rule.compare(
+                             "<", [S(1, 42.16, 41.6, 0.0809, (-0.4, 1.5))],
+                             higher_is_better=False,
+                             combined=seeds.combined(0.56, 0.135, 0.0, 0, 1, 0.01)))])
+    assert report.quote(single) == (
+        "inconclusive: +0.56 TER (interval [−0.39, +1.51], p = 0.13 (test set only: no system "
+        "of this folder has two seeds))")
 
 
 @pytest.mark.parametrize("p, text", [
@@ -578,6 +628,55 @@ def outside_quotes(text):
     return re.sub(r"(?<![*\w])\*[^*\n]+\*(?![*\w])", "", text)  # *italic*: the rule's own words
 
 
+def numbers_in_files():
+    """Every p-value and interval the committed files hold: results.json's (the engine's tests)
+    and CLAIMS.json's (each seed's test, each comparison's and each order pair's)."""
+    ps, intervals = set(), set()
+    for path in (REPO / "results").rglob("CLAIMS.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for e in data["pvalues"]:
+            ps.add(e["p"])
+            intervals.add(tuple(e["interval"]))
+            intervals.add((-e["interval"][1], -e["interval"][0]))
+        for v in data["verdicts"]:
+            for part in v.get("systems", []) + v.get("pairs", []):
+                for key in ("p", "holm_p"):
+                    if part.get(key) is not None:
+                        ps.add(part[key])
+                if part.get("interval"):
+                    intervals.add(tuple(part["interval"]))
+    for path in (REPO / "results").rglob("results.json"):
+        for r in json.loads(path.read_text(encoding="utf-8")).get("results", []):
+            for scores in r.get("subsets", {}).values():
+                ps.update(scores[k] for k in ("p_value", "ter_p_value")
+                          if isinstance(scores.get(k), float))
+    return ps, intervals
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_p_and_interval_written_by_hand_is_in_the_files(page):
+    """Outside the quoted spans, a p-value ("p = 0.024", "p < 0.001") or an interval ("[−0.65,
+    +1.97]") that a page writes is one that results.json or CLAIMS.json holds, as printed there
+    (the level itself, "p < 0.01", is the rule's)."""
+    ps, intervals = numbers_in_files()
+    text = outside_quotes(page.read_text(encoding="utf-8"))
+    printed_p = {report.pval(p) for p in ps}
+    printed_i = {report.interval_text(i) for i in intervals}
+    wrong = []
+    for m in re.finditer(r"p (=|<) (\d\.\d+)", text):
+        if m.group(0) == "p < 0.01":
+            continue
+        digits = len(m.group(2).split(".")[1])
+        if m.group(0) not in printed_p and not any(
+                f"{p:.{digits}f}" == m.group(2) for p in ps) or m.group(1) == "<" and \
+                not any(p < float(m.group(2)) for p in ps):
+            wrong.append(m.group(0))
+    for m in re.finditer(r"\[[−+]\d+\.\d\d, [−+]\d+\.\d\d\]", text):
+        if m.group(0) not in printed_i:
+            wrong.append(m.group(0))
+    assert not wrong, f"{page.name} writes numbers no committed file holds: {wrong}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_no_verdict_is_written_by_hand(page):
     """Outside the quoted spans and tables, the results pages name no verdict: a verdict word in
@@ -657,3 +756,74 @@ def test_a_level_prints_without_a_sign_a_difference_with_one():
         == "Syn-R above RAN-ALL 2.68 nats (limit > 2.12 nats)"
     assert report.threshold_text("last below first", -0.54, "<", 0.0, "nats", signed=True) \
         == "last below first −0.54 nats (limit < +0.00 nats)"
+
+
+def quality(interval, metric):
+    lo, hi = interval
+    return (lo, hi) if metric != "ter" else (-hi, -lo)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_verdict_contradicts_its_interval_and_each_recomputes_from_the_files(folder):
+    """Read from the committed files alone: every seed's p is below 0.01 exactly when its
+    interval excludes 0; every comparison's interval is d ± t·se with the folder's pooled seed
+    variance (from results.json) and the test set's share (CLAIMS.json's ``pooled``), its p below
+    0.01 exactly when the interval excludes 0, and its direction the one the interval gives."""
+    if not (folder / "CLAIMS.json").is_file():
+        pytest.skip("no claims for this folder")
+    data = json.loads((folder / "CLAIMS.json").read_text(encoding="utf-8"))
+    report_ = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    for e in data["pvalues"]:
+        lo, hi = e["interval"]
+        assert (e["p"] < 0.01) == (lo > 0 or hi < 0), e
+    runs = {(r["pair"], r["system"], r["seed"]): r for r in report_["results"]}
+    test_var = {(e["pair"], e["subset"], e["metric"], e["system"], e["against"],
+                 tuple(e["seeds"])): e["test_var"] for e in data["pooled"]}
+    claims_ = {c["id"]: c for c in spec.load(lab.claims_file_of(folder, REPO), REPO).claims}
+    checked = 0
+    for v in data["verdicts"]:
+        claim = claims_[v["id"]]
+        for part in v.get("systems", []):
+            if part["verdict"] == rule.NOT_RUN:
+                continue
+            metric, subset = claim["metric"], claim["subset"]
+            seeds_ = [s["seed"] for s in part["seeds"]]
+            by_system = {}
+            for (p, system, seed), r in runs.items():
+                scores = r["subsets"].get(subset)
+                if scores and scores.get(metric) is not None and not r.get("checkpoint_of"):
+                    by_system.setdefault((p, system), []).append(scores[metric])
+            squares = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
+                          for xs in by_system.values() if len(xs) > 1)
+            df = sum(len(xs) - 1 for xs in by_system.values())
+            n = len(seeds_)
+            diffs = [s["system"] - s["against"] for s in part["seeds"]]
+            shared = (runs[(v["pair"], part["system"], seeds_[0])].get("checkpoint_of") or
+                      part["system"]) == (runs[(v["pair"], part["against"], seeds_[0])]
+                                          .get("checkpoint_of") or part["against"])
+            if shared:
+                mean_d = sum(diffs) / n
+                a = sum((d - mean_d) ** 2 for d in diffs) / (n - 1) / n if n > 1 else 0.0
+                df = n - 1
+            else:
+                a = 2 * squares / df / n if df else 0.0
+            b = test_var[(v["pair"], subset, metric, part["system"], part["against"],
+                          tuple(seeds_))]
+            dof = (a + b) ** 2 / (a * a / df) if a else math.inf
+            t = seeds.t_quantile(0.01, dof)
+            d = part["difference"]
+            se = math.sqrt(a + b)
+            assert part["interval"] == pytest.approx([d - t * se, d + t * se], abs=1e-9)
+            lo, hi = quality(part["interval"], metric)
+            assert (part["p"] < 0.01) == (lo > 0 or hi < 0)
+            direction = part["direction"] or part["verdict"]
+            outcome = rule.outcome(direction)
+            if claim["relation"] in (">", "<"):
+                better = claim["relation"] == ">"
+                want = (rule.HELD if (lo > 0 if better else hi < 0) else
+                        rule.NOT_HELD if (hi < 0 if better else lo > 0) else rule.INCONCLUSIVE)
+                assert outcome == want, (v["id"], part["system"])
+            if outcome == rule.HELD and n == 1:
+                assert part["verdict"] == rule.ONE_SEED
+            checked += 1
+    assert checked or not data["pooled"]

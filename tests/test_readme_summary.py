@@ -1,4 +1,5 @@
-"""The README's results summary: each tally "k held, m inconclusive, n not held of N" (between
+"""The README's results summary: each tally "k held (j on one seed), m inconclusive, n not held of
+N; sizes: ..." (between
 ``<!-- claims-count FOLDER pairs=A,B -->`` and ``<!-- /claims-count -->``) is what the folder's
 verdicts give, filled by ``scripts/claims.py --fill`` (tests/test_claims.py checks that every page
 is as the fill leaves it); here, the count is checked against the verdicts independently."""
@@ -16,49 +17,58 @@ def counted(folder, pairs):
                 if v.pair is None or v.pair in pairs]
     # the project's own claims (its readings, the authors' code) are not the paper's; a claim
     # measured again on another device counts once; a measure of another folder's checkpoints
-    # counts there
-    ran = [v for v in verdicts if v.outcome != "not run" and not v.claim.get("own")
-           and not v.claim.get("same_as") and v.claim.get("checkpoints") in (None, folder)]
+    # counts there; a measure without an interval is descriptive and not counted
+    ran = [v for v in verdicts if v.outcome not in ("not run", "descriptive")
+           and not v.claim.get("own") and not v.claim.get("same_as")
+           and v.claim.get("checkpoints") in (None, folder)]
     held, unsure, failed = (sum(v.outcome == o for v in ran)
                             for o in ("held", "inconclusive", "not held"))
     assert held + unsure + failed == len(ran)
-    return f"{held} held, {unsure} inconclusive, {failed} not held of {len(ran)}"
+    one = sum(1 for v in ran if v.outcome == "held" and "held (one seed)" in v.verdict)
+    text = f"{held} held ({one} on one seed), {unsure} inconclusive, {failed} not held of {len(ran)}"
+    sizes = [c.size["result"] for v in ran for _, c in v.comparisons if c.size]
+    if sizes:
+        text += "; sizes: " + ", ".join(
+            f"{sizes.count(s)} {s}" for s in ("consistent", "smaller", "larger", "not comparable")
+            if s in sizes)
+    return text
 
 
-def test_each_claim_is_counted_once():
-    """Z-F3 (two devices) and Z-F5/Z-F8 (the 1,300-update checkpoints of results/ran) count once
-    in the tally of results/ran/long; R-T2 (two devices) once in Rosendahl et al.'s."""
-    ran = counted("results/ran/long", ["de-en"])
-    ids = [v.claim["id"] for v in verdicts_by_key("results/ran/long", REPO).values()
-           if v.pair in (None, "de-en")]
-    assert "Z-F3-speed" in ids and "Z-F3-speed-gpu" in ids
+def test_each_claim_is_counted_once_and_descriptive_measures_not_at_all():
+    """Z-F3 (two devices), Z-F5/Z-F8 (the 1,300-update checkpoints of results/ran) and R-T2 (two
+    devices) are measures without an interval: descriptive, in no tally. A parameter count is
+    exact and counts, once."""
     from ran_lab.claims.report import counted as tallied
+    for folder in ("results/ran/long", "results/ran/short", "results/recurrent_cross/long"):
+        verdicts = list(verdicts_by_key(folder, REPO).values())
+        kept = tallied(verdicts, ["de-en"], folder)
+        ids = [v.claim["id"] for v in kept]
+        assert len(ids) == len(set(ids))
+        assert not [v for v in kept if v.claim.get("same_as")]
+        assert all(v.claim["measure"]["kind"] == "params" for v in kept if v.pair is None)
+        assert not {"Z-F3-speed", "Z-F3-speed-gpu", "Z-F5-encoder", "Z-F8-length",
+                    "R-T2-train-time", "R-T2-train-time-gpu"} & set(ids)
+        assert counted(folder, ["de-en"]).split("; ")[0].endswith(f"of {len(ids)}")
+    described = [v for v in verdicts_by_key("results/ran/long", REPO).values()
+                 if v.outcome == "descriptive"]
+    assert {"Z-F3-speed", "Z-F3-speed-gpu"} <= {v.claim["id"] for v in described}
     kept = [v.claim["id"] for v in tallied(list(verdicts_by_key("results/ran/long", REPO)
                                                  .values()), ["de-en"], "results/ran/long")]
-    assert "Z-F3-speed-gpu" in kept and "Z-F3-speed" not in kept
-    assert not {"Z-F5-encoder", "Z-F5-decoder", "Z-F8-length"} & set(kept)
-    assert len(kept) == len(set(kept)) and ran.endswith(f"of {len(kept)}")
-    kept = [v.claim["id"] for v in tallied(list(verdicts_by_key("results/ran/short", REPO)
-                                                 .values()), ["de-en"], "results/ran/short")]
-    assert {"Z-F5-encoder", "Z-F8-length"} <= set(kept)
-    rc = [v.claim["id"] for v in tallied(list(verdicts_by_key(
-        "results/recurrent_cross/long", REPO).values()), ["de-en"],
-        "results/recurrent_cross/long")]
-    assert "R-T2-train-time-gpu" in rc and "R-T2-train-time" not in rc
+    assert "Z-2.3-params" in kept
 
 
 def test_the_projects_own_claims_are_not_counted():
     folder = "results/ran/long"
     verdicts = verdicts_by_key(folder, REPO)
-    own = [v for v in verdicts.values() if v.claim.get("own") and v.verdict == "held"]
-    assert own, "results/ran/long has held claims of the project's own (Z-2.2-*)"
+    own = [v for v in verdicts.values() if v.claim.get("own") and v.outcome != "not run"]
+    assert own, "results/ran/long has claims of the project's own that ran (Z-2.2-*)"
     page = f"<!-- claims-count {folder} pairs=de-en -->?<!-- /claims-count -->"
     filled = fill(page, lambda name: verdicts_by_key(name, REPO))
     tally = filled.split("-->")[1].split("<!--")[0]
     assert tally == counted(folder, ["de-en"])
-    total = int(tally.rpartition(" of ")[2])
+    total = int(tally.split("; ")[0].rpartition(" of ")[2])
     paper = [v for v in verdicts.values() if (v.pair in (None, "de-en"))
-             and v.outcome != "not run" and not v.claim.get("same_as")
+             and v.outcome not in ("not run", "descriptive") and not v.claim.get("same_as")
              and v.claim.get("checkpoints") in (None, folder)]
     assert total == len(paper) - sum(1 for v in paper if v.claim.get("own"))
     # and a claims table says whose claim it is where the paper has no number for it

@@ -1,9 +1,10 @@
-"""Significance that one Monte-Carlo draw does not decide (ran_lab.claims.bootstrap): the
-paired bootstrap is sacreBLEU's own at 1,000 resamples, draws more where p's interval holds the
-level, and decides the same under another seed; and the recheck that redraws every test near the
+"""Significance that one Monte-Carlo draw does not decide (ran_lab.claims.bootstrap): each
+seed's percentile test draws more where p's interval holds the level, its p and interval agree,
+and it decides the same under another seed; and the recheck that redraws every test near the
 level (``scripts/claims.py --recheck``)."""
 import json
 
+import numpy as np
 import pytest
 
 import helpers
@@ -13,7 +14,6 @@ from ran_lab.claims.results import Folder
 
 REPO = helpers.REPO
 LONG = REPO / "results" / "ran" / "long"
-METRIC = {"p_value": "sacrebleu", "ter_p_value": "ter"}
 
 
 def refs_here():
@@ -25,15 +25,10 @@ needs_refs = pytest.mark.skipif(not refs_here(),
 
 
 def stored_near(folder):
-    """results.json's p-values (each run against the baseline) with 0.005 < p < 0.02."""
-    report = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    found = []
-    for r in report["results"]:
-        for subset, scores in r["subsets"].items():
-            for key, metric in METRIC.items():
-                if near(scores.get(key)):
-                    found.append((r["pair"], r["system"], r["seed"], subset, metric, scores[key]))
-    return found
+    """CLAIMS.json's seed tests with 0.005 < p < 0.02."""
+    data = json.loads((folder / "CLAIMS.json").read_text(encoding="utf-8"))
+    return [(e["pair"], e["system"], e["against"], e["seed"], e["subset"], e["metric"], e["p"])
+            for e in data["pvalues"] if near(e["p"])]
 
 
 def test_the_monte_carlo_interval_of_p():
@@ -44,24 +39,53 @@ def test_the_monte_carlo_interval_of_p():
     assert bootstrap.wilson(1, 1001)[1] < 0.01  # nor is p = 0.001 in doubt at 1,000
 
 
+class TerOfSums:
+    """TER from summed (edits, length) statistics, as bootstrap.Scorer computes it."""
+
+    def score(self, sums):
+        return 100 * sums[0] / sums[1]
+
+    def resampled(self, stats, counts):
+        sums = counts @ stats
+        return 100 * sums[:, 0] / sums[:, 1]
+
+
+def test_the_seed_test_draws_until_the_doubled_wilson_interval_leaves_the_level():
+    """bootstrap.test on synthetic statistics (TER: edits and length per sentence): p = 2c/N and
+    its interval agree, and an unsettled p draws more blocks."""
+    rng = np.random.default_rng(0)
+    length = np.full(400, 20.0)
+    base = np.stack([rng.poisson(6, 400).astype(float), length], axis=1)
+    for shift, settled_at_first in ((1.5, True), (0.0, True)):
+        system = np.stack([np.maximum(0, base[:, 0] - rng.binomial(1, 0.3, 400) * shift),
+                           length], axis=1)
+        scorer = TerOfSums()
+        t = bootstrap.test(base, system, scorer, samples=2000, cap=20_000)
+        lo, hi = t.interval
+        assert t.p == pytest.approx(min(1.0, 2 * t.count / t.samples))
+        assert (t.p < 0.01) == (lo > 0 or hi < 0)
+        mc = bootstrap.wilson(t.count, t.samples)
+        assert t.mc == pytest.approx((min(1, 2 * mc[0]), min(1, 2 * mc[1])))
+        assert t.settled == (not t.mc[0] <= 0.01 <= t.mc[1])
+        assert t.settled or t.samples == 20_000
+
+
 @needs_refs
 def test_near_the_level_the_verdict_is_the_same_under_another_seed():
     found = stored_near(LONG)
     assert found, "results/ran/long has p-values near 0.01"
     first = Folder(LONG, REPO, cache=[], compute=True)
     again = Folder(LONG, REPO, cache=[], compute=True, seed=OTHER_SEED)
-    baseline = first.baseline
-    for pair, system, seed, subset, metric, stored in found:
-        a = first.test(pair, system, baseline, seed, subset, metric)
-        b = again.test(pair, system, baseline, seed, subset, metric)
+    for pair, system, against, seed, subset, metric, stored in found:
+        a = first.test(pair, system, against, seed, subset, metric)
+        b = again.test(pair, system, against, seed, subset, metric)
         where = f"{system} seed {seed} {metric}: {a['p']} / {b['p']}"
-        # results.json holds the engine's settled p: the same draw, the same resamples
+        # CLAIMS.json holds this draw: the same seed, the same resamples
         assert a["p"] == stored, where
-        # where the first block's interval of p (results.json's draw) holds the level, more are
-        # drawn
-        lo, hi = bootstrap.wilson(round(stored * 1001), 1001)
-        if lo <= first.level <= hi:
-            assert a["samples"] > 1000, where
+        # where the first draw's interval of p holds the level, more are drawn
+        lo, hi = bootstrap.wilson(a["count"], a["samples"])
+        if a["samples"] == bootstrap.INTERVAL_SAMPLES:
+            assert not 2 * lo <= first.level <= 2 * hi, where
         significant = [t["settled"] and t["p"] < first.level for t in (a, b)]
         unsettled = [not t["settled"] for t in (a, b)]
         assert significant[0] == significant[1] or any(unsettled), where
@@ -84,3 +108,16 @@ def test_the_recheck_finds_no_verdict_that_another_seed_changes():
     result = recheck(LONG, OTHER_SEED, repo=REPO)
     assert all(NEAR[0] < e["p"] < NEAR[1] for e, _ in result.tests)
     assert result.changed == []
+
+
+def test_the_engine_test_stops_on_the_wilson_interval_docs_scoring_states():
+    """results.json's test (bootstrap.paired): p = (c + 1) / (N + 1) and its Monte-Carlo
+    interval is the Wilson interval of that proportion with n = N + 1."""
+    rng = np.random.default_rng(2)
+    length = np.full(300, 20.0)
+    base = np.stack([rng.poisson(6, 300).astype(float), length], axis=1)
+    system = np.stack([np.maximum(0, base[:, 0] - rng.binomial(1, 0.2, 300)), length], axis=1)
+    result = bootstrap.paired(base, system, TerOfSums(), samples=1000, interval_samples=0)
+    assert result.p == pytest.approx((result.count + 1) / (result.samples + 1))
+    assert result.mc == pytest.approx(bootstrap.wilson(result.count + 1, result.samples + 1))
+    assert result.settled == (not result.mc[0] <= 0.01 <= result.mc[1])

@@ -1,26 +1,27 @@
-"""The paired bootstrap the verdicts rest on: p-values that one Monte-Carlo draw does not decide,
-and intervals of a difference, for one seed and pooled over seeds.
+"""The paired bootstraps: each seed's test of the verdicts (:func:`test`), the reproduction
+engine's sacreBLEU test (:func:`paired`), and the test set's share of a mean difference over seeds
+(:func:`pooled`).
 
-The test is sacreBLEU's paired bootstrap (``sacrebleu.significance``, after Koehn 2004): the test
-set's sentences are resampled with replacement, both systems are scored on each resample from their
-per-sentence statistics, and p is the share of resamples whose centred absolute difference exceeds
-the observed one, ``(c + 1) / (N + 1)``. The resamples are drawn in blocks of :data:`BLOCK` from
-one generator seeded with ``seed`` (sacreBLEU's 12345 by default); the first block is sacreBLEU's
-own draw, so that with 1,000 resamples p is exactly what ``PairedTest`` reports.
+**The verdicts' test** (:func:`test`): the two-sided percentile bootstrap. The test set's
+sentences are resampled with replacement, both systems are scored on each resample from their
+per-sentence statistics, and the differences kept; p = 2c / N (c: the differences on the far side
+of 0) and the interval (the k-th smallest and largest difference, k = N·level/2) come from the
+same resamples, so that p < level exactly when the interval excludes 0. At least
+:data:`INTERVAL_SAMPLES` are drawn, then blocks of :data:`BLOCK` while the Wilson score interval of
+``c / N`` at :data:`MC_LEVEL`, doubled, holds the level, up to :data:`CAP`.
 
-**Stable p.** p is itself an estimate. Its Monte-Carlo interval is the Wilson score interval of
-``c / N`` at :data:`MC_LEVEL`; where that interval holds the significance level (0.01), another
-block is drawn and p recomputed over all blocks, until the interval lies on one side of the level
-or :data:`CAP` resamples are drawn. ``Paired.settled`` is False where it still straddles the level:
-the verdict then counts the seed as neither significant nor not.
+**The engine's test** (:func:`paired`, results.json's ``p_value``): sacreBLEU's paired bootstrap
+(``sacrebleu.significance``, after Koehn 2004): p is the share of resamples whose absolute
+difference, less the mean absolute difference, exceeds the observed one, ``(c + 1) / (N + 1)``.
+The first block is sacreBLEU's own draw (seed 12345), so that with 1,000 resamples p is exactly
+what ``PairedTest`` reports; while the Wilson score interval of ``(c + 1) / (N + 1)`` with
+``n = N + 1`` at :data:`MC_LEVEL` holds the level, another block is drawn, up to :data:`CAP`
+resamples; ``Paired.settled`` is False where it still straddles the level.
 
-**Intervals.** The difference's interval is the percentile interval of the resampled differences
-(system minus the other, in the metric's units) at ``1 - level`` (99 % for p < 0.01), from at
-least :data:`INTERVAL_SAMPLES` resamples. The *pooled* interval is that of the mean difference
-over seeds: every seed's pair of runs is scored on the same resampled sentences (the seeds share
-the test set) and the seeds' differences are averaged. It measures how the test set's sampling
-moves the table's mean difference, not how training with another seed would: one to three seeds
-cannot estimate that.
+**The test set's share** (:func:`pooled`): every seed's pair of runs is scored on the same
+resampled sentences (the seeds share the test set) and the seeds' differences averaged; the
+variance of that mean over the resamples is what the test set adds to the verdict's interval
+(:mod:`.seeds` adds the seeds').
 """
 import math
 from dataclasses import dataclass
@@ -182,8 +183,7 @@ def paired(base: np.ndarray, system: np.ndarray, scorer: Scorer, level: float = 
 
 
 def pooled(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], scorer: Scorer, level: float = 0.01,
-           samples: int = INTERVAL_SAMPLES, seed: int = SEED
-           ) -> Tuple[float, Tuple[float, float]]:
+           samples: int = INTERVAL_SAMPLES, seed: int = SEED, spread: bool = False):
     """The mean over seeds of the difference ``system - base`` (``pairs``: each seed's base and
     system statistics, on the same sentences) and its interval, every seed scored on the same
     resampled sentences."""
@@ -195,7 +195,69 @@ def pooled(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], scorer: Scorer, level
         counts = draw(rng, n, min(BLOCK, samples - start))
         means.append(np.mean([scorer.resampled(s, counts) - scorer.resampled(b, counts)
                               for b, s in pairs], axis=0))
-    return observed, percentile_interval(np.concatenate(means), level)
+    means = np.concatenate(means)
+    if spread:  # the test set's share of the mean difference's variance (:mod:`.seeds`)
+        return observed, percentile_interval(means, level), float(np.var(means, ddof=1))
+    return observed, percentile_interval(means, level)
+
+
+@dataclass
+class Tested:
+    """One seed's two-sided percentile test (:func:`test`): ``p`` over ``samples`` resamples,
+    ``count`` of them on the far side of 0, the Monte-Carlo interval ``mc`` of p, whether it lies
+    on one side of the level (``settled``), the observed ``difference`` and its ``interval``;
+    p < level exactly when the interval excludes 0."""
+    p: float
+    count: int
+    samples: int
+    mc: Tuple[float, float]
+    settled: bool
+    difference: float
+    interval: Tuple[float, float]
+
+
+def order_interval(values: np.ndarray, level: float) -> Tuple[float, float]:
+    """The ``1 - level`` interval of the resampled differences as order statistics: with
+    ``k = N·level/2`` (N a multiple of 200 at level 0.01), the k-th smallest and the k-th
+    largest value. It excludes 0 exactly when :func:`two_sided_p` is below ``level``."""
+    ordered = np.sort(values)
+    k = max(1, int(round(len(ordered) * level / 2)))
+    return float(ordered[k - 1]), float(ordered[len(ordered) - k])
+
+
+def two_sided_p(values: np.ndarray) -> Tuple[float, int]:
+    """The percentile bootstrap's two-sided p of "the difference is 0": twice the share of
+    resampled differences on the far side of 0 (``count`` of them: at or below 0, or at or
+    above 0, whichever is fewer), at most 1; and that count."""
+    count = int(min(np.sum(values <= 0), np.sum(values >= 0)))
+    return min(1.0, 2 * count / len(values)), count
+
+
+def test(base: np.ndarray, system: np.ndarray, scorer: Scorer, level: float = 0.01,
+         seed: int = SEED, cap: int = CAP, samples: int = INTERVAL_SAMPLES) -> Tested:
+    """The two-sided paired percentile bootstrap of ``system`` against ``base`` (the verdicts'
+    test): ``samples`` resamples first, then blocks of :data:`BLOCK` while the Wilson interval
+    of ``count / N`` at :data:`MC_LEVEL`, doubled, holds ``level``, up to ``cap``. The
+    interval and p come from the same resampled differences (:func:`order_interval`,
+    :func:`two_sided_p`)."""
+    rng = np.random.default_rng(seed)
+    n = len(base)
+    observed = scorer.score(system.sum(0)) - scorer.score(base.sum(0))
+    deltas: List[np.ndarray] = []
+    drawn = 0
+    while True:
+        size = samples if drawn == 0 else BLOCK
+        for start in range(0, size, BLOCK):
+            counts = draw(rng, n, min(BLOCK, size - start))
+            deltas.append(scorer.resampled(system, counts) - scorer.resampled(base, counts))
+        drawn += size
+        signed = np.concatenate(deltas)
+        p, count = two_sided_p(signed)
+        lo, hi = wilson(count, drawn)
+        mc = (min(1.0, 2 * lo), min(1.0, 2 * hi))
+        settled = not (mc[0] <= level <= mc[1])
+        if settled or drawn >= cap:
+            return Tested(p, count, drawn, mc, settled, observed, order_interval(signed, level))
 
 
 def first_p(base: np.ndarray, system: np.ndarray, scorer: Scorer, samples: int = BLOCK,

@@ -6,7 +6,8 @@ from typing import List, Optional, Tuple
 
 from . import analysis
 from .results import Folder
-from .rule import NOT_RUN, Comparison, Order, compare, order, outcome, overall
+from .rule import NOT_RUN, Comparison, Order, compare, descriptive, order, outcome, overall
+from .seeds import margin_for
 from .spec import COMPARISONS, Claims, compared
 
 
@@ -46,10 +47,11 @@ def combine(parts: List[Tuple[str, Comparison]]) -> str:
     return f"{overall([outcome(c.verdict) for _, c in parts])} ({each})"
 
 
-def margin_of(claim: dict) -> Optional[float]:
-    """The claim's margin δ (metric units), for ≈, ≥ and ≤."""
+def margin_of(claim: dict, sigma: Optional[float] = None) -> Optional[float]:
+    """The claim's margin δ (metric units), for ≈, ≥ and ≤, widened to the seed spread of the
+    folder's between-seed standard deviation ``sigma`` (:func:`.seeds.margin_for`)."""
     margin = claim.get("margin")
-    return None if margin is None else margin["value"]
+    return None if margin is None else margin_for(margin["value"], sigma)
 
 
 def size_of(claim: dict, system: str, pair: str) -> Optional[dict]:
@@ -73,25 +75,32 @@ def _comparison(claim, folder: Folder, pair) -> Verdict:
             parts.append((system, Comparison(NOT_RUN)))
             continue
         seeds = folder.comparison_seeds(pair, system, against, subset, metric)
-        pooled = folder.pooled(pair, system, against, [s.seed for s in seeds], subset, metric) \
-            if seeds and (claim["relation"] in ("≈", "≥", "≤") or claim.get("size")) else None
+        both = folder.combined(pair, system, against, [s.seed for s in seeds], subset, metric) \
+            if seeds else None
         size = size_of(claim, system, pair)
+        margin = margin_of(claim, both.sigma if both else None)
         parts.append((system, compare(claim["relation"], seeds, folder.level, metric != "ter",
-                                      margin_of(claim), pooled, size)))
+                                      margin, both, size)))
     return Verdict(claim, pair, combine(parts), comparisons=parts)
 
 
 def _order(claim, folder: Folder, pair) -> Verdict:
     subset, metric, groups = claim["subset"], claim["metric"], claim["groups"]
-    pair_seeds = {}
+    pair_seeds, both = {}, {}
     for i, upper in enumerate(groups):
         for lower in (s for g in groups[i + 1:] for s in g):
             for a in upper:
                 run = folder.has(pair, a, subset) and folder.has(pair, lower, subset)
-                pair_seeds[(a, lower)] = (folder.comparison_seeds(pair, a, lower, subset, metric)
-                                          if run else [])
-    result = order(groups, pair_seeds, folder.level, metric != "ter")
+                seeds = folder.comparison_seeds(pair, a, lower, subset, metric) if run else []
+                pair_seeds[(a, lower)] = seeds
+                if seeds:
+                    both[(a, lower)] = folder.combined(pair, a, lower, [s.seed for s in seeds],
+                                                       subset, metric)
+    result = order(groups, pair_seeds, folder.level, metric != "ter", both)
     return Verdict(claim, pair, result.verdict, order=result)
+
+
+EXACT = ("params",)  # threshold measures without sampling error: verdicts, not descriptions
 
 
 def evaluate(claims: Claims, folder: Folder, repo: Path) -> List[Verdict]:
@@ -101,6 +110,8 @@ def evaluate(claims: Claims, folder: Folder, repo: Path) -> List[Verdict]:
         relation = claim["relation"]
         if relation == "threshold":
             measured = analysis.measure(claim, folder.path, Path(repo), folder.report)
+            if claim["measure"]["kind"] not in EXACT:
+                measured.verdict = descriptive(measured.verdict)
             verdicts.append(Verdict(claim, None, measured.verdict, measured=measured))
             continue
         for pair in claim["pairs"]:

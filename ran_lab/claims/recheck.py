@@ -3,8 +3,9 @@ again under another bootstrap seed, and the verdicts of the claims compared.
 
 A p-value is a Monte-Carlo estimate; :mod:`.bootstrap` already draws more resamples where p's
 interval holds the level, so another seed should not change a verdict. :func:`recheck` shows it
-does not: it keeps every other test and every pooled interval as the folder's CLAIMS.json holds
-them, tests the near ones afresh under ``seed``, and lists each near test and each claim whose
+does not: it keeps every other seed's test as the folder's CLAIMS.json holds it, tests the near
+ones afresh under ``seed``, draws the test set's share of every comparison's variance (what the
+verdicts' intervals rest on) again under ``seed``, and lists each near test and each claim whose
 verdict changes. ``python scripts/claims.py --all --recheck SEED`` prints the result as Markdown.
 """
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ def recheck(folder, seed: int = OTHER_SEED, refs: Optional[dict] = None,
     tests = list(first.used.values())
     again = Folder(folder, repo, refs,
                    _reseeded(tests, seed, lambda e: not near(e["p"])), True,
-                   _reseeded(list(first.used_pooled.values()), seed, lambda e: True), seed)
+                   [], seed)
     second = {v.key: v.verdict for v in evaluate(claims, again, repo)}
     shown = folder.resolve().relative_to(Path(repo).resolve()) if folder.is_absolute() else folder
     result = Recheck(str(shown), seed)
@@ -64,10 +65,12 @@ def markdown(rechecks: List[Recheck]) -> str:
     from .report import pval
     lines = ["# Significance under another bootstrap seed",
              "",
-             f"Every paired-bootstrap test whose p lies between {NEAR[0]} and {NEAR[1]}, drawn "
-             f"with seed {SEED} (CLAIMS.json) and again with another seed; each draws more "
-             f"resamples while p's Monte-Carlo interval holds 0.01 (at most {CAP:,}). Written by "
-             f"`python scripts/claims.py --all --recheck SEED`.", ""]
+             f"Every seed's paired-bootstrap test whose p lies between {NEAR[0]} and {NEAR[1]}, "
+             f"drawn with seed {SEED} (CLAIMS.json) and again with another seed; each draws more "
+             f"resamples while p's Monte-Carlo interval holds 0.01 (at most {CAP:,}). The test "
+             f"set's share of every comparison's variance, which the verdicts' intervals rest on, "
+             f"is drawn again under the other seed too, and each verdict that changes is listed. "
+             f"Written by `python scripts/claims.py --all --recheck SEED`.", ""]
     for r in rechecks:
         lines += [f"## {r.folder} (seed {r.seed})", ""]
         if not r.tests:

@@ -4,8 +4,8 @@ from them.
 A page quotes a verdict inside a marked span, ``<!-- claim FOLDER#ID -->…<!-- /claim -->`` (with
 ``@PAIR`` after the id for a comparison or order: ``results/ran/long#Z-T1-ran-all@de-en``), or a
 whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``, or the tally
-of the paper's claims, "k held, m inconclusive, n not held of N", inside
-``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
+of the paper's claims, "k held (j on one seed), m inconclusive, n not held of N" and the sizes
+apart, inside ``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
 :func:`fill` writes what the engine computes into every span and table, and the documentation
 test fails where a page differs from it.
 """
@@ -14,7 +14,8 @@ from typing import Callable, Dict, List, Optional
 
 from . import bootstrap
 from .engine import Verdict
-from .rule import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, Comparison, outcome
+from .rule import (DESCRIPTIVE, HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, ONE_SEED, SIZES,
+                   Comparison, outcome)
 
 MINUS = "−"
 COMPARED = (">", "<", "≈", "≥", "≤")
@@ -22,29 +23,37 @@ OP_SIGN = {"<": "<", "<=": "≤", ">": ">", ">=": "≥"}
 
 RULE = (
     "**The rule.** Every verdict is *held*, *inconclusive* or *not held* (or *not run*: a system "
-    "without results). A comparison claim compares two systems on one metric and subset. Its "
-    "difference is that of the table's scores: the mean over the seeds both systems ran of one "
-    "system's score minus the other's (sacreBLEU unless TER is named; for TER a positive "
-    "difference is worse). Each seed is tested against the other system's run of the same seed "
-    "by sacreBLEU's paired bootstrap ({samples} resamples, seeded; where the Monte-Carlo interval "
-    "of p holds {level}, more resamples are drawn until it lies on one side, up to {cap}; a p "
-    "still unsettled counts as not significant), which also gives each seed's difference its "
-    "{confidence} interval; the pooled interval is that of the mean difference, every seed "
-    "scored on the same resampled sentences (docs/scoring.md). A difference is *significant* "
-    "when p < {level} in every seed, and \"k of n\" counts the seeds where it is. By the paper's "
-    "relation, with the claim's margin δ: **>** (better) is held if significantly better, not "
-    "held if significantly worse, inconclusive otherwise; **<** mirrors it; **≈** (on par) is "
-    "held if the pooled interval lies inside ±δ, not held if it lies wholly outside, "
-    "inconclusive otherwise; **≥** (on par or better) is held if the pooled interval's lower end "
-    "is above −δ, not held if its upper end is below −δ, inconclusive otherwise; **≤** mirrors "
-    "it. Where the paper states a size, a held direction is followed by the size: held when the "
-    "paper's difference lies inside the pooled interval (or as the claim's size test says), else "
-    "ours is larger or smaller and the claim is not held. An **order** (groups of equals, best "
-    "first) is held if the observed order matches and no pair the paper ranks apart is "
-    "significantly reversed, \"order not reproduced (within noise)\" (inconclusive) if only pairs "
-    "that are not significant differ, \"reversed\" (not held) if a pair is significantly "
-    "reversed. A **threshold** claim (analysis and speed) reads a measure from a committed file "
-    "and states its limit.")
+    "without results; *descriptive*: a measure without an interval, left out of the tallies). A "
+    "comparison claim compares two systems on one metric and subset. Its difference is that of "
+    "the table's scores: the mean over the seeds both systems ran of one system's score minus the "
+    "other's (sacreBLEU unless TER is named; for TER a positive difference is worse). The verdict "
+    "rests on that mean's {confidence} interval and its two-sided p, from one procedure: the "
+    "variance of the mean is the test set's (the paired bootstrap's resampled sentences, every "
+    "seed scored on the same resample) plus the seeds' (2σ²/n, σ² the between-seed variance "
+    "pooled over this folder's systems and directions on the same subset and metric; where one "
+    "system decodes the other's checkpoints, the variance of the seeds' own differences over n), "
+    "the "
+    "interval is "
+    "d ± t·se on Welch-Satterthwaite's degrees of freedom, and p < {level} exactly when the "
+    "interval excludes 0 (docs/scoring.md). Each seed's own test (the two-sided percentile "
+    "bootstrap, p and interval from the same resamples: {samples} at least, more while p's "
+    "Monte-Carlo interval holds {level}, up to {cap}) is shown beside it, \"k of n\" counting the "
+    "seeds significant on the side of the difference. By the paper's relation, with the claim's "
+    "margin δ (widened to the seed spread 1.96·√2·σ where that is larger): **>** (better) is held "
+    "if the interval lies above 0, not held if below, inconclusive otherwise; **<** mirrors it; "
+    "**≈** (on par) is held if the interval lies inside ±δ, not held if wholly outside, "
+    "inconclusive otherwise; **≥** (on par or better) is held if the interval's lower end is above "
+    "−δ, not held if its upper end is below −δ, inconclusive otherwise; **≤** mirrors it. With one "
+    "seed a held claim is \"held (one seed)\". Where the paper states a size it is a second "
+    "verdict, shown beside the direction: consistent (the paper's difference inside our "
+    "interval), smaller or larger, or not comparable (the direction not held); it decides the "
+    "claim only where the paper's setting is this one's. An **order** (groups of equals, best "
+    "first) tests every pair the paper ranks apart, its p corrected by Holm over the claim's "
+    "pairs: held if every pair is significantly in the paper's order, \"reversed\" (not held) if a "
+    "pair is significantly the other way, \"order not reproduced (within noise)\" (inconclusive) "
+    "if only pairs that are not significant differ, inconclusive if the order is observed but not "
+    "every pair is significant. A **threshold** claim reads a measure from a committed file and "
+    "states its limit: a parameter count is a verdict; any other measure is descriptive.")
 
 
 def num(value: float, digits: int = 2, sign: bool = True) -> str:
@@ -80,27 +89,41 @@ def _seed_p(s) -> str:
 
 
 def _seeds_text(c: Comparison, metric_suffix: str) -> str:
+    """Each seed's own test (test set only), where there are several seeds."""
     if c.n == 1:
-        s = c.seeds[0]
-        return _seed_p(s) + (f", interval {interval_text(s.interval)}" if s.interval and
-                             c.pooled is None else "")
+        return ""
     return "; ".join(f"seed {s.seed}: {num(s.system - s.against)}{metric_suffix}"
                      + (f" {interval_text(s.interval)}" if s.interval else "") + f", {_seed_p(s)}"
                      for s in c.seeds)
 
 
+def combined_text(c: Comparison) -> str:
+    """The interval and p the verdict rests on, and what their variance holds."""
+    b = c.combined
+    if b is None:
+        return ""
+    if b.shared:
+        where = ("seeds and test set, one training run per seed: the seeds' differences vary "
+                 f"by sd {b.sigma:.2f}" if b.sigma is not None else
+                 "test set only: one seed of one training run")
+    else:
+        where = ("seeds and test set, seed sd " + f"{b.sigma:.2f}" if b.sigma is not None
+                 else "test set only: no system of this folder has two seeds")
+    return f"interval {interval_text(b.interval)}, {pval(b.p)} ({where})"
+
+
 def _pooled_text(c: Comparison) -> str:
     parts = []
-    if c.pooled is not None:
-        parts.append(f"pooled interval {interval_text(c.pooled)}")
+    if c.combined is not None:
+        parts.append(combined_text(c))
     if c.margin is not None:
-        parts.append(f"margin ±{c.margin:g}")
+        parts.append(f"margin ±{c.margin:.2f}".rstrip("0").rstrip("."))
     if c.size:
         value = c.size["value"]
         paper = (f"{num(value[0])} to {num(value[1])}" if isinstance(value, (list, tuple))
                  else num(value))
-        parts.append(f"size: ours {num(c.difference)} against the paper's {paper} "
-                     f"(\"{c.size.get('text', '')}\")")
+        parts.append(f"size {c.size['result']}: ours {num(c.difference)} beside the paper's "
+                     f"{paper} (\"{c.size.get('text', '')}\")")
     return "; ".join(parts)
 
 
@@ -111,7 +134,7 @@ def comparison_phrase(relation: str, c: Comparison) -> str:
     phrase = c.verdict
     if c.k and c.n > 1:
         phrase += f", {c.side} in {c.k} of {c.n} seeds"
-    elif c.k and relation in ("≥", "≤", "≈") and outcome(c.verdict) != NOT_HELD:
+    elif c.significant and relation in ("≥", "≤", "≈") and outcome(c.verdict) != NOT_HELD:
         phrase += f", significantly {c.side}"
     return phrase
 
@@ -121,9 +144,8 @@ def comparison_text(v: Verdict, system: str, c: Comparison, with_system: bool) -
     name = f"{system} " if with_system else ""
     if c.verdict == NOT_RUN:
         return f"{name}not run".strip() if with_system else NOT_RUN
-    pooled = _pooled_text(c)
-    return (f"{name}{num(c.difference)}{suffix} ({_seeds_text(c, suffix)}"
-            f"{'; ' + pooled if pooled else ''})")
+    parts = [t for t in (_seeds_text(c, suffix), _pooled_text(c)) if t]
+    return f"{name}{num(c.difference)}{suffix} ({'; '.join(parts)})"
 
 
 def measured_value(value: Optional[float], unit: str, digits: int = 2,
@@ -176,18 +198,25 @@ def quote(v: Verdict, short: bool = True) -> str:
             return f"{NOT_RUN} ({', '.join(o.missing)} without results)"
         scores = ", ".join(f"{name} {s:.2f}" for name, s in o.observed)
         suffix = " TER" if not v.higher_is_better else ""
+        holm_p = {(hi, lo): p for hi, lo, _, p in o.pairs}
         shown_pairs = [(hi, lo, c) for hi, lo, c in o.reversed_pairs
-                       if not short or c.verdict != INCONCLUSIVE]
+                       if not short or holm_p[(hi, lo)] < o_level(v)]
         flips = "; ".join(f"{hi} {num(c.difference)}{suffix} against {lo} "
-                          f"({_seeds_text(c, suffix)})" for hi, lo, c in shown_pairs)
+                          f"({combined_text(c)}; Holm {pval(holm_p[(hi, lo)])})"
+                          for hi, lo, c in shown_pairs)
         text = f"{o.verdict}: {scores}"
         if flips:
             text += f"; out of the paper's order: {flips}"
         if short and len(shown_pairs) < len(o.reversed_pairs):
-            quiet = [c for _, _, c in o.reversed_pairs if c.verdict == INCONCLUSIVE]
-            lowest = min(s.p for c in quiet for s in c.seeds if s.p is not None)
+            quiet = [(hi, lo) for hi, lo, _ in o.reversed_pairs if holm_p[(hi, lo)] >= o_level(v)]
+            lowest = min(holm_p[k] for k in quiet)
             text += (f"; {len(quiet)} pair{'s' if len(quiet) > 1 else ''} out of the paper's "
-                     f"order within noise (lowest {pval(lowest)})")
+                     f"order within noise (lowest Holm {pval(lowest)})")
+        weak = [(hi, lo, p) for hi, lo, c, p in o.pairs
+                if c.side == "better" and p >= o_level(v)]
+        if weak and not o.reversed_pairs:
+            text += ("; in the paper's order but not significant: " +
+                     ", ".join(f"{hi} over {lo} (Holm {pval(p)})" for hi, lo, p in weak))
         return text
     m = v.measured
     if not m.tests or ("why" in m.details and all(t.value is None for t in m.tests)):
@@ -196,6 +225,11 @@ def quote(v: Verdict, short: bool = True) -> str:
                       for t in m.tests)
     device = f"; {', '.join(m.devices)}" if m.devices else ""
     return f"{m.verdict}: {tests}{device}"
+
+
+def o_level(v: Verdict) -> float:
+    """The level a verdict's tests use (every results.json states 0.01)."""
+    return v.claim.get("level", 0.01)
 
 
 def paper_value(value) -> str:
@@ -342,8 +376,13 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
             entry["systems"] = [
                 {"system": s, "against": v.claim["against"], "verdict": c.verdict,
                  "difference": c.difference, "k": c.k, "n": c.n,
-                 "pooled_interval": list(c.pooled) if c.pooled else None, "margin": c.margin,
-                 "size": c.size,
+                 "interval": list(c.pooled) if c.pooled else None, "margin": c.margin,
+                 "p": c.combined.p if c.combined else None,
+                 "se": c.combined.se if c.combined else None,
+                 "seed_sd": c.combined.sigma if c.combined else None,
+                 "df": (None if c.combined is None or c.combined.df == float("inf")
+                        else c.combined.df),
+                 "direction": c.direction, "size": c.size,
                  "seeds": [{"seed": x.seed, "system": x.system, "against": x.against, "p": x.p,
                             "settled": x.settled, "samples": x.samples,
                             "interval": list(x.interval) if x.interval else None}
@@ -351,6 +390,9 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
                 for s, c in v.comparisons]
         if v.order is not None:
             entry["observed"] = v.order.observed
+            entry["pairs"] = [{"higher": hi, "lower": lo, "difference": c.difference,
+                               "interval": list(c.pooled), "p": c.combined.p, "holm_p": p}
+                              for hi, lo, c, p in v.order.pairs]
         if v.measured is not None:
             entry["tests"] = [{"label": t.label, "value": t.value, "op": t.op, "limit": t.limit,
                                "passed": t.passed} for t in v.measured.tests]
@@ -373,20 +415,37 @@ COUNT = re.compile(r"(<!-- claims-count (\S+?) pairs=(\S+) -->)" + _BODY + r"(<!
 def counted(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None
             ) -> List[Verdict]:
     """The paper's claims a tally counts: those with a result in ``pairs`` (or in none: analysis
-    and speed claims), each once: not the project's ``own``, not a claim measured again on
-    another device (``same_as``: counted under that id), not a measure of another folder's
-    checkpoints (``checkpoints``: counted only there)."""
+    and speed claims), each once: not the project's ``own``, not descriptive, not a claim measured
+    again on another device (``same_as``: counted under that id), not a measure of another
+    folder's checkpoints (``checkpoints``: counted only there)."""
     return [v for v in verdicts if (v.pair is None or v.pair in pairs)
-            and v.outcome != NOT_RUN and not v.claim.get("own")
+            and v.outcome not in (NOT_RUN, DESCRIPTIVE) and not v.claim.get("own")
             and not v.claim.get("same_as")
             and (folder is None or v.claim.get("checkpoints") in (None, folder))]
 
 
+def one_seed(v: Verdict) -> bool:
+    """Whether a held verdict rests on one seed (in any of its parts)."""
+    return v.verdict.startswith(ONE_SEED) or f"{ONE_SEED} for " in v.verdict
+
+
+def sizes_of(verdicts: List[Verdict]) -> List[str]:
+    """The size verdicts of the counted claims, one per system compared."""
+    return [c.size["result"] for v in verdicts for _, c in v.comparisons if c.size]
+
+
 def held_count(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None) -> str:
-    """"k held, m inconclusive, n not held of N": the tally of :func:`counted`."""
+    """"k held (j on one seed), m inconclusive, n not held of N" (the directions of
+    :func:`counted`), then the sizes apart, each that occurs: "; sizes: a consistent, b smaller,
+    c larger, d not comparable"."""
     ran = counted(verdicts, pairs, folder)
     k, m, n = (sum(v.outcome == o for v in ran) for o in (HELD, INCONCLUSIVE, NOT_HELD))
-    return f"{k} held, {m} inconclusive, {n} not held of {len(ran)}"
+    j = sum(1 for v in ran if v.outcome == HELD and one_seed(v))
+    text = f"{k} held ({j} on one seed), {m} inconclusive, {n} not held of {len(ran)}"
+    sizes = sizes_of(ran)
+    if sizes:
+        text += "; sizes: " + ", ".join(f"{sizes.count(s)} {s}" for s in SIZES if s in sizes)
+    return text
 
 
 def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],

@@ -2,12 +2,15 @@
 
 The scores are those of the folder's ``results.json`` (the numbers its TABLE.md shows). Every
 pair of runs a comparison names is tested here on the committed hypotheses by
-:func:`.bootstrap.paired` (sacreBLEU's paired bootstrap, seeded, drawn until p is settled on one
-side of the level; with 1,000 resamples its p is the one the reproduction engine stores in
-results.json), which also gives the difference's interval; each comparison's seeds together get
-the pooled interval of :func:`.bootstrap.pooled`. Both are kept in the folder's ``CLAIMS.json``
-(``pvalues`` and ``pooled``) with a digest of the hypothesis files, so that the report can be
-remade where the references are not at hand; a changed hypothesis file is tested again.
+:func:`.bootstrap.test` (the two-sided paired percentile bootstrap, seeded, drawn until p is
+settled on one side of the level; its p and interval come from the same resamples; results.json's
+``p_value`` is the reproduction engine's, sacreBLEU's centred test, and is not read here); each
+comparison's seeds together get the test set's share of the mean difference's variance from
+:func:`.bootstrap.pooled`, and the folder's pooled between-seed variance
+(:func:`.seeds.seed_variance`) the seeds' share. Tests and pooled variances are kept in the
+folder's ``CLAIMS.json`` (``pvalues`` and ``pooled``, each with its ``method``) with a digest of
+the hypothesis files, so that the report can be remade where the references are not at hand; a
+changed hypothesis file is tested again.
 """
 import hashlib
 from pathlib import Path
@@ -16,11 +19,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ran_lab.common import schema
 from ran_text.textio import FileFault, read_json
 from ..portable import expand_path
-from . import bootstrap
+from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
 
 P_KEY = {"sacrebleu": "p_value", "ter": "ter_p_value"}
 BOOTSTRAP_METRIC = {"sacrebleu": "BLEU", "ter": "TER"}
+METHOD = "percentile"  # what a stored test or pooled variance was computed by
 
 
 class ResultsError(RuntimeError):
@@ -57,9 +61,10 @@ class Folder:
             (r["pair"], r["system"], r["seed"]): r for r in self.report["results"]}
         self.pairs = list(dict.fromkeys(r["pair"] for r in self.report["results"]))
         self.seed = seed
-        self._cache = {self._key(e): e for e in (cache or []) if e.get("bootstrap_seed") == seed}
+        self._cache = {self._key(e): e for e in (cache or [])
+                       if e.get("bootstrap_seed") == seed and e.get("method") == METHOD}
         self._pooled = {self._pooled_key(e): e for e in (pooled_cache or [])
-                        if e.get("bootstrap_seed") == seed}
+                        if e.get("bootstrap_seed") == seed and e.get("method") == METHOD}
         self.used: Dict[tuple, dict] = {}
         self.used_pooled: Dict[tuple, dict] = {}
         self._stats: Dict[tuple, object] = {}
@@ -147,12 +152,12 @@ class Folder:
             self.used[key] = cached
             return self._oriented(cached, system)
         stats, scorer = self._statistics(pair, subset, metric, hyps, f"{system} against {against}")
-        result = bootstrap.paired(stats[(against, seed)], stats[(system, seed)], scorer,
-                                  self.level, self.samples, self.seed)
+        result = bootstrap.test(stats[(against, seed)], stats[(system, seed)], scorer,
+                                self.level, self.seed)
         entry.update(p=result.p, count=result.count, samples=result.samples,
                      settled=result.settled, mc=list(result.mc),
                      interval=list(result.interval), digests=digests,
-                     bootstrap_seed=self.seed)
+                     bootstrap_seed=self.seed, method=METHOD)
         self._cache[key] = self.used[key] = entry
         return entry
 
@@ -176,7 +181,8 @@ class Folder:
                 entry["against"], tuple(entry["seeds"]))
 
     def pooled(self, pair, system, against, seeds: List[int], subset, metric):
-        """The mean difference over ``seeds`` and its pooled interval (:func:`.bootstrap.pooled`)."""
+        """The test set's share of the variance of the mean difference over ``seeds``
+        (:func:`.bootstrap.pooled`), for ``system - against``."""
         entry = {"pair": pair, "subset": subset, "metric": metric, "system": system,
                  "against": against, "seeds": list(seeds)}
         hyps = self._hyps(pair, (system, against), seeds, subset)
@@ -185,14 +191,47 @@ class Folder:
         cached = self._pooled.get(key)
         if cached is not None and cached.get("digests") == digests:
             self.used_pooled[key] = cached
-            return tuple(cached["interval"])
+            return cached["test_var"]
         stats, scorer = self._statistics(pair, subset, metric, hyps, f"{system} against {against}")
-        _, interval = bootstrap.pooled([(stats[(against, s)], stats[(system, s)]) for s in seeds],
-                                       scorer, self.level, seed=self.seed)
-        entry.update(interval=list(interval), samples=bootstrap.INTERVAL_SAMPLES,
-                     digests=digests, bootstrap_seed=self.seed)
+        _, interval, var = bootstrap.pooled([(stats[(against, s)], stats[(system, s)])
+                                             for s in seeds], scorer, self.level, seed=self.seed,
+                                            spread=True)
+        entry.update(test_var=var, samples=bootstrap.INTERVAL_SAMPLES,
+                     digests=digests, bootstrap_seed=self.seed, method=METHOD)
         self._pooled[key] = self.used_pooled[key] = entry
-        return interval
+        return var
+
+    def seed_variance(self, subset, metric):
+        """The folder's pooled between-seed variance on ``subset``/``metric`` and its degrees of
+        freedom (:func:`.seeds.seed_variance` over every system's seeds on every pair: one
+        variance for the folder's runs, its configuration and budget)."""
+        by_system: Dict[tuple, List[float]] = {}
+        for (p, system, seed), r in sorted(self.runs.items()):
+            scores = r.get("subsets", {}).get(subset)
+            if r.get("checkpoint_of"):  # its owner's seeds again (seeds.py)
+                continue
+            if scores is not None and scores.get(metric) is not None:
+                by_system.setdefault((p, system), []).append(scores[metric])
+        return seeds_mod.seed_variance(by_system)
+
+    def combined(self, pair, system, against, seeds: List[int], subset, metric):
+        """The mean difference over ``seeds`` with the interval and p the verdict rests on
+        (:func:`.seeds.combined`)."""
+        difference = (sum(self.score(pair, system, s, subset, metric) for s in seeds) / len(seeds)
+                      - sum(self.score(pair, against, s, subset, metric) for s in seeds)
+                      / len(seeds))
+        test_var = self.pooled(pair, system, against, seeds, subset, metric)
+        sigma2, df = self.seed_variance(subset, metric)
+        shared = None
+        if self.trained(pair, system, seeds[0]) == self.trained(pair, against, seeds[0]):
+            shared = [self.score(pair, system, s, subset, metric) -
+                      self.score(pair, against, s, subset, metric) for s in seeds]
+        return seeds_mod.combined(difference, test_var, sigma2, df, len(seeds), self.level,
+                                  shared)
+
+    def trained(self, pair, system, seed) -> str:
+        """The system whose training run a run decodes (itself, or its ``checkpoint_of``)."""
+        return self.runs[(pair, system, seed)].get("checkpoint_of") or system
 
     def comparison_seeds(self, pair, system, against, subset, metric,
                          p_value: Optional[Callable] = None) -> List[Seed]:

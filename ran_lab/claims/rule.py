@@ -1,35 +1,45 @@
 """The verdict rule, on plain numbers: one comparison, an order of several systems, a threshold.
 
-Every verdict is one of three outcomes, *held*, *inconclusive* or *not held* (or *not run*: a
-system without results); :func:`outcome` reads it from a verdict's text.
+Every verdict is one of three outcomes, *held*, *inconclusive* or *not held* (or *descriptive*: a
+measure without an interval; or *not run*: a system without results); :func:`outcome` reads it
+from a verdict's text.
 
 A comparison holds the runs of two systems seed by seed (:class:`Seed`: each system's score on the
-same seed, the paired-bootstrap p-value between them, whether that p is settled on one side of the
-level, and the difference's interval). Its difference is that of the table's scores: the mean over
-the seeds of one system's score minus the mean of the other's; its *pooled* interval is that of the
-mean difference (:mod:`.bootstrap`). A difference is *significant* when p < ``level``, settled, in
-every seed with the difference of that seed on the same side; ``k of n`` counts the seeds where it
-is. With the claim's margin δ (in the metric's units; quality is read so that better is positive,
-TER's sign turned round), the paper's relation gives the verdict:
+same seed, the two-sided percentile bootstrap's p between them and the difference's interval, from
+the same resamples). Its difference is that of the table's scores: the mean over the seeds of one
+system's score minus the mean of the other's; the verdict rests on that mean's interval and p from
+:func:`.seeds.combined` (the test set's resampling and the between-seed variance together, at the
+stated level; p < level exactly when the interval excludes 0), so that a verdict never
+contradicts its interval. With the claim's margin δ (in the metric's units, widened to the seed
+spread where that is larger; quality is read so that better is positive, TER's sign turned
+round), the paper's relation gives the *direction*:
 
-- ``>`` (better): held if significantly better; not held (worse) if significantly worse;
-  inconclusive otherwise. ``<`` mirrors it.
-- ``≈`` (on par): held if the pooled interval lies inside ±δ; not held (better / worse) if it lies
+- ``>`` (better): held if the interval lies above 0; not held (worse) if below; inconclusive
+  otherwise. ``<`` mirrors it.
+- ``≈`` (on par): held if the interval lies inside ±δ; not held (better / worse) if it lies
   wholly outside; inconclusive otherwise.
-- ``≥`` (on par or better): held if the pooled interval's lower end (in quality) is above −δ; not
+- ``≥`` (on par or better): held if the interval's lower end (in quality) is above −δ; not
   held (worse) if its upper end is below −δ; inconclusive otherwise. ``≤`` mirrors it.
-- a size (the paper's own difference, where it states one): checked when the direction holds; by
-  default the size holds when the paper's difference lies inside the pooled interval, else ours is
-  *larger* or *smaller* and the claim is not held ("direction held; size larger").
-- an order of several systems (groups of equals, best first): held if the observed order matches
-  and no pair the paper ranks apart is significantly reversed; order not reproduced (within noise),
-  an inconclusive outcome, if it differs only by pairs that are not significant; reversed (not
-  held) if a pair is significantly reversed.
-- a threshold (analysis and speed claims): held where the measured value passes the stated limit.
+- one seed: a held direction is "held (one seed)".
+- a size (the paper's own difference, where it states one) is a second verdict: *consistent*
+  where the paper's difference lies inside the interval (or as the size's test says), else ours is
+  *smaller* or *larger*; *not comparable* where the direction is not held. It decides the claim
+  only where the claims file marks the paper's setting ``comparable`` ("direction held; size not
+  held (larger)").
+- an order of several systems (groups of equals, best first): every pair the paper ranks apart is
+  tested as a comparison, its p corrected by Holm over the claim's pairs. Held if every pair is
+  significantly in the paper's order; reversed (not held) if a pair is significantly the other
+  way; order not reproduced (within noise) if the observed order differs only by pairs that are
+  not significant; inconclusive if the observed order matches but not every pair is significant.
+- a threshold (analysis and speed claims): the measured value against the stated limit; only an
+  exact count (parameters) is a verdict, every other measure is *descriptive* (no interval), left
+  out of the tallies.
 """
 from dataclasses import dataclass, field
 from statistics import mean
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from .seeds import Combined, holm
 
 RELATIONS = (">", "<", "≈", "≥", "≤", "order", "threshold")
 LEVEL = 0.01
@@ -44,6 +54,11 @@ NOT_HELD_WORSE = "not held (worse)"
 ORDER_NOISE = "order not reproduced (within noise)"
 REVERSED = "reversed"
 SIZE_TESTS = ("inside", "at_least", "at_most")
+DESCRIPTIVE = "descriptive"
+ONE_SEED = "held (one seed)"
+CONSISTENT = "consistent"
+NOT_COMPARABLE = "not comparable"
+SIZES = (CONSISTENT, "smaller", "larger", NOT_COMPARABLE)
 
 
 def outcome(verdict: str) -> str:
@@ -53,7 +68,7 @@ def outcome(verdict: str) -> str:
     if verdict.startswith("direction held; size"):
         return HELD if verdict.endswith("size held") else NOT_HELD
     head = verdict.split(" (")[0]
-    if head in (NOT_RUN, HELD, INCONCLUSIVE):
+    if head in (NOT_RUN, HELD, INCONCLUSIVE, DESCRIPTIVE):
         return head
     if head == ORDER_NOISE.split(" (")[0]:
         return INCONCLUSIVE
@@ -62,11 +77,16 @@ def outcome(verdict: str) -> str:
 
 def overall(outcomes: Sequence[str]) -> str:
     """The outcome over several parts: not held if any part is, else inconclusive if any is, else
-    held; not run where no part ran."""
+    held; not run where no part ran, or where every part that ran is held and another did not run
+    (a claim is not held on the strength of the part that ran)."""
     ran = [o for o in outcomes if o != NOT_RUN]
     if not ran:
         return NOT_RUN
-    return NOT_HELD if NOT_HELD in ran else INCONCLUSIVE if INCONCLUSIVE in ran else HELD
+    if NOT_HELD in ran:
+        return NOT_HELD
+    if INCONCLUSIVE in ran:
+        return INCONCLUSIVE
+    return NOT_RUN if len(ran) < len(outcomes) else HELD
 
 
 @dataclass(frozen=True)
@@ -96,8 +116,13 @@ class Comparison:
     significant: bool = False
     pooled: Optional[Tuple[float, float]] = None
     margin: Optional[float] = None
-    size: Optional[dict] = None  # the claim's size, and "result": held / larger / smaller
+    size: Optional[dict] = None  # the claim's size, and "result": one of SIZES
     direction: Optional[str] = None  # the verdict on the direction, where a size was checked
+    combined: Optional[Combined] = None  # the interval and p the verdict rests on
+
+    @property
+    def one_seed(self) -> bool:
+        return self.n == 1
 
 
 def _quality(diff: float, higher_is_better: bool) -> float:
@@ -130,85 +155,99 @@ def _by_margin(relation: str, interval, margin: float) -> str:
 
 
 def size_result(size: dict, interval) -> str:
-    """held / larger / smaller: the paper's difference ``size["value"]`` (metric units) against
-    our pooled interval, by ``size["test"]`` (inside, the default; at_least; at_most)."""
+    """consistent / larger / smaller: the paper's difference ``size["value"]`` (metric units)
+    against our interval, by ``size["test"]`` (inside, the default; at_least; at_most)."""
     value, (lo, hi) = size["value"], interval
     low, high = value if isinstance(value, (list, tuple)) else (value, value)
     if low <= hi and lo <= high:
-        found = HELD
+        found = CONSISTENT
     else:
         # ours is smaller where the whole interval lies nearer zero than the paper's difference
         nearer = (low > hi) if low > 0 else (high < lo)
         found = "smaller" if nearer else "larger"
     test = size.get("test", "inside")
     if test == "at_least" and found == "larger" or test == "at_most" and found == "smaller":
-        return HELD
+        return CONSISTENT
     return found
 
 
 def compare(relation: str, seeds: Sequence[Seed], level: float = LEVEL,
             higher_is_better: bool = True, margin: Optional[float] = None,
-            pooled: Optional[Tuple[float, float]] = None,
-            size: Optional[dict] = None) -> Comparison:
-    """The verdict of one comparison of two systems by the paper's ``relation`` (>, <, ≈, ≥, ≤);
-    ``margin`` and ``pooled`` (the pooled interval, metric units) are needed for ≈, ≥ and ≤;
-    ``size`` ({"value", "test"}) checks the paper's difference where the direction holds."""
+            combined: Optional[Combined] = None, size: Optional[dict] = None) -> Comparison:
+    """The verdict of one comparison of two systems by the paper's ``relation`` (>, <, ≈, ≥, ≤),
+    from ``combined`` (the mean difference's interval and p, metric units); ``margin`` (δ, already
+    widened to the seed spread) is needed for ≈, ≥ and ≤; ``size`` ({"value", "test",
+    "comparable"}) is the paper's difference, a second verdict."""
     if relation not in (">", "<", "≈", "≥", "≤"):
         raise ValueError(f"not a comparison's relation: {relation!r}")
     seeds = tuple(sorted(seeds, key=lambda s: s.seed))
     if not seeds:
         return Comparison(NOT_RUN)
+    if combined is None:
+        raise ValueError("a comparison needs its combined interval (seeds.combined)")
     difference = mean(s.system for s in seeds) - mean(s.against for s in seeds)
     gain = _quality(difference, higher_is_better)
     side = "better" if gain > 0 else "worse" if gain < 0 else None
     marks = [_significant(s, level, higher_is_better) for s in seeds]
     k = sum(1 for m in marks if side is not None and m == side)
-    significant = side is not None and k == len(seeds)
-    better, worse = significant and side == "better", significant and side == "worse"
+    lo, hi = _quality_interval(combined.interval, higher_is_better)
+    better, worse = lo > 0, hi < 0
+    significant = better or worse
     if relation in (">", "<"):
         verdict = {
             ">": HELD if better else NOT_HELD_WORSE if worse else INCONCLUSIVE,
             "<": HELD if worse else NOT_HELD_BETTER if better else INCONCLUSIVE,
         }[relation]
     else:
-        if margin is None or pooled is None:
-            raise ValueError(f"a {relation} comparison needs a margin and a pooled interval")
-        verdict = _by_margin(relation, _quality_interval(pooled, higher_is_better), margin)
+        if margin is None:
+            raise ValueError(f"a {relation} comparison needs a margin")
+        verdict = _by_margin(relation, (lo, hi), margin)
     by_margin = relation in ("≈", "≥", "≤")
-    result = Comparison(verdict, difference, k, len(seeds), seeds, side, significant, pooled,
-                        margin if by_margin else None)
-    if size is not None and pooled is not None:
-        result.size = {**size, "result": size_result(size, pooled)}
-        if verdict == HELD:
-            result.direction = HELD
-            found = result.size["result"]
-            result.verdict = ("direction held; size held" if found == HELD else
+    result = Comparison(verdict, difference, k, len(seeds), seeds, side, significant,
+                        combined.interval, margin if by_margin else None, combined=combined)
+    if size is not None:
+        found = size_result(size, combined.interval) if verdict == HELD else NOT_COMPARABLE
+        result.size = {**size, "result": found}
+        result.direction = verdict
+        if size.get("comparable") and verdict == HELD:
+            result.verdict = ("direction held; size held" if found == CONSISTENT else
                               f"direction held; size not held ({found})")
+    if result.verdict == HELD and result.one_seed:
+        result.verdict = ONE_SEED
     return result
 
 
 @dataclass
 class Order:
-    """An order's verdict: the observed mean scores, best first, and the pairs the paper ranks
-    apart that the results put the other way round (``(higher, lower, comparison)``, where
-    ``higher`` is the system the paper ranks higher)."""
+    """An order's verdict: the observed mean scores, best first; every pair the paper ranks apart
+    as ``(higher, lower, comparison, holm_p)`` (``higher``: the system the paper ranks higher;
+    ``holm_p``: the pair's p corrected by Holm over the claim's pairs); the pairs the results put
+    the other way round."""
     verdict: str
     observed: List[Tuple[str, float]] = field(default_factory=list)
     reversed_pairs: List[Tuple[str, str, Comparison]] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
+    pairs: List[Tuple[str, str, Comparison, float]] = field(default_factory=list)
+
+    @property
+    def one_seed(self) -> bool:
+        return any(c.one_seed for _, _, c, _ in self.pairs)
 
 
 def order(groups: Sequence[Sequence[str]], pair_seeds: Dict[Tuple[str, str], Sequence[Seed]],
-          level: float = LEVEL, higher_is_better: bool = True) -> Order:
+          level: float = LEVEL, higher_is_better: bool = True,
+          combined: Optional[Dict[Tuple[str, str], Combined]] = None) -> Order:
     """The verdict of an order claim. ``groups``: the paper's order, best first, each group a list
     of systems the paper puts level; ``pair_seeds[(a, b)]``: the seeds of ``a`` against ``b`` for
     every pair of systems in different groups, ``a`` ranked higher by the paper (an empty list: a
-    system has no results)."""
+    system has no results); ``combined[(a, b)]``: that pair's interval and p."""
     means: Dict[str, float] = {}
     missing = []
+    keys = []
     for i, upper in enumerate(groups):
         for lower in (s for g in groups[i + 1:] for s in g):
             for a in upper:
+                keys.append((a, lower))
                 seeds = pair_seeds.get((a, lower), ())
                 if not seeds:
                     missing += [x for x in (a, lower) if x not in missing]
@@ -217,18 +256,30 @@ def order(groups: Sequence[Sequence[str]], pair_seeds: Dict[Tuple[str, str], Seq
                 means.setdefault(lower, mean(s.against for s in seeds))
     if missing:
         return Order(NOT_RUN, missing=missing)
-    reversed_pairs, significant = [], False
-    for i, upper in enumerate(groups):
-        for lower in (s for g in groups[i + 1:] for s in g):
-            for a in upper:
-                result = compare(">", pair_seeds[(a, lower)], level, higher_is_better)
-                if result.side != "better":
-                    reversed_pairs.append((a, lower, result))
-                    significant |= result.verdict == NOT_HELD_WORSE
+    adjusted = holm([combined[key].p for key in keys])
+    pairs, reversed_pairs = [], []
+    significant_right = significant_wrong = 0
+    for (a, lower), p in zip(keys, adjusted):
+        result = compare(">", pair_seeds[(a, lower)], level, higher_is_better,
+                         combined=combined[(a, lower)])
+        pairs.append((a, lower, result, p))
+        if result.side != "better":
+            reversed_pairs.append((a, lower, result))
+        if p < level:
+            significant_right += result.side == "better"
+            significant_wrong += result.side == "worse"
     observed = sorted(means.items(), key=lambda kv: _quality(kv[1], higher_is_better),
                       reverse=True)
-    verdict = REVERSED if significant else ORDER_NOISE if reversed_pairs else HELD
-    return Order(verdict, observed, reversed_pairs)
+    if significant_wrong:
+        verdict = REVERSED
+    elif reversed_pairs:
+        verdict = ORDER_NOISE
+    elif significant_right == len(keys):
+        verdict = ONE_SEED if any(c.one_seed for _, _, c, _ in pairs) else HELD
+    else:
+        verdict = (f"{INCONCLUSIVE} (order observed; {significant_right} of {len(keys)} pairs "
+                   f"significant after Holm)")
+    return Order(verdict, observed, reversed_pairs, pairs=pairs)
 
 
 OPS = {
@@ -270,4 +321,18 @@ def threshold(tests: Sequence[Test]) -> str:
     parts = ([f"held for {', '.join(passed)}"] if passed else []) + \
         ([f"not held for {', '.join(failed)}"] if failed else []) + \
         ([f"not run for {', '.join(unrun)}"] if unrun else [])
-    return f"{NOT_HELD if failed else HELD} ({'; '.join(parts)})"
+    return f"{NOT_HELD if failed else NOT_RUN} ({'; '.join(parts)})"
+
+
+def descriptive(verdict: str) -> str:
+    """A threshold verdict of a measure without an interval, as a description: "descriptive
+    (limit met)", "descriptive (limit not met)", or each part's ("met for A; not met for B")."""
+    if verdict == NOT_RUN or verdict.startswith(NOT_RUN + " (") and "held for" not in verdict:
+        return verdict
+    if verdict == HELD:
+        return f"{DESCRIPTIVE} (limit met)"
+    if verdict == NOT_HELD:
+        return f"{DESCRIPTIVE} (limit not met)"
+    inner = verdict.split(" (", 1)[1].rstrip(")")
+    inner = inner.replace("not held for", "not met for").replace("held for", "met for")
+    return f"{DESCRIPTIVE} ({inner})"

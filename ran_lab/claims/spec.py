@@ -25,7 +25,9 @@ The file holds ``paper`` (the paper, as the tables name it), ``paper_file`` (its
   (``d`` the paper's difference, system minus ``against``, in the metric's units, or ``[lo, hi]``
   for a range; ``values`` instead: by pair or by system), and ``test``: ``inside`` (the default:
   the paper's difference lies inside our pooled interval), ``at_least`` ("over 14": ours may be
-  larger) or ``at_most`` (ours may be smaller);
+  larger) or ``at_most`` (ours may be smaller); ``comparable``: true only where the paper
+  measured on this project's setting (corpus, model size), so that the size decides the claim
+  (else it is a second verdict, shown beside the direction);
 - optionally ``same_as`` (threshold claims): the id of the claim this one measures again (another
   device): the tally counts the paper's claim once, under that id;
 - optionally ``checkpoints``: the results folder whose trained checkpoints a threshold claim's
@@ -45,7 +47,7 @@ COMPARISONS = (">", "<", "≈", "≥", "≤")
 KEYS = {"id", "where", "claim", "relation", "system", "systems", "against", "groups", "metric",
         "subset", "pairs", "paper", "note", "measure", "tests", "own", "margin", "size",
         "same_as", "checkpoints"}
-SIZE_KEYS = {"text", "value", "values", "test"}
+SIZE_KEYS = {"text", "value", "values", "test", "comparable"}
 MEASURES = {
     "histogram_share": {"kind", "file", "side", "below"},
     "length_bins": {"kind", "file", "by", "min_sentences", "skip_last"},
@@ -179,6 +181,8 @@ def _check_margin_size(claim, here):
     values = [size["value"]] if "value" in size else list((size.get("values") or {}).values())
     _check(values and all(map(_size_value, values)), here,
            "a size's value is a number or [low, high]")
+    _check(isinstance(size.get("comparable", False), bool), here,
+           "a size's 'comparable' is true or false")
     _check(size.get("test", "inside") in SIZE_TESTS, here,
            f"a size's test is one of {', '.join(SIZE_TESTS)}")
 

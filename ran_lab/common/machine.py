@@ -38,14 +38,15 @@ def git_commit(repo=REPO):
 
 def machine_info(device, threads):
     """Where a reproduction's runs are made: the device and its name (the CUDA device's, else the
-    CPU's), cores, threads per process, torch and Python, the load average, the date."""
+    CPU's), cores, threads per process, torch and Python, the load average, the date, and the
+    code: the checkout's commit (None outside a git checkout)."""
     import torch
 
     return {"device": device,
             "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_model(),
             "cores": available_cores(), "threads": threads, "torch": torch.__version__,
             "python": platform.python_version(), "load_average": os.getloadavg()[0],
-            "date": utc_now()}
+            "date": utc_now(), "git_commit": git_commit()}
 
 
 def cuda_mps_running(proc="/proc") -> bool:

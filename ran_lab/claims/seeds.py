@@ -1,0 +1,167 @@
+"""Seeds as the unit of replication: the interval and p of a comparison's mean difference, with
+the between-seed variance in it; Holm's correction for a claim made of several comparisons.
+
+**The model.** A run's score on the test set is ``y = mu_system + u``: ``u``, what training with
+another seed changes, has mean 0 and one variance ``sigma²`` common to every system of a results
+folder (every translation direction, one subset and metric), independent between runs. ``sigma²`` is estimated by
+pooling each system's sample variance over its seeds (:func:`seed_variance`: the sum of squared
+deviations from each system's own mean over the sum of ``seeds - 1``, its degrees of freedom);
+a system with one seed adds nothing, and a folder where no system has two seeds has no estimate
+(``df = 0``).
+
+**The interval.** A comparison's difference is the mean over its ``n`` seeds of ``system -
+against``, each seed a pair of independent runs: its variance is ``2·sigma²/n`` from the seeds
+plus the test set's share, the variance of the same mean over the pooled bootstrap's resampled
+sentences (:func:`.bootstrap.pooled`). The interval is ``d ± t·se`` with ``se`` the square root
+of the sum and ``t`` Student's quantile at ``1 - level/2`` on Welch-Satterthwaite's degrees of
+freedom ``(a + b)² / (a²/df)`` (``a`` the seed share, ``b`` the test set's, taken as known); with
+``df = 0`` it is the normal quantile on the test set's share alone. p is two-sided from the same
+``t``: p < level exactly when the interval excludes 0 (:func:`combined`).
+
+**Shared training runs.** A system that decodes another's checkpoints (``checkpoint_of``: unknown
+words replaced after decoding) shares its seed effect: the two runs of a seed are not
+independent, and their difference's seed share is estimated from the seeds' own differences
+instead, ``var(d_i)/n`` on ``n - 1`` degrees of freedom (none with one seed). Such a system adds
+nothing to ``sigma²``: its runs repeat its owner's seeds.
+"""
+import math
+from dataclasses import dataclass
+from statistics import NormalDist, fmean
+from typing import Dict, Optional, Sequence, Tuple
+
+
+def seed_variance(scores: Dict[str, Sequence[float]]) -> Tuple[float, int]:
+    """The pooled between-seed variance of ``scores`` (system -> its seeds' scores) and its
+    degrees of freedom; (0.0, 0) where no system has two seeds."""
+    squares, df = 0.0, 0
+    for values in scores.values():
+        if len(values) < 2:
+            continue
+        centre = fmean(values)
+        squares += sum((v - centre) ** 2 for v in values)
+        df += len(values) - 1
+    return (squares / df if df else 0.0), df
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (Lentz's method)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1, a - 1
+    c, d = 1.0, 1 - qab * x / qap
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
+                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1 + aa * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+            last = d * c
+        if abs(last - 1) < 1e-15:
+            break
+    return h
+
+
+def _ibeta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) +
+                     a * math.log(x) + b * math.log(1 - x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1 - front * _betacf(b, a, 1 - x) / b
+
+
+def t_sf2(t: float, df: float) -> float:
+    """Two-sided tail of Student's t: P(|T| >= |t|); the normal's where ``df`` is infinite."""
+    if math.isinf(df):
+        return 2 * (1 - NormalDist().cdf(abs(t)))
+    return _ibeta(df / 2, 0.5, df / (df + t * t))
+
+
+def t_quantile(level: float, df: float) -> float:
+    """The t with P(|T| >= t) = ``level`` (bisection on :func:`t_sf2`)."""
+    if math.isinf(df):
+        return NormalDist().inv_cdf(1 - level / 2)
+    lo, hi = 0.0, 1.0
+    while t_sf2(hi, df) > level:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_sf2(mid, df) > level else (lo, mid)
+    return hi
+
+
+@dataclass(frozen=True)
+class Combined:
+    """A comparison's mean ``difference`` with its interval and two-sided ``p``; ``se`` and its
+    shares (``seed_var``: ``2·sigma²/n``; ``test_var``: the test set's), the degrees of freedom
+    ``df`` (infinite: the normal), ``seeds`` (n) and ``sigma`` (the folder's between-seed
+    standard deviation; None where it has no estimate)."""
+    difference: float
+    interval: Tuple[float, float]
+    p: float
+    se: float
+    seed_var: float
+    test_var: float
+    df: float
+    seeds: int
+    sigma: Optional[float]
+    shared: bool = False
+
+    @property
+    def one_seed(self) -> bool:
+        return self.seeds == 1
+
+
+def combined(difference: float, test_var: float, sigma2: float, sigma_df: int, n: int,
+             level: float, shared: Optional[Sequence[float]] = None) -> Combined:
+    """The interval and p of a mean difference over ``n`` seeds (see the module's text);
+    ``shared``: the seeds' differences, where the two systems share their training runs (their
+    variance over ``n - 1`` replaces ``2·sigma²`` and its degrees of freedom)."""
+    if shared is not None:
+        sigma2, sigma_df = ((sum((d - fmean(shared)) ** 2 for d in shared) / (n - 1), n - 1)
+                            if n > 1 else (0.0, 0))
+        seed_var = sigma2 / n if sigma_df else 0.0
+    else:
+        seed_var = 2 * sigma2 / n if sigma_df else 0.0
+    total = seed_var + test_var
+    df = math.inf if not sigma_df or seed_var == 0 else total ** 2 / (seed_var ** 2 / sigma_df)
+    se = math.sqrt(total)
+    q = t_quantile(level, df)
+    p = t_sf2(difference / se, df) if se > 0 else (0.0 if difference else 1.0)
+    return Combined(difference, (difference - q * se, difference + q * se), p, se, seed_var,
+                    test_var, df, n, math.sqrt(sigma2) if sigma_df else None,
+                    shared is not None)
+
+
+def holm(ps: Sequence[float]) -> list:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times
+    ``m - i + 1`` (i from 1), made non-decreasing, at most 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    adjusted, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+SPREAD_Z = NormalDist().inv_cdf(0.975)
+
+
+def seed_spread(sigma: Optional[float]) -> Optional[float]:
+    """How far two seeds of one system lie apart in 95 % of retrainings under the model,
+    ``1.96·√2·sigma``: a difference this setup cannot tell from retraining."""
+    return None if sigma is None else SPREAD_Z * math.sqrt(2) * sigma
+
+
+def margin_for(claimed: float, sigma: Optional[float]) -> float:
+    """The margin δ a parity claim is judged by: the claims file's, widened to the seed spread
+    (:func:`seed_spread`) where that is larger."""
+    spread = seed_spread(sigma)
+    return claimed if spread is None else max(claimed, spread)
