@@ -35,7 +35,7 @@ Incremental decoding (evaluation only): the input is the newest grid row(s) (B, 
 their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in
 ``incremental_state``.
 """
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -121,40 +121,46 @@ class _MaskedMoments(torch.autograd.Function):
 class _BatchNormReLU(torch.autograd.Function):
     """ReLU(BN(x)) in training mode with the batch statistics given, (mean m, mean of squares q)
     per channel, variance v = max(q − m², 0), optionally times the real-cell mask ``keep``
-    (B, 1, T, S): y = ReLU(w·(x − m)/√(v + ε) + b)·keep. One pass of torch's batch-norm kernel (in
-    evaluation mode, with m and v as its statistics) and one ReLU forward; backward: torch's
-    evaluation-mode batch-norm backward, which gives ∂/∂x through the normalization alone and
-    ∂/∂w, ∂/∂b, and from those the gradients of m and q as two vectors per channel (derived in
-    docs/backward/densenet2d.md), which :class:`_MaskedMoments` turns into a per-cell gradient
-    once per feature rather than once per reading layer. Every tensor the backward reads goes
-    through ``ctx.save_for_backward``."""
+    (B, 1, T, S): y = ReLU(w·(x − m)/√(v + ε) + b)·keep, where x is the channel concatenation of
+    ``features``. Forward: one pass of torch's batch-norm kernel (in evaluation mode, with m and v
+    as its statistics) and one ReLU. Backward: torch's evaluation-mode batch-norm backward, which
+    gives ∂/∂x through the normalization alone and ∂/∂w, ∂/∂b, and from those the gradients of m
+    and q as two vectors per channel (derived in docs/backward/densenet2d.md), which
+    :class:`_MaskedMoments` turns into a per-cell gradient once per feature rather than once per
+    reading layer. The concatenation is not kept for the backward pass, its parts are (the
+    DenseNet keeps them anyway) and it is made again there: a DenseNet's layers would otherwise
+    keep O(L²) channels. Every tensor the backward reads goes through ``ctx.save_for_backward``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, mean: Tensor, meansq: Tensor, weight: Tensor, bias: Tensor,
-                eps: float, keep: Optional[Tensor]):
+    def forward(ctx, mean: Tensor, meansq: Tensor, weight: Tensor, bias: Tensor, eps: float,
+                keep: Optional[Tensor], *features: Tensor):
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         var = meansq - mean * mean
         clamped = var < 0
         var = var.masked_fill(clamped, 0)
         y = torch.batch_norm(x, weight, bias, mean, var, False, 0.0, eps, False).relu_()
         if keep is not None:
             y = y.mul_(keep)
-        ctx.save_for_backward(x, y, weight, mean, var, clamped)
+        ctx.save_for_backward(y, weight, mean, var, clamped, *features)
         ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, grad_y: Tensor):
-        x, y, weight, mean, var, clamped = ctx.saved_tensors
+        y, weight, mean, var, clamped, *features = ctx.saved_tensors
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         # y is zero wherever ReLU or the mask cut it: the gradient flows only where y > 0
         grad = torch.ops.aten.threshold_backward(grad_y, y, 0)
+        need_x = any(ctx.needs_input_grad[6:])
         grad_x, grad_w, grad_b = torch.ops.aten.native_batch_norm_backward(
-            grad, x, weight, mean, var, None, None, False, ctx.eps,
-            [ctx.needs_input_grad[0], True, True])
+            grad, x, weight, mean, var, None, None, False, ctx.eps, [need_x, True, True])
         # grad_w = Σ g·(x − m)/√(v + ε) and grad_b = Σ g; y depends on m directly and through v
         invstd = torch.rsqrt(var + ctx.eps)
         grad_var = (-0.5 * weight * invstd * invstd * grad_w).masked_fill(clamped, 0)
         grad_mean = -weight * invstd * grad_b - 2 * mean * grad_var  # v = q − m²
-        return grad_x, grad_mean, grad_var, grad_w, grad_b, None, None
+        grad_features = (grad_x.split([f.size(1) for f in features], dim=1) if need_x
+                         else [None] * len(features))
+        return (grad_mean, grad_var, grad_w, grad_b, None, None, *grad_features)
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
@@ -207,22 +213,32 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         return torch.addcmul(shift.to(x.dtype).view(1, -1, 1, 1), x,
                              scale.to(x.dtype).view(1, -1, 1, 1))
 
-    def relu(self, x: Tensor, keep: Optional[Tensor], pad: Optional[Tensor],
+    def relu(self, features: Sequence[Tensor], keep: Optional[Tensor], pad: Optional[Tensor],
              count: Optional[int], update_stats: bool = True,
              moments: Optional[Tuple[Tensor, Tensor]] = None, zero_output: bool = True
              ) -> Tensor:
-        """ReLU(BN(x)) of an x that is zero at padded cells, times the real-cell mask ``keep``
-        (B, 1, T, S) (None: no padding in the batch) when ``zero_output``. ``pad`` is the padding
-        mask itself (True at padding, or None)."""
+        """ReLU(BN(x)) of x, the channel concatenation of ``features``, zero at padded cells,
+        times the real-cell mask ``keep`` (B, 1, T, S) (None: no padding in the batch) when
+        ``zero_output``. ``pad`` is the padding mask itself (True at padding, or None). In
+        training the concatenation is not kept for the backward pass (see
+        :class:`_BatchNormReLU`)."""
+        features = list(features)
+        fast = _fast(features[0])
+        if fast and self.training:
+            if sum(f.size(1) for f in features) != self.num_features:
+                self._check(torch.cat(features, dim=1))
+            whole = features[0] if moments is not None or len(features) == 1 else \
+                torch.cat(features, dim=1)  # the statistics read it only when not given
+            mean, meansq = self._statistics(whole, pad, count, update_stats, True, moments)
+            return _BatchNormReLU.apply(mean.to(features[0].dtype), meansq.to(features[0].dtype),
+                                        self.weight, self.bias, self.eps,
+                                        keep if zero_output else None, *features)
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         self._check(x)
-        if not _fast(x):
+        if not fast:
             out = self(x, pad, count, update_stats, zero_padding=True, moments=moments).relu_()
             return out.mul_(keep) if keep is not None and zero_output else out
         keep = keep if zero_output else None
-        if self.training:
-            mean, meansq = self._statistics(x, pad, count, update_stats, True, moments)
-            return _BatchNormReLU.apply(x, mean.to(x.dtype), meansq.to(x.dtype), self.weight,
-                                        self.bias, self.eps, keep)
         out = torch.batch_norm(x, self.weight, self.bias, self.running_mean.to(x.dtype),
                                self.running_var.to(x.dtype), False, 0.0, self.eps, False).relu_()
         return out.mul_(keep) if keep is not None else out
@@ -294,17 +310,17 @@ class DenseLayer2d(nn.Module):
         ``keep``: the padding mask (B, 1, T, S) and the real-cell mask (1 − pad, in x's dtype),
         both None for a batch without padding."""
         features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
-        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         # The 1×1 convolution (and the GLU) are per cell, so padded cells of its input reach
         # only padded cells of its output, zeroed there: the narrow 4g channels are masked
         # instead of the wide input.
-        x = self.norm1.relu(x, keep, pad, count, update_stats, moments, zero_output=False)
+        x = self.norm1.relu(features, keep, pad, count, update_stats, moments,
+                            zero_output=False)
         x = self.conv1(x)
         if self.gate_bottleneck:
             x = F.glu(x, dim=1)
         if keep is not None:
             x = x * keep
-        return self.norm2.relu(x, keep, pad, count, update_stats)
+        return self.norm2.relu([x], keep, pad, count, update_stats)
 
     def forward(self, features: List[Tensor], pad: Optional[Tensor], count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -407,8 +423,7 @@ class DenseNet2d(nn.Module):
 
         def close(*inputs, update_stats):
             features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
-            return self.norm.relu(torch.cat(features, dim=1), keep, pad, count, update_stats,
-                                  moments)
+            return self.norm.relu(features, keep, pad, count, update_stats, moments)
 
         inputs = features + list(concatenated_stats() or ())
         return _recompute_in_backward(close, inputs, self.memory_efficient)
