@@ -71,6 +71,7 @@ TIERS = {
              "test_attention_entropy.py", "test_scoring.py", "test_replace_unk.py",
              "test_epoch_anneal.py", "test_checkpoint_average.py", "test_layering.py",
              "test_saved_tensors.py", "test_saved_tensors_recurrent_cross.py", "test_options.py",
+             "test_pervasive_outputs.py",
              "test_conformance_selfcheck.py", "test_engine.py", "test_portable.py",
              "test_remake.py", "test_inputs_are_data.py", "test_gpu_plans.py",
              "test_significance.py", "test_multi30k_download.py", "test_python_m.py",

@@ -44,11 +44,22 @@ def _uniform(source_padding: Tensor, rows: int, dtype: torch.dtype) -> Tensor:
     return (real / real.sum(-1, keepdim=True)).unsqueeze(1).expand(-1, rows, -1)
 
 
+def _without_padded_columns(features: Tensor, source_padding: Tensor) -> Tensor:
+    """The features (B, C, T, S) with -inf at padded source columns, for a maximum over the
+    source axis: a broadcast sum with a (B, 1, 1, S) row of 0 and -inf (on a CPU several times
+    faster than ``masked_fill``), or the features themselves when no column is padding."""
+    if not bool(source_padding.any()):
+        return features
+    minus_inf = torch.zeros(source_padding.shape, dtype=features.dtype, device=features.device)
+    minus_inf = minus_inf.masked_fill_(source_padding, float("-inf"))
+    return features + minus_inf[:, None, None, :]
+
+
 def max_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
              ) -> Tuple[Tensor, Optional[Tensor]]:
     """Eq. 2 and the Eq. 7 weights: (B, T, C), (B, T, S) or None."""
     _source_lengths(source_padding)
-    masked = features.masked_fill(source_padding[:, None, None, :], float("-inf"))
+    masked = _without_padded_columns(features, source_padding)
     pooled, argmax = masked.max(dim=-1)  # (B, C, T)
     pooled = pooled.transpose(1, 2)
     if not need_weights:
@@ -87,7 +98,9 @@ def avg_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
              ) -> Tuple[Tensor, Optional[Tensor]]:
     """Eq. 3, (1/√|s|)·Σ_j: (B, T, C) and uniform weights (B, T, S) or None."""
     lengths = _source_lengths(source_padding)
-    summed = features.masked_fill(source_padding[:, None, None, :], 0).sum(-1).transpose(1, 2)
+    if bool(source_padding.any()):
+        features = features * (~source_padding).to(features.dtype)[:, None, None, :]
+    summed = features.sum(-1).transpose(1, 2)
     pooled = summed / lengths.sqrt().to(features.dtype).view(-1, 1, 1)
     if not need_weights:
         return pooled, None

@@ -35,7 +35,7 @@ Incremental decoding (evaluation only): the input is the newest grid row(s) (B, 
 their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in
 ``incremental_state``.
 """
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -59,19 +59,44 @@ def check_gating(gated) -> str:
     return gated
 
 
+def _fast(x: Tensor) -> bool:
+    """Whether x takes the fused training path (:class:`_BatchNormReLU`): float32 and float64,
+    whose statistics torch's batch-norm kernels take in x's own dtype. Half precision keeps the
+    composition of elementwise operations with float32 statistics."""
+    return x.dtype in (torch.float32, torch.float64)
+
+
+def _channel_affine(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+    """scale_c · x + shift_c per channel c of x (B, C, T, S), in one pass: torch's evaluation-mode
+    batch-norm kernel with mean 0, variance 1 and ε = 0 (on a CPU several times faster than
+    ``addcmul`` with broadcast (1, C, 1, 1) operands)."""
+    if not _fast(x):
+        return torch.addcmul(shift.view(1, -1, 1, 1), x, scale.view(1, -1, 1, 1))
+    zeros = torch.zeros_like(scale)
+    return torch.batch_norm(x, scale, shift, zeros, torch.ones_like(scale), False, 0.0, 0.0,
+                            False)
+
+
 class _MaskedMoments(torch.autograd.Function):
     """Per-channel mean and mean of squares of x (B, C, T, S) over the cells where ``pad``
-    (B, 1, T, S) is False, in float32 (float64 for a float64 x). Saves only x and the mask, through
-    ``ctx.save_for_backward``; the backward is derived in docs/backward/densenet2d.md. With
-    ``zero_padding`` the caller guarantees x = 0 at padded cells, which saves a masked copy."""
+    (B, 1, T, S) is False (``pad`` None: every cell), in float32 (float64 for a float64 x). Saves
+    only x and the mask, through ``ctx.save_for_backward``; the backward is derived in
+    docs/backward/densenet2d.md. With ``zero_padding`` the caller guarantees x = 0 at padded cells
+    (x is the product of something with the real-cell mask), which saves a masked copy in the
+    forward pass and the mask in the backward: the gradient at padded cells is then left for that
+    product's backward to zero."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, pad: Tensor, count: int, zero_padding: bool):
-        real = x if zero_padding else x.masked_fill(pad, 0)
+    def forward(ctx, x: Tensor, pad: Optional[Tensor], count: int, zero_padding: bool):
+        masked = pad is not None and not zero_padding
+        real = x.masked_fill(pad, 0) if masked else x
         dtype = torch.promote_types(x.dtype, torch.float32)
         mean = real.sum((0, 2, 3), dtype=dtype) / count
-        meansq = torch.linalg.vector_norm(real, 2, (0, 2, 3), dtype=dtype).square() / count
-        ctx.save_for_backward(x, pad)
+        if _fast(real):  # Σx² as one product and a sum: a vector norm is several times slower
+            meansq = (real * real).sum((0, 2, 3), dtype=dtype) / count
+        else:
+            meansq = torch.linalg.vector_norm(real, 2, (0, 2, 3), dtype=dtype).square() / count
+        ctx.save_for_backward(x, pad if masked else None)
         ctx.count = count
         return mean, meansq
 
@@ -79,13 +104,63 @@ class _MaskedMoments(torch.autograd.Function):
     def backward(ctx, grad_mean: Optional[Tensor], grad_meansq: Optional[Tensor]):
         x, pad = ctx.saved_tensors
         dtype = torch.promote_types(x.dtype, torch.float32)
-        grad = torch.zeros(1, x.size(1), 1, 1, dtype=dtype, device=x.device)
-        if grad_mean is not None:
-            grad = grad + grad_mean.view(1, -1, 1, 1)
-        if grad_meansq is not None:
-            grad = grad + 2 * grad_meansq.view(1, -1, 1, 1) * x.to(dtype)
-        grad = (grad / ctx.count).expand_as(x).masked_fill(pad, 0)
-        return grad.to(x.dtype), None, None, None
+        channels = x.size(1)
+        zero = torch.zeros(channels, dtype=dtype, device=x.device)
+        # ∂m/∂x = 1/N, ∂q/∂x = 2x/N at real cells (docs/backward/densenet2d.md)
+        shift = (zero if grad_mean is None else grad_mean.to(dtype)) / ctx.count
+        scale = (zero if grad_meansq is None else 2 * grad_meansq.to(dtype)) / ctx.count
+        if _fast(x):
+            grad = _channel_affine(x, scale.to(x.dtype), shift.to(x.dtype))
+        else:
+            grad = (shift.view(1, -1, 1, 1) + scale.view(1, -1, 1, 1) * x.to(dtype)).to(x.dtype)
+        if pad is not None:
+            grad = grad.masked_fill(pad, 0)
+        return grad, None, None, None
+
+
+class _BatchNormReLU(torch.autograd.Function):
+    """ReLU(BN(x)) in training mode with the batch statistics given, (mean m, mean of squares q)
+    per channel, variance v = max(q − m², 0), optionally times the real-cell mask ``keep``
+    (B, 1, T, S): y = ReLU(w·(x − m)/√(v + ε) + b)·keep, where x is the channel concatenation of
+    ``features``. Forward: one pass of torch's batch-norm kernel (in evaluation mode, with m and v
+    as its statistics) and one ReLU. Backward: torch's evaluation-mode batch-norm backward, which
+    gives ∂/∂x through the normalization alone and ∂/∂w, ∂/∂b, and from those the gradients of m
+    and q as two vectors per channel (derived in docs/backward/densenet2d.md), which
+    :class:`_MaskedMoments` turns into a per-cell gradient once per feature rather than once per
+    reading layer. The concatenation is not kept for the backward pass, its parts are (the
+    DenseNet keeps them anyway) and it is made again there: a DenseNet's layers would otherwise
+    keep O(L²) channels. Every tensor the backward reads goes through ``ctx.save_for_backward``."""
+
+    @staticmethod
+    def forward(ctx, mean: Tensor, meansq: Tensor, weight: Tensor, bias: Tensor, eps: float,
+                keep: Optional[Tensor], *features: Tensor):
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+        var = meansq - mean * mean
+        clamped = var < 0
+        var = var.masked_fill(clamped, 0)
+        y = torch.batch_norm(x, weight, bias, mean, var, False, 0.0, eps, False).relu_()
+        if keep is not None:
+            y = y.mul_(keep)
+        ctx.save_for_backward(y, weight, mean, var, clamped, *features)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y: Tensor):
+        y, weight, mean, var, clamped, *features = ctx.saved_tensors
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+        # y is zero wherever ReLU or the mask cut it: the gradient flows only where y > 0
+        grad = torch.ops.aten.threshold_backward(grad_y, y, 0)
+        need_x = any(ctx.needs_input_grad[6:])
+        grad_x, grad_w, grad_b = torch.ops.aten.native_batch_norm_backward(
+            grad, x, weight, mean, var, None, None, False, ctx.eps, [need_x, True, True])
+        # grad_w = Σ g·(x − m)/√(v + ε) and grad_b = Σ g; y depends on m directly and through v
+        invstd = torch.rsqrt(var + ctx.eps)
+        grad_var = (-0.5 * weight * invstd * invstd * grad_w).masked_fill(clamped, 0)
+        grad_mean = -weight * invstd * grad_b - 2 * mean * grad_var  # v = q − m²
+        grad_features = (grad_x.split([f.size(1) for f in features], dim=1) if need_x
+                         else [None] * len(features))
+        return (grad_mean, grad_var, grad_w, grad_b, None, None, *grad_features)
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
@@ -95,35 +170,78 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     at padded cells are normalized like the others; callers zero them. ``zero_padding=True``
     promises that x is already zero at padded cells (the DenseNet keeps it so), which skips a
     masked copy of x; ``moments`` gives the training statistics precomputed (see
-    :func:`masked_moments`). Parameters and buffers are those of ``nn.BatchNorm2d``."""
+    :func:`masked_moments`). Parameters and buffers are those of ``nn.BatchNorm2d``.
+    :meth:`relu` is the DenseNet's fused ReLU(BN(x)), zero at padding."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1):
         super().__init__(num_features, eps=eps, momentum=momentum)
 
-    def forward(self, x: Tensor, pad: Tensor, count: Optional[int] = None,
-                update_stats: bool = True, zero_padding: bool = False,
-                moments: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+    def _check(self, x: Tensor):
         if x.dim() != 4 or x.size(1) != self.num_features:
             raise ValueError(f"MaskedBatchNorm2d expects (batch, {self.num_features}, target, "
                              f"source), got {tuple(x.shape)}")
-        if self.training:
-            if count is None:
-                count = real_cells(pad)
-            if count < 1:
-                raise ValueError("batch normalization in training needs at least one real grid "
-                                 "cell; the batch is all padding")
-            if moments is None:
-                moments = _MaskedMoments.apply(x, pad, count, zero_padding)
+
+    def _statistics(self, x: Tensor, pad: Optional[Tensor], count: Optional[int],
+                    update_stats: bool, zero_padding: bool,
+                    moments: Optional[Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
+        """Training mode: the real cells' (mean, mean of squares), running statistics updated."""
+        if count is None:
+            count = x.size(0) * x.size(2) * x.size(3) if pad is None else real_cells(pad)
+        if count < 1:
+            raise ValueError("batch normalization in training needs at least one real grid "
+                             "cell; the batch is all padding")
+        if moments is None:
+            moments = _MaskedMoments.apply(x, pad, count, zero_padding)
+        if update_stats:
             mean, meansq = moments
+            with torch.no_grad():  # nothing for autograd to save (a recomputation saves no more)
+                var = (meansq - mean.square()).clamp_min(0)
+            self._update_running_stats(mean, var, count)
+        return moments
+
+    def forward(self, x: Tensor, pad: Optional[Tensor], count: Optional[int] = None,
+                update_stats: bool = True, zero_padding: bool = False,
+                moments: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+        self._check(x)
+        if self.training:
+            mean, meansq = self._statistics(x, pad, count, update_stats, zero_padding, moments)
             var = (meansq - mean.square()).clamp_min(0)
-            if update_stats:
-                self._update_running_stats(mean, var, count)
         else:
             mean, var = self.running_mean.float(), self.running_var.float()
         scale = self.weight.float() * torch.rsqrt(var + self.eps)
         shift = self.bias.float() - mean * scale
         return torch.addcmul(shift.to(x.dtype).view(1, -1, 1, 1), x,
                              scale.to(x.dtype).view(1, -1, 1, 1))
+
+    def relu(self, features: Sequence[Tensor], keep: Optional[Tensor], pad: Optional[Tensor],
+             count: Optional[int], update_stats: bool = True,
+             moments: Optional[Tuple[Tensor, Tensor]] = None, zero_output: bool = True
+             ) -> Tensor:
+        """ReLU(BN(x)) of x, the channel concatenation of ``features``, zero at padded cells,
+        times the real-cell mask ``keep`` (B, 1, T, S) (None: no padding in the batch) when
+        ``zero_output``. ``pad`` is the padding mask itself (True at padding, or None). In
+        training the concatenation is not kept for the backward pass (see
+        :class:`_BatchNormReLU`)."""
+        features = list(features)
+        fast = _fast(features[0])
+        if fast and self.training:
+            if sum(f.size(1) for f in features) != self.num_features:
+                self._check(torch.cat(features, dim=1))
+            whole = features[0] if moments is not None or len(features) == 1 else \
+                torch.cat(features, dim=1)  # the statistics read it only when not given
+            mean, meansq = self._statistics(whole, pad, count, update_stats, True, moments)
+            return _BatchNormReLU.apply(mean.to(features[0].dtype), meansq.to(features[0].dtype),
+                                        self.weight, self.bias, self.eps,
+                                        keep if zero_output else None, *features)
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+        self._check(x)
+        if not fast:
+            out = self(x, pad, count, update_stats, zero_padding=True, moments=moments).relu_()
+            return out.mul_(keep) if keep is not None and zero_output else out
+        keep = keep if zero_output else None
+        out = torch.batch_norm(x, self.weight, self.bias, self.running_mean.to(x.dtype),
+                               self.running_var.to(x.dtype), False, 0.0, self.eps, False).relu_()
+        return out.mul_(keep) if keep is not None else out
 
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, count: int):
@@ -140,21 +258,12 @@ def real_cells(pad: Tensor) -> int:
     return int(pad.numel() - pad.sum())
 
 
-def masked_moments(x: Tensor, pad: Tensor, count: int) -> Tuple[Tensor, Tensor]:
+def masked_moments(x: Tensor, pad: Optional[Tensor], count: int) -> Tuple[Tensor, Tensor]:
     """Per-channel (C,) mean and mean of squares of x (B, C, T, S), zero at padded cells, over
     the ``count`` real cells. Statistics are per channel, so those of a concatenation are the
     concatenated statistics of its parts: the DenseNet computes them once per layer output
     instead of once per reading layer."""
     return _MaskedMoments.apply(x, pad, count, True)
-
-
-def _bn_relu(norm: MaskedBatchNorm2d, x: Tensor, pad: Tensor, count: Optional[int],
-             update_stats: bool = True, moments: Optional[Tuple[Tensor, Tensor]] = None
-             ) -> Tensor:
-    """ReLU(BN(x)), zero at padded cells (in place on the normalized tensor); x is zero at padded
-    cells, as every tensor the DenseNet normalizes is."""
-    return norm(x, pad, count, update_stats, zero_padding=True,
-                moments=moments).masked_fill_(pad, 0).relu_()
 
 
 def _recompute_in_backward(fn: Callable[..., Tensor], features: List[Tensor],
@@ -193,31 +302,46 @@ class DenseLayer2d(nn.Module):
                                   kernel_size)
         nn.init.kaiming_normal_(self.conv1.weight, nonlinearity="relu")
 
-    def bottleneck(self, *inputs: Tensor, pad: Tensor, count: Optional[int],
-                   update_stats: bool = True) -> Tensor:
+    def bottleneck(self, *inputs: Tensor, pad: Optional[Tensor], keep: Optional[Tensor],
+                   count: Optional[int], update_stats: bool = True) -> Tensor:
         """Concatenation → BN → ReLU → 1×1 convolution (→ GLU) → BN → ReLU: the masked
         convolution's input (B, 4g, T, S). ``inputs``: the features, then in training their
-        concatenated per-channel mean and mean of squares (:func:`masked_moments`)."""
+        concatenated per-channel mean and mean of squares (:func:`masked_moments`). ``pad`` and
+        ``keep``: the padding mask (B, 1, T, S) and the real-cell mask (1 − pad, in x's dtype),
+        both None for a batch without padding."""
         features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
-        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         # The 1×1 convolution (and the GLU) are per cell, so padded cells of its input reach
         # only padded cells of its output, zeroed there: the narrow 4g channels are masked
         # instead of the wide input.
-        x = self.norm1(x, pad, count, update_stats, zero_padding=True, moments=moments)
-        x = self.conv1(x.relu_())
+        x = self.norm1.relu(features, keep, pad, count, update_stats, moments,
+                            zero_output=False)
+        x = self.conv1(x)
         if self.gate_bottleneck:
             x = F.glu(x, dim=1)
-        return _bn_relu(self.norm2, x.masked_fill(pad, 0), pad, count, update_stats)
+        if keep is not None:
+            x = x * keep
+        return self.norm2.relu([x], keep, pad, count, update_stats)
 
-    def forward(self, features: List[Tensor], pad: Tensor, count: Optional[int] = None,
+    def forward(self, features: List[Tensor], pad: Optional[Tensor], count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
                 memory_efficient: bool = False,
-                moments: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
-        """``moments``: in training, the features' concatenated per-channel mean and mean of
-        squares; computed here when not given."""
-        def bottleneck(*inputs, update_stats):
-            return self.bottleneck(*inputs, pad=pad, count=count, update_stats=update_stats)
+                moments: Optional[Tuple[Tensor, Tensor]] = None,
+                keep: Optional[Tensor] = None) -> Tensor:
+        """``pad``: the padding mask (B, 1, T, S), or None for a batch without padding;
+        ``keep``: 1 − pad in the features' dtype (computed here when not given). ``moments``: in
+        training, the features' concatenated per-channel mean and mean of squares; computed here
+        when not given."""
+        if pad is not None and keep is None:
+            keep = real_cell_mask(pad, features[0].dtype)
+        if pad is None:
+            keep = None
 
+        def bottleneck(*inputs, update_stats):
+            return self.bottleneck(*inputs, pad=pad, keep=keep, count=count,
+                                   update_stats=update_stats)
+
+        if self.training and count is None:
+            count = _cells(features[0], pad)
         if self.training and moments is None:
             moments = masked_moments(torch.cat(features, dim=1), pad, count)
         inputs = list(features) + (list(moments) if self.training else [])
@@ -225,8 +349,20 @@ class DenseLayer2d(nn.Module):
         h = self.conv2(h, incremental_state)
         if self.gate_masked:
             h = F.glu(h, dim=1)
-        h = h.masked_fill(pad, 0)
+        if keep is not None:
+            h = h * keep
         return F.dropout(h, self.dropout, self.training)
+
+
+def real_cell_mask(pad: Tensor, dtype: torch.dtype) -> Tensor:
+    """1 at real cells and 0 at padded ones (``pad`` True), in ``dtype``: padding is zeroed by a
+    product, which on a CPU is several times faster than ``masked_fill`` with a broadcast mask."""
+    return (~pad).to(dtype)
+
+
+def _cells(x: Tensor, pad: Optional[Tensor]) -> int:
+    """Real cells of the grid x (B, C, T, S) with padding mask ``pad`` (None: no padding)."""
+    return x.size(0) * x.size(2) * x.size(3) if pad is None else real_cells(pad)
 
 
 class DenseNet2d(nn.Module):
@@ -268,9 +404,11 @@ class DenseNet2d(nn.Module):
         if incremental_state is not None and self.training:
             raise ValueError("incremental decoding needs evaluation mode (batch normalization "
                              "uses its running statistics there); call model.eval()")
-        pad = padding.unsqueeze(1)
-        count = real_cells(pad) if self.training else None
-        features = [x.masked_fill(pad, 0)]
+        # A batch without padding skips every mask (the common case of length-bucketed batches).
+        pad = padding.unsqueeze(1) if bool(padding.any()) else None
+        keep = real_cell_mask(pad, x.dtype) if pad is not None else None
+        count = _cells(x, pad) if self.training else None
+        features = [x * keep if keep is not None else x]
         # Training statistics of each feature, computed once and shared by every later layer.
         stats = [masked_moments(features[0], pad, count)] if self.training else None
 
@@ -279,14 +417,13 @@ class DenseNet2d(nn.Module):
 
         for layer in self.layers:
             features.append(layer(features, pad, count, incremental_state,
-                                  self.memory_efficient, concatenated_stats()))
+                                  self.memory_efficient, concatenated_stats(), keep))
             if stats is not None:
                 stats.append(masked_moments(features[-1], pad, count))
 
         def close(*inputs, update_stats):
             features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
-            return _bn_relu(self.norm, torch.cat(features, dim=1), pad, count, update_stats,
-                            moments)
+            return self.norm.relu(features, keep, pad, count, update_stats, moments)
 
         inputs = features + list(concatenated_stats() or ())
         return _recompute_in_backward(close, inputs, self.memory_efficient)

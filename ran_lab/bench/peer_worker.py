@@ -1,0 +1,320 @@
+"""One side of the peer benchmark (:mod:`ran_lab.bench.peers`): a model, its batch, a training
+step and greedy decoding, in a process of its own.
+
+``python -m ran_lab.bench.peer_worker`` reads one JSON command per line on stdin and answers one
+JSON line on the stream it was given (stdout at start; anything the models print goes to stderr):
+``{"cmd": "setup", "side": ..., "case": {...}, "clone": PATH}`` builds the model and the batch,
+``{"cmd": "train"}`` times one training step (forward, backward, optimizer step),
+``{"cmd": "decode"}`` one greedy decoding of the batch's sources, ``{"cmd": "memory"}`` the peak
+resident set since setup, ``{"cmd": "quit"}`` ends it. The same :class:`Side` objects run
+in-process in the tests.
+
+Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
+the pinned commit, from a local clone), ``thseq`` (Zeng et al.'s code, likewise), and any
+``module:function`` returning a :class:`Side` (the tests' stub peer). Every side trains with the
+same loss (the sum of the target tokens' negative log-likelihoods, padding left out) and
+``torch.optim.Adam``, on the same token ids; the models' own embeddings, dropout and weights.
+"""
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+PAD, BOS, EOS = 1, 2, 3  # token ids; ids from 4 are words
+FIRST_WORD = 4
+
+
+def make_batch(case):
+    """The case's batch, the same for every side (seeded): source (B, S) and target (B, T) token
+    ids, with the decoder's input (BOS, then the target shifted right); with ``padded``, each
+    sentence's lengths drawn between half and all of the grid and the rest padding (right)."""
+    g = torch.Generator().manual_seed(case.get("seed", 1))
+    b, s, t, vocab = case["sentences"], case["source_length"], case["target_length"], case["vocab"]
+    src = torch.randint(FIRST_WORD, vocab, (b, s), generator=g)
+    tgt = torch.randint(FIRST_WORD, vocab, (b, t), generator=g)
+    src_lengths = torch.full((b,), s)
+    tgt_lengths = torch.full((b,), t)
+    if case.get("padded"):
+        src_lengths = torch.randint((s + 1) // 2, s + 1, (b,), generator=g)
+        tgt_lengths = torch.randint((t + 1) // 2, t + 1, (b,), generator=g)
+        src_lengths[0], tgt_lengths[0] = s, t  # the grid is as large as its longest sentences
+        for i in range(b):
+            src[i, src_lengths[i]:] = PAD
+            tgt[i, tgt_lengths[i]:] = PAD
+    prev = torch.cat([torch.full((b, 1), BOS), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(PAD), PAD)
+    return {"src": src, "src_lengths": src_lengths, "tgt": tgt, "tgt_lengths": tgt_lengths,
+            "prev": prev}
+
+
+def nll(log_probs, target):
+    """The summed negative log-likelihood of the target's real tokens."""
+    return F.nll_loss(log_probs.reshape(-1, log_probs.size(-1)), target.reshape(-1),
+                      ignore_index=PAD, reduction="sum")
+
+
+class Side:
+    """A model of one side with its batch: :meth:`train_step` (one forward, backward and Adam
+    step) and :meth:`decode` (greedy decoding of the batch's sources to the case's target
+    length, no stop at EOS, so that every side does the same work); subclasses give
+    :meth:`log_probs` and :meth:`greedy`."""
+
+    def __init__(self, model, case, info=None):
+        self.model, self.case, self.batch = model, case, make_batch(case)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        self.info = dict(info or {})
+        self.info["parameters"] = sum(p.numel() for p in model.parameters())
+
+    def log_probs(self, batch):
+        raise NotImplementedError
+
+    def greedy(self, batch, length):
+        raise NotImplementedError
+
+    def train_step(self):
+        self.model.train()
+        loss = nll(self.log_probs(self.batch), self.batch["tgt"])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss)
+
+    @torch.no_grad()
+    def decode(self):
+        self.model.eval()
+        tokens = self.greedy(self.batch, self.case["target_length"])
+        return int(tokens.numel())
+
+
+# ---- the plugin ------------------------------------------------------------------------------
+
+def plugin_flags(case):
+    """fairseq-train flags of the plugin's model for a case (sizes as the peer's)."""
+    arch = case["arch"]
+    if arch == "pervasive_attention":
+        return ["--arch", "pervasive_attention", "--num-layers", str(case["layers"]),
+                "--growth-rate", str(case["growth_rate"]), "--kernel-size", str(case["kernel_size"]),
+                "--encoder-embed-dim", str(case["embed_dim"]),
+                "--decoder-embed-dim", str(case["embed_dim"]), "--aggregator", "max",
+                "--share-decoder-input-output-embed", "--dropout", "0.2",
+                "--embedding-dropout", "0.2", "--output-dropout", "0.2",
+                "--max-source-positions", "1024", "--max-target-positions", "1024"]
+    if arch == "ran_transformer":
+        d = str(case["embed_dim"])
+        return ["--arch", "ran_transformer", "--encoder-layers", str(case["layers"]),
+                "--decoder-layers", str(case["layers"]), "--encoder-embed-dim", d,
+                "--decoder-embed-dim", d, "--encoder-ffn-embed-dim", str(case["ffn_dim"]),
+                "--decoder-ffn-embed-dim", str(case["ffn_dim"]),
+                "--encoder-attention-heads", str(case["heads"]),
+                "--decoder-attention-heads", str(case["heads"]), "--dropout", "0.1",
+                "--share-decoder-input-output-embed"] + list(case.get("plugin_flags", []))
+    raise ValueError(f"no plugin model for arch {arch!r}")
+
+
+class _Task:
+    """The dictionaries a fairseq model is built from: ``vocab`` entries, pad/eos as above."""
+
+    def __init__(self, vocab):
+        from fairseq.data import Dictionary
+
+        self.source_dictionary, self.target_dictionary = Dictionary(), Dictionary()
+        for d in (self.source_dictionary, self.target_dictionary):
+            for i in range(vocab - len(d)):
+                d.add_symbol(f"w{i}")
+            assert (d.pad(), d.eos()) == (PAD, 2), "fairseq's dictionary ids moved"
+
+
+class PluginSide(Side):
+    """ran_fairseq's model, called as fairseq's trainer and sequence generator call it."""
+
+    def __init__(self, case):
+        from fairseq import options
+
+        from ran_lab import plugin
+
+        plugin.load()
+        args = options.parse_args_and_arch(
+            options.get_training_parser(),
+            ["unused-data", "--task", "translation", *plugin_flags(case)])
+        from fairseq.models import ARCH_MODEL_REGISTRY
+
+        torch.manual_seed(case.get("seed", 1))
+        model = ARCH_MODEL_REGISTRY[args.arch].build_model(args, _Task(case["vocab"]))
+        super().__init__(model, case, {"flags": plugin_flags(case)})
+
+    def log_probs(self, batch):
+        logits, _ = self.model(batch["src"], batch["src_lengths"], batch["prev"])
+        return F.log_softmax(logits, dim=-1)
+
+    def greedy(self, batch, length):
+        # fairseq's eos (2) starts the target, as its sequence generator does
+        model = self.model
+        encoder_out = model.encoder(batch["src"], src_lengths=batch["src_lengths"])
+        tokens = torch.full((batch["src"].size(0), 1), 2, dtype=torch.long)
+        state = {}
+        for _ in range(length):
+            logits, _ = model.decoder(tokens, encoder_out, incremental_state=state)
+            logits = logits[:, -1]
+            logits[:, PAD] = float("-inf")
+            tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
+        return tokens[:, 1:]
+
+
+# ---- Elbayad et al.'s code (attn2d) -----------------------------------------------------------
+
+def attn2d_params(case):
+    """The configuration of attn2d's ``Convs2s2D`` (the paper's model: one DenseNet block of
+    batch-normalized masked convolutions, max pooling over the source) at the case's sizes, with
+    the plugin's choices where the code has options: no biases in the convolutions, the output
+    tied to the target embeddings through a linear map to d, dropout 0.2 everywhere."""
+    d, k = case["embed_dim"], case["kernel_size"]
+    embedding = {"type": "embedding", "input_dim": d, "encode_length": 0, "encode_position": 0,
+                 "input_dropout": 0.2, "max_length": 1024}
+    return {
+        "encoder": dict(embedding),
+        "decoder": dict(embedding, tie_target_weights=1, copy_source_weights=0,
+                        prediction_dropout=0.2),
+        "network": {"type": "densenet", "kernels": [k], "kernel": k,
+                    "num_layers": [case["layers"]], "growth_rate": case["growth_rate"],
+                    "bn_size": 4, "conv_dropout": 0.2, "bias": 0, "init_weights": 1},
+        "aggregator": {"mode": "max"},
+    }
+
+
+class Attn2dSide(Side):
+    """attn2d's ``nmt.models.convs2s2D.Convs2s2D``, imported from the clone's ``nmt`` package
+    (plain PyTorch modules: no fairseq). Its greedy decoding (``sample``) moves new tensors to
+    CUDA; on a CPU ``Tensor.cuda`` is made the identity in this process."""
+
+    def __init__(self, case, clone):
+        from .peers import require_clone
+
+        require_clone("attn2d", clone)
+        sys.path.insert(0, str(Path(clone).resolve()))
+        if not torch.cuda.is_available():
+            torch.Tensor.cuda = lambda self, *args, **kwargs: self
+        from nmt.models.convs2s2D import Convs2s2D
+
+        torch.manual_seed(case.get("seed", 1))
+        # EOS is an id no prediction takes: decoding runs to the length asked, as the plugin's
+        model = Convs2s2D("peer", attn2d_params(case), case["vocab"], case["vocab"],
+                          {"PAD": PAD, "BOS": BOS, "EOS": -1})
+        model.init_weights()
+        super().__init__(model, case, {"params": attn2d_params(case)})
+
+    @staticmethod
+    def _side(tokens, lengths):
+        return {"labels": tokens, "lengths": lengths}
+
+    def log_probs(self, batch):
+        return self.model(self._side(batch["src"], batch["src_lengths"]),
+                          self._side(batch["prev"], batch["tgt_lengths"]))
+
+    def greedy(self, batch, length):
+        seq, _ = self.model.sample(self._side(batch["src"], batch["src_lengths"]), None,
+                                   {"beam_size": 1, "max_length_a": 0, "max_length_b": length})
+        return seq
+
+
+# ---- the worker process -----------------------------------------------------------------------
+
+def build_side(side, case, clone=None):
+    if side == "plugin":
+        return PluginSide(case)
+    if side == "attn2d":
+        return Attn2dSide(case, clone)
+    if side == "thseq":
+        from .peer_thseq import ThseqSide
+
+        return ThseqSide(case, clone)
+    if ":" in side:
+        module, function = side.split(":", 1)
+        return getattr(importlib.import_module(module), function)(case)
+    raise ValueError(f"unknown side {side!r}")
+
+
+def _status_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return None
+
+
+def reset_peak():
+    """Reset the resident-set high-water mark (VmHWM) where the kernel lets us; False if not."""
+    from .worker import release_free_heap
+
+    release_free_heap()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def memory_now():
+    """(current RSS, peak RSS since the last reset) in MiB."""
+    import resource
+
+    current = _status_kib("VmRSS")
+    peak = _status_kib("VmHWM")
+    if current is None:  # no /proc: the process-lifetime peak only
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 1024, peak / 1024
+    return current / 1024, peak / 1024
+
+
+class Worker:
+    """The commands of the protocol on one :class:`Side`."""
+
+    def __init__(self):
+        self.side = None
+        self.rss_before = None
+
+    def handle(self, command):
+        cmd = command["cmd"]
+        if cmd == "setup":
+            torch.set_num_threads(command.get("threads", 1))
+            self.side = build_side(command["side"], command["case"], command.get("clone"))
+            self.rss_before = memory_now()[0]
+            resettable = reset_peak()
+            return {"info": self.side.info, "rss_before_mib": self.rss_before,
+                    "peak_resettable": resettable, "torch": torch.__version__}
+        if cmd in ("train", "decode"):
+            start = time.perf_counter()
+            value = self.side.train_step() if cmd == "train" else self.side.decode()
+            return {"seconds": time.perf_counter() - start, "value": value}
+        if cmd == "memory":
+            current, peak = memory_now()
+            return {"rss_mib": current, "peak_mib": peak,
+                    "increment_mib": peak - self.rss_before}
+        raise ValueError(f"unknown command {cmd!r}")
+
+
+def main():
+    # The protocol's stream is the stdout we were given; whatever the models print goes to stderr.
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker = Worker()
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command["cmd"] == "quit":
+            break
+        try:
+            answer = {"ok": True, **worker.handle(command)}
+        except Exception as error:  # the parent reports it with the side's name
+            import traceback
+
+            traceback.print_exc()
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        protocol.write(json.dumps(answer) + "\n")
+        protocol.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""The plugin against the authors' own code: training steps and greedy decoding side by side.
+
+For each case (an architecture, sizes, a batch with or without padding) two worker processes
+(:mod:`ran_lab.bench.peer_worker`) hold the plugin's model and the authors' model at the same
+sizes, on the same token ids; the parent times one training step (forward, backward, Adam step)
+in one and then in the other, alternating which goes first, ``--reps`` times, then greedy
+decoding of the batch likewise. The ratio of the medians (plugin ÷ peer, below 1: the plugin is
+faster) and the spread of the paired ratios say who is faster; ``uptime``'s load average is
+recorded before and after. Peak memory is measured apart, each side alone in a fresh process
+under glibc's ``MALLOC_MMAP_THRESHOLD_`` (freed tensors go back to the system, so the resident set
+follows the live tensors): the high-water mark of the resident set over a few training steps,
+less the resident set before the first one.
+
+The authors' code is read from a local clone at a pinned commit (:data:`PEERS`); it is never copied
+into the project. A missing clone is an error of one line that says how to get it.
+
+    python scripts/bench-peers.py --attn2d ~/src/attn2d --out results/bench/peers/cpu-run1
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from ran_lab.common import LabError
+from ran_lab.common.machine import available_cores, cpu_model, git_commit, utc_now
+from ran_lab.common.paths import REPO
+
+MMAP_THRESHOLD = 65536  # as ran-bench --live-memory
+
+
+class PeerError(LabError):
+    """A problem with the peer benchmark's input; the message says what to do."""
+
+
+# The authors' released code, by side: where to get it, the commit measured, and a file that only
+# that commit's tree has where the code is read.
+PEERS = {
+    "attn2d": {
+        "paper": "Elbayad et al. 2018 (Pervasive Attention)",
+        "url": "https://github.com/elbayadm/attn2d",
+        "commit": "4cdc2237a712f3d000cd6c5f19af65fb97625479",
+        "marker": "nmt/models/densenet.py",
+        "note": "the paper's code (nmt/, 2018-08-10), in the history of the repository's master "
+                "branch, whose tip is a later fairseq fork",
+    },
+    "thseq": {
+        "paper": "Zeng et al. 2021 (RAN)",
+        "url": "https://github.com/lemon0830/RAN",
+        "commit": "6c7fd11d9a384b81d02923a0da08e23c8441dfee",
+        "marker": "code_RAN/thseq/models/transformer/model.py",
+        "note": "code_RAN/thseq",
+    },
+}
+
+# The cases: the plugin's architecture at the sizes of a recipe, against the peer of that paper.
+# 16 sentences of 20 tokens is the batch of the issue that asked for the comparison; the vocabulary
+# is about Multi30k's joint BPE (configs/pervasive/cpu.json).
+_PA = {"arch": "pervasive_attention", "peer": "attn2d", "sentences": 16, "source_length": 20,
+       "target_length": 20, "vocab": 8000, "seed": 1}
+CASES = {
+    "pa-cpu": dict(_PA, embed_dim=64, layers=8, growth_rate=16, kernel_size=3,
+                   about="pervasive_attention_small (configs/pervasive/systems.json)"),
+    "pa-d128": dict(_PA, embed_dim=128, layers=8, growth_rate=16, kernel_size=3,
+                    about="the CPU depth at the paper's d = 128 (the issue's size)"),
+    "pa-paper": dict(_PA, embed_dim=128, layers=24, growth_rate=32, kernel_size=5,
+                     about="the paper's base size (Table 1, Max)"),
+}
+for _name in list(CASES):
+    CASES[_name + "-padded"] = dict(CASES[_name], padded=True)
+
+
+def clone_problem(peer, clone):
+    """None when ``clone`` holds the peer's code at a tree that has its marker file, else the one
+    line that says how to get it."""
+    spec = PEERS[peer]
+    how = (f"git clone {spec['url']} {clone or 'DIR'} && git -C {clone or 'DIR'} checkout "
+           f"{spec['commit']}")
+    if not clone:
+        return f"{peer}: no clone of {spec['paper']}'s code given; get it with: {how}"
+    if not (Path(clone) / spec["marker"]).is_file():
+        return (f"{peer}: {clone} has no {spec['marker']} ({spec['note']}); get it with: {how}")
+    return None
+
+
+def require_clone(peer, clone):
+    problem = clone_problem(peer, clone)
+    if problem:
+        raise PeerError(problem)
+
+
+def clone_commit(clone):
+    """The commit a clone has checked out (None outside git)."""
+    git = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
+                         text=True)
+    return git.stdout.strip() if git.returncode == 0 else None
+
+
+# ---- runners: a side in a worker process, or in this process (the tests) -----------------------
+
+class ProcessRunner:
+    """A side in a worker process of its own (one thread, unbuffered, this checkout first on the
+    path; ``live_memory`` adds glibc's mmap threshold). Its stderr goes to ``log``."""
+
+    def __init__(self, name, threads=1, live_memory=False, log=None):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                   PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        if live_memory:
+            env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+        self.name = name
+        self.log = open(log, "a") if log else subprocess.DEVNULL
+        self.proc = subprocess.Popen([sys.executable, "-m", "ran_lab.bench.peer_worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env, text=True)
+
+    def call(self, **command):
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise PeerError(f"the {self.name} worker ended (exit code {self.proc.wait()}); its "
+                            f"log says why")
+        answer = json.loads(line)
+        if not answer.pop("ok"):
+            raise PeerError(f"{self.name}: {answer['error']}")
+        return answer
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait()
+        if self.log is not subprocess.DEVNULL:
+            self.log.close()
+
+
+class InProcessRunner:
+    """A side in this process (the tests): the worker's commands without the pipe."""
+
+    def __init__(self, name, **unused):
+        from .peer_worker import Worker
+
+        self.name, self.worker = name, Worker()
+
+    def call(self, **command):
+        return self.worker.handle(command)
+
+    def close(self):
+        pass
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+
+def summary(values):
+    """Median, quartiles, extremes and the interquartile range relative to the median."""
+    values = sorted(values)
+    if len(values) >= 2:
+        q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q2 = q3 = values[0]
+    return {"median": q2, "q1": q1, "q3": q3, "min": values[0], "max": values[-1],
+            "relative_iqr": (q3 - q1) / q2 if q2 else None, "n": len(values)}
+
+
+def interleaved(runners, command, reps, warmup):
+    """``warmup`` untimed calls of ``command`` on each runner, then ``reps`` timed rounds, each
+    calling every runner once, in turn: the first runner first in even rounds, last in odd ones
+    (so that a drift of the machine's speed falls on both sides). Seconds per runner, by round."""
+    for runner in runners:
+        for _ in range(warmup):
+            runner.call(cmd=command)
+    times = {runner.name: [] for runner in runners}
+    for rep in range(reps):
+        order = runners if rep % 2 == 0 else list(reversed(runners))
+        for runner in order:
+            times[runner.name].append(runner.call(cmd=command)["seconds"])
+    return times
+
+
+def compare(times, plugin="plugin"):
+    """Per side the summary of its times; the ratio of the medians (plugin ÷ peer) and the
+    summary of the per-round ratios."""
+    peer = next(name for name in times if name != plugin)
+    rounds = [a / b for a, b in zip(times[plugin], times[peer])]
+    sides = {name: summary(values) for name, values in times.items()}
+    return {"sides": sides, "ratio_of_medians": sides[plugin]["median"] / sides[peer]["median"],
+            "round_ratios": summary(rounds), "seconds": times}
+
+
+def peak_memory(runner_class, side, case, clone, threads, steps, log):
+    """The training peak of one side alone: resident-set high-water mark over ``steps``
+    training steps, less the resident set before the first one (MiB)."""
+    runner = runner_class(side, threads=threads, live_memory=True, log=log)
+    try:
+        setup = runner.call(cmd="setup", side=side, case=case, clone=clone, threads=threads)
+        for _ in range(steps):
+            runner.call(cmd="train")
+        memory = runner.call(cmd="memory")
+    finally:
+        runner.close()
+    return dict(memory, rss_before_mib=setup["rss_before_mib"],
+                peak_resettable=setup["peak_resettable"])
+
+
+def run_case(name, case, clones, reps, warmup, threads, runner_class=ProcessRunner, log=None,
+             memory_steps=3, decode=True):
+    """One case: interleaved training (and decoding) times, then each side's peak memory."""
+    peer = case["peer"]
+    sides = ["plugin", peer]
+    runners = [runner_class(side, threads=threads, log=log) for side in sides]
+    result = {"case": case}
+    try:
+        for runner in runners:
+            setup = runner.call(cmd="setup", side=runner.name, case=case,
+                                clone=clones.get(runner.name), threads=threads)
+            result.setdefault("info", {})[runner.name] = setup["info"]
+            result["torch"] = setup["torch"]
+        result["train"] = compare(interleaved(runners, "train", reps, warmup))
+        if decode:
+            result["decode"] = compare(interleaved(runners, "decode", reps, 1))
+    finally:
+        for runner in runners:
+            runner.close()
+    if memory_steps:
+        result["memory"] = {side: peak_memory(runner_class, side, case, clones.get(side), threads,
+                                              memory_steps, log) for side in sides}
+        result["memory"]["ratio"] = (result["memory"]["plugin"]["increment_mib"]
+                                     / result["memory"][peer]["increment_mib"])
+    return result
+
+
+# ---- the report --------------------------------------------------------------------------------
+
+def _ms(summary_):
+    return f"{1000 * summary_['median']:,.1f}"
+
+
+def _ratio(comparison):
+    r = comparison["round_ratios"]
+    return f"×{comparison['ratio_of_medians']:.2f} ({r['min']:.2f}–{r['max']:.2f})"
+
+
+def report(results, machine):
+    """bench-peers' Markdown table: one row per case."""
+    lines = [
+        "| case | peer | plugin train ms | peer train ms | train plugin ÷ peer (rounds' range) "
+        "| plugin decode ms | peer decode ms | decode plugin ÷ peer (rounds' range) "
+        "| train Δ memory MiB plugin / peer (ratio) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        peer = r["case"]["peer"]
+        train = r["train"]
+        row = [name, peer, _ms(train["sides"]["plugin"]), _ms(train["sides"][peer]), _ratio(train)]
+        if "decode" in r:
+            dec = r["decode"]
+            row += [_ms(dec["sides"]["plugin"]), _ms(dec["sides"][peer]), _ratio(dec)]
+        else:
+            row += ["", "", ""]
+        if "memory" in r:
+            m = r["memory"]
+            row.append(f"{m['plugin']['increment_mib']:,.0f} / {m[peer]['increment_mib']:,.0f} "
+                       f"(×{m['ratio']:.2f})")
+        else:
+            row.append("")
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", f"Machine: {machine['cpu']} ({machine['cores']} cores), {machine['threads']} "
+              f"thread per worker, torch {machine['torch']}; load average "
+              f"{machine['load_before']} before, {machine['load_after']} after; "
+              f"{machine['date']}; commit {machine['commit']}.",
+              f"Medians of {machine['reps']} interleaved rounds after {machine['warmup']} untimed "
+              f"steps per side; a round's ratio is the plugin's time over the peer's in that "
+              f"round. Memory: each side alone, peak resident set over "
+              f"{machine['memory_steps']} training steps less the resident set before them, "
+              f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}."]
+    for peer, commit in machine["peers"].items():
+        lines.append(f"{peer}: {PEERS[peer]['url']} at {commit} ({PEERS[peer]['note']}).")
+    return "\n".join(lines) + "\n"
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="bench-peers", description=__doc__.split("\n\n")[0])
+    for peer, spec in PEERS.items():
+        p.add_argument(f"--{peer}", metavar="CLONE",
+                       help=f"a local clone of {spec['url']} at {spec['commit'][:12]} "
+                            f"({spec['paper']})")
+    p.add_argument("--out", required=True, help="folder for peers.json and peers.md")
+    p.add_argument("--cases", help=f"comma-separated, of {', '.join(CASES)} (default: every case "
+                                   f"whose peer's clone is given)")
+    p.add_argument("--reps", type=int, default=10, help="timed rounds (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed training steps per side")
+    p.add_argument("--threads", type=int, default=1, help="threads per worker (default 1)")
+    p.add_argument("--memory-steps", type=int, default=3,
+                   help="training steps of the memory measurement (0: none)")
+    p.add_argument("--no-decode", action="store_true", help="time training only")
+    return p
+
+
+def selected_cases(args):
+    clones = {peer: getattr(args, peer) for peer in PEERS if getattr(args, peer)}
+    if args.cases:
+        names = [c.strip() for c in args.cases.split(",") if c.strip()]
+        unknown = [n for n in names if n not in CASES]
+        if unknown:
+            raise PeerError(f"unknown case(s) {', '.join(unknown)}; the cases are "
+                            f"{', '.join(CASES)}")
+    else:
+        names = [n for n, c in CASES.items() if c["peer"] in clones]
+        if not names:
+            raise PeerError("no clone of the authors' code given: "
+                            + "; ".join(clone_problem(peer, None) for peer in PEERS))
+    for peer in sorted({CASES[n]["peer"] for n in names}):
+        require_clone(peer, clones.get(peer))
+    return names, clones
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        names, clones = selected_cases(args)
+    except PeerError as e:
+        sys.exit(f"bench-peers: error: {e}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    load_before = round(os.getloadavg()[0], 2)
+    results = {}
+    for name in names:
+        print(f"bench-peers: {name} ...", file=sys.stderr, flush=True)
+        results[name] = run_case(name, CASES[name], clones, args.reps, args.warmup, args.threads,
+                                 log=out / "workers.log", memory_steps=args.memory_steps,
+                                 decode=not args.no_decode)
+    machine = {"cpu": cpu_model(), "cores": available_cores(), "threads": args.threads,
+               "torch": next(iter(results.values()))["torch"], "load_before": load_before,
+               "load_after": round(os.getloadavg()[0], 2), "date": utc_now(),
+               "commit": git_commit(), "reps": args.reps, "warmup": args.warmup,
+               "memory_steps": args.memory_steps, "argv": sys.argv[1:] if argv is None else argv,
+               "peers": {peer: clone_commit(clone) for peer, clone in clones.items()}}
+    (out / "peers.json").write_text(json.dumps({"machine": machine, "results": results},
+                                               indent=1) + "\n")
+    table = report(results, machine)
+    (out / "peers.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
