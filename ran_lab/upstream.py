@@ -142,7 +142,7 @@ def main(argv=None):
               "made_by": "python scripts/fairseq-tests.py FAIRSEQ_CHECKOUT",
               "without_plugin": plain, "with_plugin": plugin,
               "summary": summary(plain, plugin)}
-    write_text_atomic(args.out / "results.json", json.dumps(result, indent=1) + "\n")
+    write_text_atomic(args.out / "outcomes.json", json.dumps(result, indent=1) + "\n")
     write_text_atomic(args.out / "README.md", report(result))
     for made in [*args.out.glob("*.xml"), *args.out.glob("*.log")]:
         made.unlink()  # pytest's own reports name this machine's folders

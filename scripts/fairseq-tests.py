@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """fairseq's own tests (a checkout at the installed fairseq's tag, v0.12.2) run twice, without and
-with the plugin loaded; writes results/fairseq-tests/ (README.md, results.json) and exits 1 when
+with the plugin loaded; writes results/fairseq-tests/ (README.md, outcomes.json) and exits 1 when
 an outcome differs. About an hour on two cores.
 
     git clone --branch v0.12.2 https://github.com/facebookresearch/fairseq /tmp/fairseq-v0.12.2
