@@ -202,18 +202,11 @@ def pooled(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], scorer: Scorer, level
 
 
 @dataclass
-class Tested:
+class Tested(Paired):
     """One seed's two-sided percentile test (:func:`test`): ``p`` over ``samples`` resamples,
     ``count`` of them on the far side of 0, the Monte-Carlo interval ``mc`` of p, whether it lies
     on one side of the level (``settled``), the observed ``difference`` and its ``interval``;
-    p < level exactly when the interval excludes 0."""
-    p: float
-    count: int
-    samples: int
-    mc: Tuple[float, float]
-    settled: bool
-    difference: float
-    interval: Tuple[float, float]
+    p < level exactly when the interval excludes 0. (The fields of :class:`Paired`.)"""
 
 
 def order_interval(values: np.ndarray, level: float) -> Tuple[float, float]:
