@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The plugin against the authors' own code (Elbayad et al.'s attn2d, Zeng et al.'s thseq):
+"""The plugin against the authors' own code (Elbayad et al.'s attn2d):
 training steps and greedy decoding side by side, interleaved, at the same sizes, with each side's
 peak memory; see ran_lab/bench/peers.py and docs/benchmarks.md.
 

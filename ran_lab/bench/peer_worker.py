@@ -10,7 +10,7 @@ resident set since setup, ``{"cmd": "quit"}`` ends it. The same :class:`Side` ob
 in-process in the tests.
 
 Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
-the pinned commit, from a local clone), ``thseq`` (Zeng et al.'s code, likewise), and any
+the pinned commit, from a local clone), and any
 ``module:function`` returning a :class:`Side` (the tests' stub peer). Every side trains with the
 same loss (the sum of the target tokens' negative log-likelihoods, padding left out) and
 ``torch.optim.Adam``, on the same token ids; the models' own embeddings, dropout and weights.
@@ -191,7 +191,7 @@ class Attn2dSide(Side):
     CUDA; on a CPU ``Tensor.cuda`` is made the identity in this process."""
 
     def __init__(self, case, clone):
-        from .peers import require_clone
+        from .peer_clones import require_clone
 
         require_clone("attn2d", clone)
         sys.path.insert(0, str(Path(clone).resolve()))
@@ -227,10 +227,6 @@ def build_side(side, case, clone=None):
         return PluginSide(case)
     if side == "attn2d":
         return Attn2dSide(case, clone)
-    if side == "thseq":
-        from .peer_thseq import ThseqSide
-
-        return ThseqSide(case, clone)
     if ":" in side:
         module, function = side.split(":", 1)
         return getattr(importlib.import_module(module), function)(case)

@@ -24,36 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ran_lab.common import LabError
+from .peer_clones import PEERS, PeerError, clone_commit, clone_problem, require_clone  # noqa: F401
 from ran_lab.common.machine import available_cores, cpu_model, git_commit, utc_now
 from ran_lab.common.paths import REPO
 
 MMAP_THRESHOLD = 65536  # as ran-bench --live-memory
 
-
-class PeerError(LabError):
-    """A problem with the peer benchmark's input; the message says what to do."""
-
-
-# The authors' released code, by side: where to get it, the commit measured, and a file that only
-# that commit's tree has where the code is read.
-PEERS = {
-    "attn2d": {
-        "paper": "Elbayad et al. 2018 (Pervasive Attention)",
-        "url": "https://github.com/elbayadm/attn2d",
-        "commit": "4cdc2237a712f3d000cd6c5f19af65fb97625479",
-        "marker": "nmt/models/densenet.py",
-        "note": "the paper's code (nmt/, 2018-08-10), in the history of the repository's master "
-                "branch, whose tip is a later fairseq fork",
-    },
-    "thseq": {
-        "paper": "Zeng et al. 2021 (RAN)",
-        "url": "https://github.com/lemon0830/RAN",
-        "commit": "6c7fd11d9a384b81d02923a0da08e23c8441dfee",
-        "marker": "code_RAN/thseq/models/transformer/model.py",
-        "note": "code_RAN/thseq",
-    },
-}
 
 # The cases: the plugin's architecture at the sizes of a recipe, against the peer of that paper.
 # 16 sentences of 20 tokens is the batch of the issue that asked for the comparison; the vocabulary
@@ -71,34 +47,6 @@ CASES = {
 for _name in list(CASES):
     CASES[_name + "-padded"] = dict(CASES[_name], padded=True)
 
-
-def clone_problem(peer, clone):
-    """None when ``clone`` holds the peer's code at a tree that has its marker file, else the one
-    line that says how to get it."""
-    spec = PEERS[peer]
-    how = (f"git clone {spec['url']} {clone or 'DIR'} && git -C {clone or 'DIR'} checkout "
-           f"{spec['commit']}")
-    if not clone:
-        return f"{peer}: no clone of {spec['paper']}'s code given; get it with: {how}"
-    if not (Path(clone) / spec["marker"]).is_file():
-        return (f"{peer}: {clone} has no {spec['marker']} ({spec['note']}); get it with: {how}")
-    return None
-
-
-def require_clone(peer, clone):
-    problem = clone_problem(peer, clone)
-    if problem:
-        raise PeerError(problem)
-
-
-def clone_commit(clone):
-    """The commit a clone has checked out (None outside git)."""
-    git = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
-                         text=True)
-    return git.stdout.strip() if git.returncode == 0 else None
-
-
-# ---- runners: a side in a worker process, or in this process (the tests) -----------------------
 
 class ProcessRunner:
     """A side in a worker process of its own (one thread, unbuffered, this checkout first on the

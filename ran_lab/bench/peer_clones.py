@@ -1,0 +1,52 @@
+"""The authors' released code the peer benchmark measures: where to get it, the commit, and the
+one-line answer where a clone is missing (shared by the benchmark and its worker processes)."""
+import subprocess
+from pathlib import Path
+
+from ran_lab.common import LabError
+
+
+class PeerError(LabError):
+    """A problem with the peer benchmark's input; the message says what to do."""
+
+
+# The authors' released code, by side: where to get it, the commit measured, and a file that only
+# that commit's tree has where the code is read.
+PEERS = {
+    "attn2d": {
+        "paper": "Elbayad et al. 2018 (Pervasive Attention)",
+        "url": "https://github.com/elbayadm/attn2d",
+        "commit": "4cdc2237a712f3d000cd6c5f19af65fb97625479",
+        "marker": "nmt/models/densenet.py",
+        "note": "the paper's code (nmt/, 2018-08-10), in the history of the repository's master "
+                "branch, whose tip is a later fairseq fork",
+    },
+}
+
+def clone_problem(peer, clone):
+    """None when ``clone`` holds the peer's code at a tree that has its marker file, else the one
+    line that says how to get it."""
+    spec = PEERS[peer]
+    how = (f"git clone {spec['url']} {clone or 'DIR'} && git -C {clone or 'DIR'} checkout "
+           f"{spec['commit']}")
+    if not clone:
+        return f"{peer}: no clone of {spec['paper']}'s code given; get it with: {how}"
+    if not (Path(clone) / spec["marker"]).is_file():
+        return (f"{peer}: {clone} has no {spec['marker']} ({spec['note']}); get it with: {how}")
+    return None
+
+
+def require_clone(peer, clone):
+    problem = clone_problem(peer, clone)
+    if problem:
+        raise PeerError(problem)
+
+
+def clone_commit(clone):
+    """The commit a clone has checked out (None outside git)."""
+    git = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
+                         text=True)
+    return git.stdout.strip() if git.returncode == 0 else None
+
+
+# ---- runners: a side in a worker process, or in this process (the tests) -----------------------
