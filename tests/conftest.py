@@ -81,7 +81,7 @@ TIERS = {
                     "test_reliability.py", "test_workflow_hydra.py", "test_workflow_decoding.py",
                     "test_claims.py", "test_kernels.py", "test_faults.py",
                     "test_one_line_errors.py", "test_analysis.py", "test_analyze_pervasive.py",
-                    "test_prepare.py", "test_seeds.py", "test_reproducible.py"],
+                    "test_prepare.py", "test_seeds.py", "test_reproducible.py", "test_peers.py"],
     "system": ["test_reproduce.py", "test_reproduce_recurrent_cross.py",
                "test_reproduce_dynmem.py", "test_reproduce_pervasive.py",
                "test_adding_a_paper.py", "test_nothing_lost.py", "test_bench.py",
