@@ -237,7 +237,7 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         self._check(x)
         if not fast:
             out = self(x, pad, count, update_stats, zero_padding=True, moments=moments).relu_()
-            return out.mul_(keep) if keep is not None and zero_output else out
+            return out * keep if keep is not None and zero_output else out  # relu_ saved out
         keep = keep if zero_output else None
         out = torch.batch_norm(x, self.weight, self.bias, self.running_mean.to(x.dtype),
                                self.running_var.to(x.dtype), False, 0.0, self.eps, False).relu_()
