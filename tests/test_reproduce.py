@@ -571,14 +571,15 @@ def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"checkpoint": "checkpoint_last.pt"}, "'checkpoint' is replaced by 'select'"),
-    ({"select": "best"}, "select must be one of last, loss, bleu"),
-    ({"seeds": [1, 1]}, "seed 1 appears twice"),
-    ({"gen_subset": []}, "gen_subset must be"),
-    ({"significance": {"samples": 10}}, "significance must be"),
-    ({"checkpionts": "x"}, "unknown key(s) checkpionts"),
+    ({"select": "best"}, '"select": expected one of "last", "loss", "bleu", found a string "best"'),
+    ({"seeds": [1, 1]}, '"seeds": expected a non-empty list of integers 0..4294967295, each once'),
+    ({"gen_subset": []}, '"gen_subset": expected a non-empty string or a non-empty list'),
+    ({"significance": {"samples": 10}}, '"significance.samples": expected an integer >= 100'),
+    ({"checkpionts": "x"}, '"checkpionts": expected no such key (known: '),
     ({"train_flags": ["--seed", "3"]}, "sets --seed"),
     ({"set_train_flags": {"--seed": "3"}}, "set_train_flags sets --seed"),
-    ({"set_train_flags": ["--max-epoch", "12"]}, "set_train_flags must map flags to string values"),
+    ({"set_train_flags": ["--max-epoch", "12"]},
+     '"set_train_flags": expected an object whose values are strings'),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
     from ran_lab.reproduce.config import load_config
