@@ -29,7 +29,12 @@ two 4g-channel tensors. The gradients are those of the plain mode; batch-norm ru
 are updated once.
 
 Batch-norm statistics are per channel, so in training each layer output's mean and mean of squares
-over the real cells are computed once and shared by every later layer that normalizes it.
+over the real cells are computed once and shared by every later layer that normalizes it. Each
+BN → ReLU (→ zero at padding) is one autograd Function on torch's batch-norm kernels
+(:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md) that keeps the features it
+normalizes rather than their concatenation; padding is zeroed by a product with the real-cell
+mask, and a batch without padding skips every mask. Half precision keeps the plain composition of
+elementwise operations (statistics in float32).
 
 Incremental decoding (evaluation only): the input is the newest grid row(s) (B, f_0, n, S) with
 their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in

@@ -6,7 +6,7 @@ JSON line on the stream it was given (stdout at start; anything the models print
 ``{"cmd": "setup", "side": ..., "case": {...}, "clone": PATH}`` builds the model and the batch,
 ``{"cmd": "train"}`` times one training step (forward, backward, optimizer step),
 ``{"cmd": "decode"}`` one greedy decoding of the batch's sources, ``{"cmd": "memory"}`` the peak
-resident set since setup, ``{"cmd": "quit"}`` ends it. The same :class:`Side` objects run
+resident set since setup, ``{"cmd": "saved"}`` the tensors kept for the backward pass, ``{"cmd": "quit"}`` ends it. The same :class:`Side` objects run
 in-process in the tests.
 
 Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
@@ -82,6 +82,28 @@ class Side:
         loss.backward()
         self.optimizer.step()
         return float(loss)
+
+    def saved_bytes(self):
+        """Bytes of the tensors autograd keeps from one training forward pass for its backward
+        (distinct storages, parameters left out): the activation memory of a step, exactly and
+        independently of the allocator."""
+        from torch.autograd.graph import saved_tensors_hooks
+
+        parameters = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+        saved = {}
+
+        def pack(t):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in parameters:
+                saved[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        self.model.train()
+        with saved_tensors_hooks(pack, lambda t: t):
+            loss = nll(self.log_probs(self.batch), self.batch["tgt"])
+        loss.backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sum(saved.values())
 
     @torch.no_grad()
     def decode(self):
@@ -288,6 +310,8 @@ class Worker:
             start = time.perf_counter()
             value = self.side.train_step() if cmd == "train" else self.side.decode()
             return {"seconds": time.perf_counter() - start, "value": value}
+        if cmd == "saved":
+            return {"saved_mib": self.side.saved_bytes() / 2**20}
         if cmd == "memory":
             current, peak = memory_now()
             return {"rss_mib": current, "peak_mib": peak,

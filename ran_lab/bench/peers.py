@@ -200,6 +200,7 @@ def peak_memory(runner_class, side, case, clone, threads, steps, log):
         for _ in range(steps):
             runner.call(cmd="train")
         memory = runner.call(cmd="memory")
+        memory.update(runner.call(cmd="saved"))
     finally:
         runner.close()
     return dict(memory, rss_before_mib=setup["rss_before_mib"],
@@ -228,8 +229,9 @@ def run_case(name, case, clones, reps, warmup, threads, runner_class=ProcessRunn
     if memory_steps:
         result["memory"] = {side: peak_memory(runner_class, side, case, clones.get(side), threads,
                                               memory_steps, log) for side in sides}
-        result["memory"]["ratio"] = (result["memory"]["plugin"]["increment_mib"]
-                                     / result["memory"][peer]["increment_mib"])
+        memory = result["memory"]
+        memory["ratio"] = memory["plugin"]["increment_mib"] / memory[peer]["increment_mib"]
+        memory["saved_ratio"] = memory["plugin"]["saved_mib"] / memory[peer]["saved_mib"]
     return result
 
 
@@ -249,8 +251,9 @@ def report(results, machine):
     lines = [
         "| case | peer | plugin train ms | peer train ms | train plugin ÷ peer (rounds' range) "
         "| plugin decode ms | peer decode ms | decode plugin ÷ peer (rounds' range) "
-        "| train Δ memory MiB plugin / peer (ratio) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        "| train Δ memory MiB plugin / peer (ratio) | saved for backward MiB plugin / peer "
+        "(ratio) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         peer = r["case"]["peer"]
         train = r["train"]
@@ -264,8 +267,10 @@ def report(results, machine):
             m = r["memory"]
             row.append(f"{m['plugin']['increment_mib']:,.0f} / {m[peer]['increment_mib']:,.0f} "
                        f"(×{m['ratio']:.2f})")
+            row.append(f"{m['plugin']['saved_mib']:,.1f} / {m[peer]['saved_mib']:,.1f} "
+                       f"(×{m['saved_ratio']:.2f})")
         else:
-            row.append("")
+            row += ["", ""]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", f"Machine: {machine['cpu']} ({machine['cores']} cores), {machine['threads']} "
               f"thread per worker, torch {machine['torch']}; load average "
@@ -275,7 +280,8 @@ def report(results, machine):
               f"steps per side; a round's ratio is the plugin's time over the peer's in that "
               f"round. Memory: each side alone, peak resident set over "
               f"{machine['memory_steps']} training steps less the resident set before them, "
-              f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}."]
+              f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}; saved for backward: the distinct "
+              f"storages autograd keeps from one training forward pass, parameters left out."]
     for peer, commit in machine["peers"].items():
         lines.append(f"{peer}: {PEERS[peer]['url']} at {commit} ({PEERS[peer]['note']}).")
     return "\n".join(lines) + "\n"
