@@ -241,12 +241,15 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         self._check(x)
         if not fast:
-            out = self(x, pad, count, update_stats, zero_padding=True, moments=moments).relu_()
-            return out.mul_(keep) if keep is not None and zero_output else out
-        keep = keep if zero_output else None
-        out = torch.batch_norm(x, self.weight, self.bias, self.running_mean.to(x.dtype),
-                               self.running_var.to(x.dtype), False, 0.0, self.eps, False).relu_()
-        return out.mul_(keep) if keep is not None else out
+            out = self(x, pad, count, update_stats, zero_padding=True, moments=moments)
+        else:  # evaluation
+            out = torch.batch_norm(x, self.weight, self.bias, self.running_mean.to(x.dtype),
+                                   self.running_var.to(x.dtype), False, 0.0, self.eps, False)
+        # the mask before the ReLU (ReLU(z)·k = ReLU(z·k) for k in {0, 1}): ReLU keeps its output
+        # for its backward, the normalization does not
+        if keep is not None and zero_output:
+            out = out.mul_(keep)
+        return out.relu_()
 
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, count: int):
