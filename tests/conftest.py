@@ -71,7 +71,7 @@ TIERS = {
              "test_attention_entropy.py", "test_scoring.py", "test_replace_unk.py",
              "test_epoch_anneal.py", "test_checkpoint_average.py", "test_layering.py",
              "test_saved_tensors.py", "test_saved_tensors_recurrent_cross.py", "test_options.py",
-             "test_pervasive_outputs.py",
+             "test_pervasive_outputs.py", "test_bench_peers.py",
              "test_conformance_selfcheck.py", "test_engine.py", "test_portable.py",
              "test_remake.py", "test_inputs_are_data.py", "test_gpu_plans.py",
              "test_significance.py", "test_multi30k_download.py", "test_python_m.py",
@@ -84,7 +84,7 @@ TIERS = {
     "system": ["test_reproduce.py", "test_reproduce_recurrent_cross.py",
                "test_reproduce_dynmem.py", "test_reproduce_pervasive.py",
                "test_adding_a_paper.py", "test_nothing_lost.py", "test_bench.py",
-               "test_gpu_check.py", "test_gpu_scripts.py", "test_slurm.py",
+               "test_gpu_check.py", "test_gpu_scripts.py", "test_slurm.py", "test_bench_peers_workers.py",
                "test_workflow_distributed.py", "test_package.py", "test_quiet.py",
                "test_wheel.py", "test_docs_commands.py", "test_quickstart.py"],
 }

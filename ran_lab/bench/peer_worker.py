@@ -11,7 +11,8 @@ in-process in the tests.
 
 Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
 the pinned commit, from a local clone), ``thseq`` (Zeng et al.'s code, likewise), and any
-``module:function`` returning a :class:`Side` (the tests' stub peer). Every side trains with the
+``stub`` (:class:`StubSide`, for testing the harness without a clone) or any ``module:function``
+returning a :class:`Side`. Every side trains with the
 same loss (the sum of the target tokens' negative log-likelihoods, padding left out) and
 ``torch.optim.Adam``, on the same token ids; the models' own embeddings, dropout and weights.
 """
@@ -81,7 +82,7 @@ class Side:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return float(loss)
+        return loss.item()
 
     def saved_bytes(self):
         """Bytes of the tensors autograd keeps from one training forward pass for its backward
@@ -242,6 +243,32 @@ class Attn2dSide(Side):
         return seq
 
 
+# ---- a stand-in peer (tests of the harness) ---------------------------------------------------
+
+class StubSide(Side):
+    """A peer that needs no clone, for testing the harness: an embedding of the source's mean
+    token, one per target position, and a linear map to the vocabulary."""
+
+    def __init__(self, case):
+        torch.manual_seed(case.get("seed", 1))
+        d = case.get("embed_dim", 8)
+        model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(case["vocab"], d),
+                                     "out": torch.nn.Linear(d, case["vocab"])})
+        super().__init__(model, case, {"stub": True})
+
+    def log_probs(self, batch):
+        context = self.model["embed"](batch["src"]).mean(1, keepdim=True)
+        hidden = self.model["embed"](batch["prev"]) + context
+        return F.log_softmax(self.model["out"](hidden), dim=-1)
+
+    def greedy(self, batch, length):
+        tokens = torch.full((batch["src"].size(0), 1), BOS, dtype=torch.long)
+        for _ in range(length):
+            step = self.log_probs({"src": batch["src"], "prev": tokens})[:, -1]
+            tokens = torch.cat([tokens, step.argmax(-1, keepdim=True)], dim=1)
+        return tokens[:, 1:]
+
+
 # ---- the worker process -----------------------------------------------------------------------
 
 def build_side(side, case, clone=None):
@@ -249,6 +276,8 @@ def build_side(side, case, clone=None):
         return PluginSide(case)
     if side == "attn2d":
         return Attn2dSide(case, clone)
+    if side == "stub":
+        return StubSide(case)
     if side == "thseq":
         from .peer_thseq import ThseqSide
 
