@@ -80,6 +80,8 @@ def test_a_case_runs_end_to_end_with_a_stand_in_peer():
     table = peers.report({"tiny": result}, machine)
     row = next(line for line in table.splitlines() if line.startswith("| tiny | stub |"))
     assert row.count("×") == 4  # training, decoding, memory and saved-tensor ratios
+    assert row.endswith(f"{result['memory']['plugin']['kernels']:,} / "
+                        f"{result['memory']['stub']['kernels']:,} |")
     assert "load average 0.1 before, 0.2 after" in table
 
 

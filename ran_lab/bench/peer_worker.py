@@ -6,7 +6,8 @@ JSON line on the stream it was given (stdout at start; anything the models print
 ``{"cmd": "setup", "side": ..., "case": {...}, "clone": PATH}`` builds the model and the batch,
 ``{"cmd": "train"}`` times one training step (forward, backward, optimizer step),
 ``{"cmd": "decode"}`` one greedy decoding of the batch's sources, ``{"cmd": "memory"}`` the peak
-resident set since setup, ``{"cmd": "saved"}`` the tensors kept for the backward pass, ``{"cmd": "quit"}`` ends it. The same :class:`Side` objects run
+resident set since setup, ``{"cmd": "saved"}`` the tensors kept for the backward pass,
+``{"cmd": "kernels"}`` the aten operators of a training forward and backward pass, ``{"cmd": "quit"}`` ends it. The same :class:`Side` objects run
 in-process in the tests.
 
 Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
@@ -105,6 +106,17 @@ class Side:
         loss.backward()
         self.optimizer.zero_grad(set_to_none=True)
         return sum(saved.values())
+
+    def kernels(self):
+        """aten operators a training forward and backward pass dispatches (views left out;
+        ran_lab/bench/kernels.py): about the kernel launches of a step on a GPU."""
+        from .kernels import KernelCounter
+
+        self.model.train()
+        with KernelCounter() as counter:
+            nll(self.log_probs(self.batch), self.batch["tgt"]).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        return counter.total
 
     @torch.no_grad()
     def decode(self):
@@ -341,6 +353,8 @@ class Worker:
             return {"seconds": time.perf_counter() - start, "value": value}
         if cmd == "saved":
             return {"saved_mib": self.side.saved_bytes() / 2**20}
+        if cmd == "kernels":
+            return {"kernels": self.side.kernels()}
         if cmd == "memory":
             current, peak = memory_now()
             return {"rss_mib": current, "peak_mib": peak,

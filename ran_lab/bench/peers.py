@@ -91,6 +91,14 @@ def require_clone(peer, clone):
         raise PeerError(problem)
 
 
+def plugin_changes():
+    """Files of ran_fairseq/ that differ from the checkout's commit (what was measured is then
+    not that commit's code)."""
+    git = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "ran_fairseq"],
+                         capture_output=True, text=True)
+    return [line[3:] for line in git.stdout.splitlines()] if git.returncode == 0 else []
+
+
 def clone_commit(clone):
     """The commit a clone has checked out (None outside git)."""
     git = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
@@ -201,6 +209,7 @@ def peak_memory(runner_class, side, case, clone, threads, steps, log):
             runner.call(cmd="train")
         memory = runner.call(cmd="memory")
         memory.update(runner.call(cmd="saved"))
+        memory.update(runner.call(cmd="kernels"))
     finally:
         runner.close()
     return dict(memory, rss_before_mib=setup["rss_before_mib"],
@@ -252,8 +261,8 @@ def report(results, machine):
         "| case | peer | plugin train ms | peer train ms | train plugin ÷ peer (rounds' range) "
         "| plugin decode ms | peer decode ms | decode plugin ÷ peer (rounds' range) "
         "| train Δ memory MiB plugin / peer (ratio) | saved for backward MiB plugin / peer "
-        "(ratio) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "(ratio) | kernels per training step plugin / peer |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         peer = r["case"]["peer"]
         train = r["train"]
@@ -269,8 +278,9 @@ def report(results, machine):
                        f"(×{m['ratio']:.2f})")
             row.append(f"{m['plugin']['saved_mib']:,.1f} / {m[peer]['saved_mib']:,.1f} "
                        f"(×{m['saved_ratio']:.2f})")
+            row.append(f"{m['plugin']['kernels']:,} / {m[peer]['kernels']:,}")
         else:
-            row += ["", ""]
+            row += ["", "", ""]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", f"Machine: {machine['cpu']} ({machine['cores']} cores), {machine['threads']} "
               f"thread per worker, torch {machine['torch']}; load average "
@@ -281,7 +291,12 @@ def report(results, machine):
               f"round. Memory: each side alone, peak resident set over "
               f"{machine['memory_steps']} training steps less the resident set before them, "
               f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}; saved for backward: the distinct "
-              f"storages autograd keeps from one training forward pass, parameters left out."]
+              f"storages autograd keeps from one training forward pass, parameters left out; "
+              f"kernels: the aten operators of a training forward and backward pass on the CPU, "
+              f"views left out (ran_lab/bench/kernels.py), about a GPU step's launches."]
+    if machine.get("plugin_changes"):
+        lines.append(f"The plugin's code differed from that commit in: "
+                     f"{', '.join(machine['plugin_changes'])}.")
     for peer, commit in machine["peers"].items():
         lines.append(f"{peer}: {PEERS[peer]['url']} at {commit} ({PEERS[peer]['note']}).")
     return "\n".join(lines) + "\n"
@@ -341,7 +356,7 @@ def main(argv=None):
     machine = {"cpu": cpu_model(), "cores": available_cores(), "threads": args.threads,
                "torch": next(iter(results.values()))["torch"], "load_before": load_before,
                "load_after": round(os.getloadavg()[0], 2), "date": utc_now(),
-               "commit": git_commit(), "reps": args.reps, "warmup": args.warmup,
+               "commit": git_commit(), "plugin_changes": plugin_changes(), "reps": args.reps, "warmup": args.warmup,
                "memory_steps": args.memory_steps, "argv": sys.argv[1:] if argv is None else argv,
                "peers": {peer: clone_commit(clone) for peer, clone in clones.items()}}
     (out / "peers.json").write_text(json.dumps({"machine": machine, "results": results},
