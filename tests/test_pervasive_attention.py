@@ -533,3 +533,25 @@ def test_eq7_alignment_rows_sum_to_the_logit_of_the_scored_token(tied):
     torch.testing.assert_close(alpha.sum(-1), logits[0, torch.arange(4), tokens],
                                rtol=1e-4, atol=1e-4)
     assert not model.training
+
+
+@pytest.mark.parametrize("memory_efficient", [False, True], ids=["plain", "memory-efficient"])
+def test_half_precision_keeps_the_elementwise_path_and_the_padding_rules(memory_efficient):
+    """bfloat16 takes the composition of elementwise operations (statistics in float32) instead of
+    the fused float32 Function; in training and evaluation, with gradients, its outputs are the
+    float32 ones to bfloat16's precision and zero at padding."""
+    net = densenet(dropout=0.0, memory_efficient=memory_efficient).train()
+    half = densenet(dropout=0.0, memory_efficient=memory_efficient).train()
+    half.load_state_dict(net.state_dict())
+    half = half.to(torch.bfloat16)
+    x = torch.randn(2, 6, 5, 4)
+    pad = grid_padding([5, 3], [4, 2], 5, 4)
+    for training in (True, False):
+        net.train(training)
+        half.train(training)
+        xh = x.to(torch.bfloat16).requires_grad_()
+        out = half(xh, pad)
+        out.float().sum().backward()
+        assert out.masked_select(pad.unsqueeze(1).expand_as(out)).abs().max() == 0
+        assert xh.grad.masked_select(pad.unsqueeze(1).expand_as(xh)).abs().max() == 0
+        torch.testing.assert_close(out.float(), net(x, pad), rtol=0.05, atol=0.05)

@@ -1,5 +1,5 @@
 """The plugin's custom autograd Functions of RAN and Pervasive Attention (``_PaperRecurrence``,
-densenet2d's ``_MaskedMoments``): ``gradcheck`` in float64, with padding and fixed dropout masks;
+densenet2d's ``_MaskedMoments`` and ``_BatchNormReLU``): ``gradcheck`` in float64, with padding and fixed dropout masks;
 every tensor their backward reads goes through ``ctx.save_for_backward``, so saved-tensor hooks
 see them all (here: each is packed to a CPU clone and the original is then overwritten); and
 RAN-ALL trained with fairseq's ``--checkpoint-activations`` and ``--offload-activations`` gets
@@ -179,3 +179,76 @@ def test_ran_all_gradients_with_checkpointed_or_offloaded_activations(synthetic_
     assert any("self_attn_matrices" in name for name in plain)
     for name, grad in plain.items():
         torch.testing.assert_close(other[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+# ---- Pervasive Attention's fused batch norm and ReLU ---------------------------------------------
+
+
+def pervasive_bn_relu_inputs(seed=0, device="cpu"):
+    """Two features (C = 2 and 3) of a (B = 2, T = 4, S = 5) grid in float64, zero at the padding
+    of ``grid``, with batch-norm parameters and the real-cell mask."""
+    x, pad, _ = grid(seed, device)
+    g = torch.Generator().manual_seed(seed + 1)
+    keep = (~pad).double()
+    extra = (torch.randn(2, 2, 4, 5, generator=g, dtype=torch.float64).to(device) * keep)
+    weight = (1 + 0.2 * torch.randn(5, generator=g, dtype=torch.float64)).to(device)
+    bias = (0.3 * torch.randn(5, generator=g, dtype=torch.float64)).to(device)
+    return [(x * keep).detach().requires_grad_(), extra.requires_grad_(),
+            weight.requires_grad_(), bias.requires_grad_()], pad, keep
+
+
+def pervasive_bn_relu(pad, keep, masked_output):
+    """ReLU(BN(x)) of the two features' concatenation through _MaskedMoments (statistics over
+    the real cells, each feature's once) and _BatchNormReLU, as the DenseNet composes them."""
+    from ran_fairseq.modules.densenet2d import _BatchNormReLU
+
+    count = int(pad.numel() - pad.sum())
+
+    def run(a, b, weight, bias):
+        # the features as the DenseNet holds them: products with the real-cell mask
+        a, b = a * keep, b * keep
+        stats = [_MaskedMoments.apply(f, pad, count, True) for f in (a, b)]
+        mean, meansq = (torch.cat(parts) for parts in zip(*stats))
+        return _BatchNormReLU.apply(mean, meansq, weight, bias, 1e-5,
+                                    keep if masked_output else None, a, b)
+    return run
+
+
+@pytest.mark.parametrize("masked_output", [False, True], ids=["unmasked", "masked-output"])
+def test_pervasive_fused_batch_norm_relu_passes_gradcheck(masked_output, device):
+    inputs, pad, keep = pervasive_bn_relu_inputs(device=device)
+    run = pervasive_bn_relu(pad, keep, masked_output)
+    assert torch.autograd.gradcheck(run, inputs, eps=1e-6, atol=1e-6)
+
+
+def test_pervasive_fused_batch_norm_relu_equals_torch_batch_norm_on_real_cells():
+    """Without the mask on the output, at real cells: torch's training-mode batch norm of the real
+    cells alone, then ReLU; gradients likewise."""
+    inputs, pad, keep = pervasive_bn_relu_inputs()
+    out = pervasive_bn_relu(pad, keep, False)(*inputs)
+    real = ~pad.squeeze(1)
+    upstream = torch.randn(out.shape, dtype=torch.float64) * keep
+    grads = torch.autograd.grad((out * upstream).sum(), inputs)
+    copies = [t.detach().clone().requires_grad_() for t in inputs]
+    x = torch.cat(copies[:2], dim=1).permute(0, 2, 3, 1)[real]  # (N real, C)
+    expected = torch.nn.functional.batch_norm(x, None, None, copies[2], copies[3], training=True,
+                                              eps=1e-5).relu()
+    torch.testing.assert_close(out.permute(0, 2, 3, 1)[real], expected)
+    expected_grads = torch.autograd.grad(
+        (expected * upstream.permute(0, 2, 3, 1)[real]).sum(), copies)
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got * (keep if got.dim() == 4 else 1),
+                                   want * (keep if want.dim() == 4 else 1))
+
+
+def test_pervasive_fused_batch_norm_relu_saves_every_tensor_it_reads_through_the_hooks():
+    inputs, pad, keep = pervasive_bn_relu_inputs()
+    run = pervasive_bn_relu(pad, keep, True)
+    upstream = [torch.randn(2, 5, 4, 5, dtype=torch.float64)]
+    plain, _ = gradients(run, inputs, upstream, hooked=False)
+    hooked, packed = gradients(run, inputs, upstream, hooked=True)
+    # the output, weight, mean, variance, the clamp's mask and the two features (beside what the
+    # masks' products and the moments save)
+    assert packed >= 7
+    for p, h in zip(plain, hooked):
+        torch.testing.assert_close(h, p, rtol=0, atol=0)

@@ -29,7 +29,12 @@ two 4g-channel tensors. The gradients are those of the plain mode; batch-norm ru
 are updated once.
 
 Batch-norm statistics are per channel, so in training each layer output's mean and mean of squares
-over the real cells are computed once and shared by every later layer that normalizes it.
+over the real cells are computed once and shared by every later layer that normalizes it. Each
+BN → ReLU (→ zero at padding) is one autograd Function on torch's batch-norm kernels
+(:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md) that keeps the features it
+normalizes rather than their concatenation; padding is zeroed by a product with the real-cell
+mask, and a batch without padding skips every mask. Half precision keeps the plain composition of
+elementwise operations (statistics in float32).
 
 Incremental decoding (evaluation only): the input is the newest grid row(s) (B, f_0, n, S) with
 their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in
@@ -236,12 +241,15 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         self._check(x)
         if not fast:
-            out = self(x, pad, count, update_stats, zero_padding=True, moments=moments).relu_()
-            return out * keep if keep is not None and zero_output else out  # relu_ saved out
-        keep = keep if zero_output else None
-        out = torch.batch_norm(x, self.weight, self.bias, self.running_mean.to(x.dtype),
-                               self.running_var.to(x.dtype), False, 0.0, self.eps, False).relu_()
-        return out.mul_(keep) if keep is not None else out
+            out = self(x, pad, count, update_stats, zero_padding=True, moments=moments)
+        else:  # evaluation
+            out = torch.batch_norm(x, self.weight, self.bias, self.running_mean.to(x.dtype),
+                                   self.running_var.to(x.dtype), False, 0.0, self.eps, False)
+        # the mask before the ReLU (ReLU(z)·k = ReLU(z·k) for k in {0, 1}): ReLU keeps its output
+        # for its backward, the normalization does not
+        if keep is not None and zero_output:
+            out = out.mul_(keep)
+        return out.relu_()
 
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, count: int):

@@ -6,12 +6,13 @@ JSON line on the stream it was given (stdout at start; anything the models print
 ``{"cmd": "setup", "side": ..., "case": {...}, "clone": PATH}`` builds the model and the batch,
 ``{"cmd": "train"}`` times one training step (forward, backward, optimizer step),
 ``{"cmd": "decode"}`` one greedy decoding of the batch's sources, ``{"cmd": "memory"}`` the peak
-resident set since setup, ``{"cmd": "quit"}`` ends it. The same :class:`Side` objects run
+resident set since setup, ``{"cmd": "saved"}`` the tensors kept for the backward pass,
+``{"cmd": "kernels"}`` the aten operators of a training forward and backward pass, ``{"cmd": "quit"}`` ends it. The same :class:`Side` objects run
 in-process in the tests.
 
 Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
-the pinned commit, from a local clone), and any
-``module:function`` returning a :class:`Side` (the tests' stub peer). Every side trains with the
+the pinned commit, from a local clone), ``stub`` (:class:`StubSide`, for testing the harness without a
+clone) and any ``module:function`` returning a :class:`Side`. Every side trains with the
 same loss (the sum of the target tokens' negative log-likelihoods, padding left out) and
 ``torch.optim.Adam``, on the same token ids; the models' own embeddings, dropout and weights.
 """
@@ -81,7 +82,40 @@ class Side:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return float(loss)
+        return loss.item()
+
+    def saved_bytes(self):
+        """Bytes of the tensors autograd keeps from one training forward pass for its backward
+        (distinct storages, parameters left out): the activation memory of a step, exactly and
+        independently of the allocator."""
+        from torch.autograd.graph import saved_tensors_hooks
+
+        parameters = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+        saved = {}
+
+        def pack(t):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in parameters:
+                saved[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        self.model.train()
+        with saved_tensors_hooks(pack, lambda t: t):
+            loss = nll(self.log_probs(self.batch), self.batch["tgt"])
+        loss.backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sum(saved.values())
+
+    def kernels(self):
+        """aten operators a training forward and backward pass dispatches (views left out;
+        ran_lab/bench/kernels.py): about the kernel launches of a step on a GPU."""
+        from .kernels import KernelCounter
+
+        self.model.train()
+        with KernelCounter() as counter:
+            nll(self.log_probs(self.batch), self.batch["tgt"]).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        return counter.total
 
     @torch.no_grad()
     def decode(self):
@@ -220,6 +254,32 @@ class Attn2dSide(Side):
         return seq
 
 
+# ---- a stand-in peer (tests of the harness) ---------------------------------------------------
+
+class StubSide(Side):
+    """A peer that needs no clone, for testing the harness: an embedding of the source's mean
+    token, one per target position, and a linear map to the vocabulary."""
+
+    def __init__(self, case):
+        torch.manual_seed(case.get("seed", 1))
+        d = case.get("embed_dim", 8)
+        model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(case["vocab"], d),
+                                     "out": torch.nn.Linear(d, case["vocab"])})
+        super().__init__(model, case, {"stub": True})
+
+    def log_probs(self, batch):
+        context = self.model["embed"](batch["src"]).mean(1, keepdim=True)
+        hidden = self.model["embed"](batch["prev"]) + context
+        return F.log_softmax(self.model["out"](hidden), dim=-1)
+
+    def greedy(self, batch, length):
+        tokens = torch.full((batch["src"].size(0), 1), BOS, dtype=torch.long)
+        for _ in range(length):
+            step = self.log_probs({"src": batch["src"], "prev": tokens})[:, -1]
+            tokens = torch.cat([tokens, step.argmax(-1, keepdim=True)], dim=1)
+        return tokens[:, 1:]
+
+
 # ---- the worker process -----------------------------------------------------------------------
 
 def build_side(side, case, clone=None):
@@ -227,6 +287,8 @@ def build_side(side, case, clone=None):
         return PluginSide(case)
     if side == "attn2d":
         return Attn2dSide(case, clone)
+    if side == "stub":
+        return StubSide(case)
     if ":" in side:
         module, function = side.split(":", 1)
         return getattr(importlib.import_module(module), function)(case)
@@ -284,6 +346,10 @@ class Worker:
             start = time.perf_counter()
             value = self.side.train_step() if cmd == "train" else self.side.decode()
             return {"seconds": time.perf_counter() - start, "value": value}
+        if cmd == "saved":
+            return {"saved_mib": self.side.saved_bytes() / 2**20}
+        if cmd == "kernels":
+            return {"kernels": self.side.kernels()}
         if cmd == "memory":
             current, peak = memory_now()
             return {"rss_mib": current, "peak_mib": peak,

@@ -48,6 +48,16 @@ for _name in list(CASES):
     CASES[_name + "-padded"] = dict(CASES[_name], padded=True)
 
 
+def plugin_changes():
+    """Files of ran_fairseq/ that differ from the checkout's commit (what was measured is then
+    not that commit's code)."""
+    git = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "ran_fairseq"],
+                         capture_output=True, text=True)
+    return [line[3:] for line in git.stdout.splitlines()] if git.returncode == 0 else []
+
+
+# ---- runners: a side in a worker process, or in this process (the tests) -----------------------
+
 class ProcessRunner:
     """A side in a worker process of its own (one thread, unbuffered, this checkout first on the
     path; ``live_memory`` adds glibc's mmap threshold). Its stderr goes to ``log``."""
@@ -148,6 +158,8 @@ def peak_memory(runner_class, side, case, clone, threads, steps, log):
         for _ in range(steps):
             runner.call(cmd="train")
         memory = runner.call(cmd="memory")
+        memory.update(runner.call(cmd="saved"))
+        memory.update(runner.call(cmd="kernels"))
     finally:
         runner.close()
     return dict(memory, rss_before_mib=setup["rss_before_mib"],
@@ -176,8 +188,9 @@ def run_case(name, case, clones, reps, warmup, threads, runner_class=ProcessRunn
     if memory_steps:
         result["memory"] = {side: peak_memory(runner_class, side, case, clones.get(side), threads,
                                               memory_steps, log) for side in sides}
-        result["memory"]["ratio"] = (result["memory"]["plugin"]["increment_mib"]
-                                     / result["memory"][peer]["increment_mib"])
+        memory = result["memory"]
+        memory["ratio"] = memory["plugin"]["increment_mib"] / memory[peer]["increment_mib"]
+        memory["saved_ratio"] = memory["plugin"]["saved_mib"] / memory[peer]["saved_mib"]
     return result
 
 
@@ -197,8 +210,9 @@ def report(results, machine):
     lines = [
         "| case | peer | plugin train ms | peer train ms | train plugin ÷ peer (rounds' range) "
         "| plugin decode ms | peer decode ms | decode plugin ÷ peer (rounds' range) "
-        "| train Δ memory MiB plugin / peer (ratio) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        "| train Δ memory MiB plugin / peer (ratio) | saved for backward MiB plugin / peer "
+        "(ratio) | kernels per training step plugin / peer |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         peer = r["case"]["peer"]
         train = r["train"]
@@ -212,8 +226,11 @@ def report(results, machine):
             m = r["memory"]
             row.append(f"{m['plugin']['increment_mib']:,.0f} / {m[peer]['increment_mib']:,.0f} "
                        f"(×{m['ratio']:.2f})")
+            row.append(f"{m['plugin']['saved_mib']:,.1f} / {m[peer]['saved_mib']:,.1f} "
+                       f"(×{m['saved_ratio']:.2f})")
+            row.append(f"{m['plugin']['kernels']:,} / {m[peer]['kernels']:,}")
         else:
-            row.append("")
+            row += ["", "", ""]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", f"Machine: {machine['cpu']} ({machine['cores']} cores), {machine['threads']} "
               f"thread per worker, torch {machine['torch']}; load average "
@@ -223,7 +240,13 @@ def report(results, machine):
               f"steps per side; a round's ratio is the plugin's time over the peer's in that "
               f"round. Memory: each side alone, peak resident set over "
               f"{machine['memory_steps']} training steps less the resident set before them, "
-              f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}."]
+              f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}; saved for backward: the distinct "
+              f"storages autograd keeps from one training forward pass, parameters left out; "
+              f"kernels: the aten operators of a training forward and backward pass on the CPU, "
+              f"views left out (ran_lab/bench/kernels.py), about a GPU step's launches."]
+    if machine.get("plugin_changes"):
+        lines.append(f"The plugin's code differed from that commit in: "
+                     f"{', '.join(machine['plugin_changes'])}.")
     for peer, commit in machine["peers"].items():
         lines.append(f"{peer}: {PEERS[peer]['url']} at {commit} ({PEERS[peer]['note']}).")
     return "\n".join(lines) + "\n"
@@ -283,7 +306,7 @@ def main(argv=None):
     machine = {"cpu": cpu_model(), "cores": available_cores(), "threads": args.threads,
                "torch": next(iter(results.values()))["torch"], "load_before": load_before,
                "load_after": round(os.getloadavg()[0], 2), "date": utc_now(),
-               "commit": git_commit(), "reps": args.reps, "warmup": args.warmup,
+               "commit": git_commit(), "plugin_changes": plugin_changes(), "reps": args.reps, "warmup": args.warmup,
                "memory_steps": args.memory_steps, "argv": sys.argv[1:] if argv is None else argv,
                "peers": {peer: clone_commit(clone) for peer, clone in clones.items()}}
     (out / "peers.json").write_text(json.dumps({"machine": machine, "results": results},

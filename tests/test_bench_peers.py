@@ -1,0 +1,116 @@
+"""The peer benchmark's own logic (ran_lab/bench/peers.py, peer_worker.py), in this process with a
+stand-in peer: the rounds alternate who goes first, the ratios and spreads are those of the times,
+the batch is the same for both sides and padded as asked, a case runs end to end into its report,
+and a missing clone of the authors' code is one line that says how to get it. The worker processes
+and the agreement with the authors' code: tests/test_bench_peers_workers.py."""
+import pytest
+import torch
+
+from ran_lab.bench import peer_worker, peers
+
+TINY_PA = {"arch": "pervasive_attention", "peer": "stub", "sentences": 3, "source_length": 6,
+           "target_length": 5, "vocab": 30, "seed": 1, "embed_dim": 8, "layers": 2,
+           "growth_rate": 4, "kernel_size": 3}
+
+
+class FakeRunner:
+    """A side whose n-th call takes ``times[n]`` seconds; records the order of the calls."""
+
+    def __init__(self, name, times, log):
+        self.name, self.times, self.log = name, list(times), log
+
+    def call(self, cmd, **unused):
+        self.log.append((self.name, cmd))
+        return {"seconds": self.times.pop(0)}
+
+
+def test_rounds_alternate_who_goes_first_after_the_warmup():
+    log = []
+    a = FakeRunner("plugin", [9, 9, 1, 2, 3, 4], log)
+    b = FakeRunner("attn2d", [9, 9, 2, 2, 6, 8], log)
+    times = peers.interleaved([a, b], "train", reps=4, warmup=2)
+    assert log[:4] == [("plugin", "train")] * 2 + [("attn2d", "train")] * 2
+    assert [name for name, _ in log[4:]] == ["plugin", "attn2d", "attn2d", "plugin"] * 2
+    assert times == {"plugin": [1, 2, 3, 4], "attn2d": [2, 2, 6, 8]}
+    result = peers.compare(times)
+    assert result["ratio_of_medians"] == pytest.approx(2.5 / 4)
+    assert result["round_ratios"]["min"] == pytest.approx(0.5)
+    assert result["round_ratios"]["max"] == pytest.approx(1.0)
+    assert result["sides"]["plugin"]["median"] == 2.5
+    assert result["sides"]["attn2d"]["relative_iqr"] == pytest.approx((6.5 - 2) / 4)
+
+
+def test_summary_of_one_value():
+    s = peers.summary([0.5])
+    assert (s["median"], s["min"], s["max"], s["relative_iqr"]) == (0.5, 0.5, 0.5, 0)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_the_batch_is_seeded_and_padded_as_asked(padded):
+    case = dict(TINY_PA, sentences=8, source_length=10, target_length=9, padded=padded)
+    a, b = peer_worker.make_batch(case), peer_worker.make_batch(case)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    src, tgt, prev = a["src"], a["tgt"], a["prev"]
+    assert src.shape == (8, 10) and tgt.shape == (8, 9)
+    assert torch.equal(src.ne(peer_worker.PAD).sum(1), a["src_lengths"])
+    assert torch.equal(tgt.ne(peer_worker.PAD).sum(1), a["tgt_lengths"])
+    assert (prev[:, 0] == peer_worker.BOS).all()
+    assert torch.equal(prev[:, 1:].ne(peer_worker.PAD), tgt[:, 1:].ne(peer_worker.PAD))
+    assert bool(src.eq(peer_worker.PAD).any()) == padded
+    assert bool(tgt.eq(peer_worker.PAD).any()) == padded
+    if padded:  # the grid is as long as its longest sentences, each at least half of it
+        assert a["src_lengths"].max() == 10 and a["src_lengths"].min() >= 5
+
+
+def test_a_case_runs_end_to_end_with_a_stand_in_peer():
+    result = peers.run_case("tiny", dict(TINY_PA, padded=True), {}, reps=2, warmup=1, threads=1,
+                            runner_class=peers.InProcessRunner, memory_steps=1)
+    for phase in ("train", "decode"):
+        times = result[phase]["seconds"]
+        assert set(times) == {"plugin", "stub"} and all(len(v) == 2 for v in times.values())
+        assert result[phase]["ratio_of_medians"] > 0
+    assert result["info"]["plugin"]["parameters"] > 0 and result["info"]["stub"]["stub"]
+    assert "--share-decoder-input-output-embed" in result["info"]["plugin"]["flags"]
+    for side in ("plugin", "stub"):
+        assert result["memory"][side]["saved_mib"] > 0
+    machine = {"cpu": "a CPU", "cores": 2, "threads": 1, "torch": torch.__version__,
+               "load_before": 0.1, "load_after": 0.2, "date": "today", "commit": "abc",
+               "reps": 2, "warmup": 1, "memory_steps": 1, "peers": {}}
+    table = peers.report({"tiny": result}, machine)
+    row = next(line for line in table.splitlines() if line.startswith("| tiny | stub |"))
+    assert row.count("×") == 4  # training, decoding, memory and saved-tensor ratios
+    assert row.endswith(f"{result['memory']['plugin']['kernels']:,} / "
+                        f"{result['memory']['stub']['kernels']:,} |")
+    assert "load average 0.1 before, 0.2 after" in table
+
+
+def test_plugin_decoding_is_greedy_with_its_incremental_state():
+    """The plugin's greedy loop gives the argmax of a full teacher-forced forward pass over its
+    own output at every position."""
+    side = peer_worker.PluginSide(dict(TINY_PA))
+    side.model.eval()
+    batch = side.batch
+    with torch.no_grad():
+        tokens = side.greedy(batch, 5)
+        prev = torch.cat([torch.full((3, 1), 2), tokens[:, :-1]], dim=1)
+        logits, _ = side.model(batch["src"], batch["src_lengths"], prev)
+        logits[:, :, peer_worker.PAD] = float("-inf")
+    assert torch.equal(tokens, logits.argmax(-1))
+
+
+def test_a_missing_clone_is_one_line_that_says_how_to_get_it(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        peers.main(["--out", str(tmp_path / "out")])
+    message = str(exit_.value)
+    assert "\n" not in message and message.startswith("bench-peers: error:")
+    for spec in peers.PEERS.values():
+        assert f"git clone {spec['url']}" in message and spec["commit"] in message
+    with pytest.raises(SystemExit) as exit_:  # a clone at another commit (no paper code there)
+        peers.main(["--attn2d", str(tmp_path), "--out", str(tmp_path / "out")])
+    message = str(exit_.value)
+    assert "\n" not in message and "nmt/models/densenet.py" in message
+    assert f"git -C {tmp_path} checkout {peers.PEERS['attn2d']['commit']}" in message
+    with pytest.raises(SystemExit, match="unknown case"):
+        peers.main(["--attn2d", str(tmp_path), "--cases", "nope", "--out", str(tmp_path)])
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,163 @@
+"""The peer benchmark across processes (its workers, with a stand-in peer), and, opt-in, the
+agreement of the plugin with the authors' own code: set ``ATTN2D_CLONE`` to a clone of
+https://github.com/elbayadm/attn2d at the commit of ``ran_lab.bench.peers.PEERS`` (the paper's
+code, ``nmt/``); without it those tests skip and say how to get it. The harness's logic in this
+process: tests/test_bench_peers.py."""
+import os
+import sys
+
+import pytest
+import torch
+
+from ran_fairseq.modules.densenet2d import DenseNet2d
+from ran_lab.bench import peer_worker, peers
+
+TINY_PA = {"arch": "pervasive_attention", "peer": "stub", "sentences": 3, "source_length": 6,
+           "target_length": 5, "vocab": 30, "seed": 1, "embed_dim": 8, "layers": 2,
+           "growth_rate": 4, "kernel_size": 3}
+
+
+def test_the_workers_run_a_case_in_processes_of_their_own(tmp_path):
+    log = tmp_path / "workers.log"
+    result = peers.run_case("tiny", dict(TINY_PA, padded=True), {}, reps=2, warmup=1, threads=1,
+                            log=log, memory_steps=1)
+    for phase in ("train", "decode"):
+        assert all(len(v) == 2 and min(v) > 0 for v in result[phase]["seconds"].values())
+    for side in ("plugin", "stub"):
+        memory = result["memory"][side]
+        assert memory["peak_mib"] >= memory["rss_before_mib"] > 0 and memory["saved_mib"] > 0
+    assert result["torch"] == torch.__version__
+
+
+def test_a_failing_worker_is_named_with_its_error(tmp_path):
+    runner = peers.ProcessRunner("nope", log=tmp_path / "log")
+    try:
+        with pytest.raises(peers.PeerError, match="nope: ValueError: unknown side 'nope'"):
+            runner.call(cmd="setup", side="nope", case=TINY_PA)
+    finally:
+        runner.close()
+
+
+# ---- agreement with attn2d (opt-in) ---------------------------------------------------------------
+
+CLONE = os.environ.get("ATTN2D_CLONE")
+ATTN2D_MISSING = (peers.clone_problem("attn2d", CLONE) if CLONE else
+                  "set ATTN2D_CLONE to a clone of attn2d to compare with the authors' code: "
+                  + peers.clone_problem("attn2d", None))
+needs_attn2d = pytest.mark.skipif(bool(ATTN2D_MISSING), reason=str(ATTN2D_MISSING))
+
+
+def attn2d_block(*args):
+    sys.path.insert(0, os.path.abspath(CLONE))
+    from nmt.models.densenet import _DenseBlock
+
+    return _DenseBlock(*args)
+
+
+def matched_pair(kernel_size, seed=0):
+    """The plugin's DenseNet and attn2d's ``_DenseBlock`` (the paper's layer: BN → ReLU → 1×1
+    conv → BN → ReLU → masked k×k conv) with the same weights: attn2d's full k×k kernels hold the
+    plugin's cropped ones in their first ⌈k/2⌉ rows (the rest are masked to zero in its forward
+    pass)."""
+    torch.manual_seed(seed)
+    ours = DenseNet2d(12, 3, 4, kernel_size, dropout=0.0).train()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in ours.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.uniform_(-0.5, 0.5, generator=g)
+    # (num_layers, input features, k, bn_size, growth, dropout, gated, bias, init, weight norm,
+    #  norm, version)
+    theirs = attn2d_block(3, 12, kernel_size, 4, 4, 0.0, False, False, True, False, "batch", 1)
+    theirs.train()
+    with torch.no_grad():
+        for i, layer in enumerate(ours.layers):
+            peer = getattr(theirs, f"denselayer{i + 1}")
+            for name in ("norm1", "norm2"):
+                getattr(peer, name).load_state_dict(getattr(layer, name).state_dict())
+            peer.conv1.weight.copy_(layer.conv1.weight)
+            peer.conv2.weight.zero_()
+            peer.conv2.weight[:, :, :kernel_size // 2 + 1].copy_(layer.conv2.weight)
+    return ours, theirs
+
+
+def our_features(net, x, padding):
+    """[x, h_1, ..., h_L]: what attn2d's block returns (concatenated), from the plugin's layers."""
+    outputs = []
+    hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out))
+             for layer in net.layers]
+    net(x, padding)
+    for h in hooks:
+        h.remove()
+    return torch.cat([x * (~padding).unsqueeze(1)] + outputs, dim=1)
+
+
+@needs_attn2d
+@pytest.mark.parametrize("kernel_size", [3, 5])
+def test_attn2d_dense_layers_equal_the_plugins_without_padding(kernel_size):
+    """Training mode (batch statistics, running statistics updated), then evaluation mode: the
+    features, and the gradients of the input and of every weight, equal attn2d's to 1e-5."""
+    ours, theirs = matched_pair(kernel_size)
+    x = torch.randn(3, 12, 6, 5)
+    padding = torch.zeros(3, 6, 5, dtype=torch.bool)
+    weights = torch.randn(3, 24, 6, 5)
+    xo, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_ours, out_theirs = our_features(ours, xo, padding), theirs(xt)
+    torch.testing.assert_close(out_ours, out_theirs, rtol=1e-5, atol=1e-5)
+    (out_ours * weights).sum().backward()
+    (out_theirs * weights).sum().backward()
+    torch.testing.assert_close(xo.grad, xt.grad, rtol=1e-5, atol=1e-5)
+    p = kernel_size // 2 + 1
+    for i, layer in enumerate(ours.layers):
+        peer = getattr(theirs, f"denselayer{i + 1}")
+        pairs = [(layer.conv1.weight.grad, peer.conv1.weight.grad),
+                 (layer.conv2.weight.grad, peer.conv2.weight.grad[:, :, :p])]
+        for name in ("norm1", "norm2"):
+            a, b = getattr(layer, name), getattr(peer, name)
+            pairs += [(a.weight.grad, b.weight.grad), (a.bias.grad, b.bias.grad)]
+            torch.testing.assert_close(a.running_mean, b.running_mean)
+            torch.testing.assert_close(a.running_var, b.running_var)
+        for a, b in pairs:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    ours.eval()
+    theirs.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(our_features(ours, x, padding), theirs(x), rtol=1e-5,
+                                   atol=1e-5)
+
+
+@needs_attn2d
+@pytest.mark.parametrize("training", [True, False], ids=["training", "evaluation"])
+def test_attn2d_leaks_padding_into_real_cells_where_the_plugin_does_not(training):
+    """A short sentence padded in a batch beside a long one, its padded cells holding one value
+    and then another (attn2d's grid holds the padding token's embedding there, which its
+    initialization does not zero): attn2d's real cells change, as its convolutions read the padded
+    neighbours and, in training, its batch statistics count the padded cells; the plugin's real
+    cells do not change at all."""
+    ours, theirs = matched_pair(3, seed=2)
+    ours.train(training)
+    theirs.train(training)
+    torch.manual_seed(3)
+    x = torch.randn(2, 12, 6, 5)
+    padding = torch.zeros(2, 6, 5, dtype=torch.bool)
+    padding[1, 4:] = True  # sentence 2: 4 target and 3 source tokens
+    padding[1, :, 3:] = True
+    runs = []
+    for value in (0.7, -3.0):
+        xv = x.masked_fill(padding.unsqueeze(1), value)
+        with torch.no_grad():
+            runs.append((our_features(ours, xv, padding), theirs(xv)))
+    (ours_a, theirs_a), (ours_b, theirs_b) = runs
+    real = ~padding.unsqueeze(1).expand_as(ours_a)
+    assert torch.equal(ours_a[real], ours_b[real])
+    assert (theirs_a[real] - theirs_b[real]).abs().max() > 1e-2
+
+
+@needs_attn2d
+def test_attn2d_side_trains_and_decodes_from_the_clone():
+    case = dict(TINY_PA, peer="attn2d")
+    side = peer_worker.Attn2dSide(case, CLONE)
+    first = side.train_step()
+    assert first > 0 and side.train_step() < first * 1.5
+    assert side.decode() == case["sentences"] * case["target_length"]
