@@ -21,6 +21,14 @@ PEERS = {
         "note": "the paper's code (nmt/, 2018-08-10), in the history of the repository's master "
                 "branch, whose tip is a later fairseq fork",
     },
+    "thseq": {
+        "paper": "Zeng et al. 2021 (Recurrent Attention)",
+        "url": "https://github.com/lemon0830/RAN",
+        "commit": "6c7fd11d9a384b81d02923a0da08e23c8441dfee",
+        "marker": "code_RAN/thseq/models/transformer/model.py",
+        "note": "the code released with the paper, the thseq toolkit in code_RAN/; RAN-ALL is its "
+                "transformer with --enc-att-type recrand --dec-att-type recrand",
+    },
 }
 
 def clone_problem(peer, clone):
@@ -43,10 +51,11 @@ def require_clone(peer, clone):
 
 
 def clone_commit(clone):
-    """The commit a clone has checked out (None outside git)."""
-    git = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
-                         text=True)
-    return git.stdout.strip() if git.returncode == 0 else None
-
-
-# ---- runners: a side in a worker process, or in this process (the tests) -----------------------
+    """The commit a clone has checked out (None where the clone is not the top of a git working
+    tree: a copy of the files, or a folder inside another repository)."""
+    git = subprocess.run(["git", "-C", str(clone), "rev-parse", "--show-toplevel", "HEAD"],
+                         capture_output=True, text=True)
+    lines = git.stdout.splitlines()
+    if git.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != Path(clone).resolve():
+        return None
+    return lines[1]

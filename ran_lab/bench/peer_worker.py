@@ -11,7 +11,8 @@ resident set since setup, ``{"cmd": "saved"}`` the tensors kept for the backward
 in-process in the tests.
 
 Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
-the pinned commit, from a local clone), ``stub`` (:class:`StubSide`, for testing the harness without a
+the pinned commit, from a local clone), ``thseq`` (Zeng et al.'s, likewise;
+:mod:`ran_lab.bench.peer_thseq`), ``stub`` (:class:`StubSide`, for testing the harness without a
 clone) and any ``module:function`` returning a :class:`Side`. Every side trains with the
 same loss (the sum of the target tokens' negative log-likelihoods, padding left out) and
 ``torch.optim.Adam``, on the same token ids; the models' own embeddings, dropout and weights.
@@ -127,26 +128,33 @@ class Side:
 # ---- the plugin ------------------------------------------------------------------------------
 
 def plugin_flags(case):
-    """fairseq-train flags of the plugin's model for a case (sizes as the peer's)."""
+    """fairseq-train flags of the plugin's model for a case: the architecture at the case's sizes
+    (as the peer's), then the case's ``plugin_flags`` (the architecture's own options, e.g. a
+    system of configs/ran/systems.json)."""
     arch = case["arch"]
     if arch == "pervasive_attention":
-        return ["--arch", "pervasive_attention", "--num-layers", str(case["layers"]),
-                "--growth-rate", str(case["growth_rate"]), "--kernel-size", str(case["kernel_size"]),
-                "--encoder-embed-dim", str(case["embed_dim"]),
-                "--decoder-embed-dim", str(case["embed_dim"]), "--aggregator", "max",
-                "--share-decoder-input-output-embed", "--dropout", "0.2",
-                "--embedding-dropout", "0.2", "--output-dropout", "0.2",
-                "--max-source-positions", "1024", "--max-target-positions", "1024"]
-    if arch == "ran_transformer":
+        flags = ["--arch", "pervasive_attention", "--num-layers", str(case["layers"]),
+                 "--growth-rate", str(case["growth_rate"]),
+                 "--kernel-size", str(case["kernel_size"]),
+                 "--encoder-embed-dim", str(case["embed_dim"]),
+                 "--decoder-embed-dim", str(case["embed_dim"]), "--aggregator", "max",
+                 "--share-decoder-input-output-embed", "--dropout", "0.2",
+                 "--embedding-dropout", "0.2", "--output-dropout", "0.2",
+                 "--max-source-positions", "1024", "--max-target-positions", "1024"]
+    elif arch == "ran_transformer":
+        # one vocabulary and one embedding matrix for source, target and output, as the CPU
+        # recipe (configs/ran/cpu.json) and the authors' --share-all-embedding 1
         d = str(case["embed_dim"])
-        return ["--arch", "ran_transformer", "--encoder-layers", str(case["layers"]),
-                "--decoder-layers", str(case["layers"]), "--encoder-embed-dim", d,
-                "--decoder-embed-dim", d, "--encoder-ffn-embed-dim", str(case["ffn_dim"]),
-                "--decoder-ffn-embed-dim", str(case["ffn_dim"]),
-                "--encoder-attention-heads", str(case["heads"]),
-                "--decoder-attention-heads", str(case["heads"]), "--dropout", "0.1",
-                "--share-decoder-input-output-embed"] + list(case.get("plugin_flags", []))
-    raise ValueError(f"no plugin model for arch {arch!r}")
+        flags = ["--arch", "ran_transformer", "--encoder-layers", str(case["layers"]),
+                 "--decoder-layers", str(case["layers"]), "--encoder-embed-dim", d,
+                 "--decoder-embed-dim", d, "--encoder-ffn-embed-dim", str(case["ffn_dim"]),
+                 "--decoder-ffn-embed-dim", str(case["ffn_dim"]),
+                 "--encoder-attention-heads", str(case["heads"]),
+                 "--decoder-attention-heads", str(case["heads"]),
+                 "--dropout", str(case.get("dropout", 0.1)), "--share-all-embeddings"]
+    else:
+        raise ValueError(f"no plugin model for arch {arch!r}")
+    return flags + list(case.get("plugin_flags", []))
 
 
 class _Task:
@@ -287,6 +295,10 @@ def build_side(side, case, clone=None):
         return PluginSide(case)
     if side == "attn2d":
         return Attn2dSide(case, clone)
+    if side == "thseq":
+        from .peer_thseq import ThseqSide
+
+        return ThseqSide(case, clone)
     if side == "stub":
         return StubSide(case)
     if ":" in side:

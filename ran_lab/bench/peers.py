@@ -12,9 +12,12 @@ follows the live tensors): the high-water mark of the resident set over a few tr
 less the resident set before the first one.
 
 The authors' code is read from a local clone at a pinned commit (:data:`PEERS`); it is never copied
-into the project. A missing clone is an error of one line that says how to get it.
+into the project. A missing clone is an error of one line that says how to get it. The peers:
+Elbayad et al.'s attn2d for Pervasive Attention (the ``pa-`` cases), Zeng et al.'s thseq for RAN
+(the ``ran-`` cases; :mod:`ran_lab.bench.peer_thseq`).
 
     python scripts/bench-peers.py --attn2d ~/src/attn2d --out results/bench/peers/cpu-run1
+    python scripts/bench-peers.py --thseq ~/src/RAN --cases ran-cpu,ran-cpu-padded --out OUT
 """
 import argparse
 import json
@@ -44,6 +47,31 @@ CASES = {
     "pa-paper": dict(_PA, embed_dim=128, layers=24, growth_rate=32, kernel_size=5,
                      about="the paper's base size (Table 1, Max)"),
 }
+
+# RAN-ALL (Zeng et al. 2021) against the authors' thseq: 32 sentences of 25 tokens, the batch the
+# speed issue measured, the same vocabulary. The plugin runs the system 'RAN-ALL as the authors'
+# code' of configs/ran/systems.json (their feed-forward transition n -> 1,024 -> n, whole-row A_0,
+# Xavier-drawn A_0) without dropout on the attention weights, as the authors' command
+# (--attention-dropout 0), so that both sides compute the same model; residual dropout 0.1 on
+# both. 'ran-cpu-paper' is the plugin's own RAN-ALL instead (the transition of Eqs. 3-4, the
+# decoder's lower triangle of §2.2, attention dropout 0.2 of §3.1) against the same thseq model.
+AS_THE_AUTHORS_CODE = ["--ran-transition", "ffn", "--ran-decoder-initial", "full",
+                       "--ran-initial-init", "xavier", "--ran-ffn-dim", "1024"]
+_RAN = {"arch": "ran_transformer", "peer": "thseq", "sentences": 32, "source_length": 25,
+        "target_length": 25, "vocab": 8000, "seed": 1, "dropout": 0.1,
+        "plugin_flags": AS_THE_AUTHORS_CODE + ["--positional-attention-dropout", "0"]}
+_RAN_CPU = dict(_RAN, embed_dim=256, layers=3, ffn_dim=1024, heads=4)
+CASES.update({
+    "ran-cpu": dict(_RAN_CPU, about="ran_transformer_small, the CPU recipe's RAN-ALL "
+                                    "(configs/ran/systems.json), as the authors' code"),
+    "ran-cpu-paper": dict(_RAN_CPU, plugin_flags=[],
+                          about="the plugin's RAN-ALL as the CPU recipe trains it (the paper's "
+                                "transition, lower triangle, attention dropout 0.2) against "
+                                "the authors' code at the same sizes"),
+    "ran-paper": dict(_RAN, embed_dim=512, layers=6, ffn_dim=2048, heads=8,
+                      about="the paper's base size (transformer-base: 6+6 layers, 512/2048, 8 "
+                            "heads), as the authors' code"),
+})
 for _name in list(CASES):
     CASES[_name + "-padded"] = dict(CASES[_name], padded=True)
 
@@ -248,7 +276,10 @@ def report(results, machine):
         lines.append(f"The plugin's code differed from that commit in: "
                      f"{', '.join(machine['plugin_changes'])}.")
     for peer, commit in machine["peers"].items():
-        lines.append(f"{peer}: {PEERS[peer]['url']} at {commit} ({PEERS[peer]['note']}).")
+        at = (f"at {commit}" if commit else
+              f"from a copy outside git (the pinned commit is {PEERS[peer]['commit']}; the "
+              f"copy's is not checked)")
+        lines.append(f"{peer}: {PEERS[peer]['url']} {at} ({PEERS[peer]['note']}).")
     return "\n".join(lines) + "\n"
 
 
