@@ -1,16 +1,23 @@
 """The peer benchmark's own logic (ran_lab/bench/peers.py, peer_worker.py), in this process with a
 stand-in peer: the rounds alternate who goes first, the ratios and spreads are those of the times,
 the batch is the same for both sides and padded as asked, a case runs end to end into its report,
-and a missing clone of the authors' code is one line that says how to get it. The worker processes
+the RAN cases are the recipe's RAN-ALL at its sizes, a clone's commit is its own git tree's, and a
+missing clone of the authors' code is one line that says how to get it. The worker processes
 and the agreement with the authors' code: tests/test_bench_peers_workers.py."""
+import json
+import subprocess
+
 import pytest
 import torch
 
 from ran_lab.bench import peer_worker, peers
+from ran_lab.common.paths import REPO
 
 TINY_PA = {"arch": "pervasive_attention", "peer": "stub", "sentences": 3, "source_length": 6,
            "target_length": 5, "vocab": 30, "seed": 1, "embed_dim": 8, "layers": 2,
            "growth_rate": 4, "kernel_size": 3}
+TINY_RAN = dict(peers.CASES["ran-cpu"], peer="stub", sentences=3, source_length=6,
+                target_length=5, vocab=32, embed_dim=16, layers=2, ffn_dim=32, heads=2)
 
 
 class FakeRunner:
@@ -85,10 +92,92 @@ def test_a_case_runs_end_to_end_with_a_stand_in_peer():
     assert "load average 0.1 before, 0.2 after" in table
 
 
-def test_plugin_decoding_is_greedy_with_its_incremental_state():
+def test_a_ran_case_runs_end_to_end_with_a_stand_in_peer():
+    result = peers.run_case("tiny-ran", dict(TINY_RAN, padded=True), {}, reps=2, warmup=1,
+                            threads=1, runner_class=peers.InProcessRunner, memory_steps=1)
+    assert all(len(v) == 2 for v in result["decode"]["seconds"].values())
+    flags = result["info"]["plugin"]["flags"]
+    assert flags[:2] == ["--arch", "ran_transformer"] and "--share-all-embeddings" in flags
+
+
+def _system_flags(name):
+    systems = json.loads((REPO / "configs/ran/systems.json").read_text())["systems"]
+    return next(s["flags"] for s in systems if s["name"] == name)
+
+
+def test_the_ran_cases_are_the_recipes_ran_all_at_its_sizes():
+    """The plugin's side of a ran- case is a system of configs/ran/systems.json ('RAN-ALL as the
+    authors' code' without attention dropout, as the authors' command; or the plugin's RAN-ALL) at
+    the sizes of ran_transformer_small (ran-cpu) or ran_transformer (ran-paper); every case has
+    a padded twin and a peer with a clone spec."""
+    from fairseq import options
+
+    from ran_lab import plugin
+
+    plugin.load()
+    as_authors = _system_flags("RAN-ALL as the authors' code")
+    assert peers.AS_THE_AUTHORS_CODE == as_authors
+    for name in ("ran-cpu", "ran-paper"):
+        assert peers.CASES[name]["plugin_flags"] == as_authors + [
+            "--positional-attention-dropout", "0"]
+    assert peers.CASES["ran-cpu-paper"]["plugin_flags"] == _system_flags("RAN-ALL") == []
+    for name, arch in (("ran-cpu", "ran_transformer_small"), ("ran-paper", "ran_transformer")):
+        case = peers.CASES[name]
+        args = options.parse_args_and_arch(options.get_training_parser(),
+                                           ["unused-data", "--task", "translation", "--arch", arch])
+        for side in ("encoder", "decoder"):
+            assert (getattr(args, f"{side}_layers"), getattr(args, f"{side}_embed_dim"),
+                    getattr(args, f"{side}_ffn_embed_dim"),
+                    getattr(args, f"{side}_attention_heads")) == (
+                case["layers"], case["embed_dim"], case["ffn_dim"], case["heads"]), name
+        assert (case["sentences"], case["source_length"], case["target_length"]) == (32, 25, 25)
+    for name, case in peers.CASES.items():
+        assert case["peer"] in peers.PEERS, name
+        if not name.endswith("-padded"):
+            assert peers.CASES[name + "-padded"] == dict(case, padded=True)
+
+
+def test_the_plugin_builds_ran_all_with_the_authors_choices_from_a_ran_case():
+    model = peer_worker.PluginSide(dict(TINY_RAN)).model
+    assert model.encoder.embed_tokens is model.decoder.embed_tokens  # --share-all-embeddings
+    for side in (model.encoder, model.decoder):
+        matrices = side.self_attn_matrices
+        assert type(matrices).__name__ == "RecurrentAttentionMatrices"
+        assert matrices.transition_type == "ffn" and matrices.initial_init == "xavier"
+        assert matrices.transition.fc1.out_features == 1024 and matrices.max_positions == 256
+        assert side.layers[0].self_attn.dropout == 0
+    assert model.decoder.self_attn_matrices.decoder_initial == "full"
+
+
+def test_the_commit_of_a_clone_is_that_of_its_own_git_tree(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path / "repo"), *args], check=True,
+                       capture_output=True)
+
+    (tmp_path / "repo" / "sub").mkdir(parents=True)
+    (tmp_path / "repo" / "sub" / "f").write_text("x")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    head = subprocess.run(["git", "-C", str(tmp_path / "repo"), "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    assert peers.clone_commit(tmp_path / "repo") == head
+    assert peers.clone_commit(tmp_path / "repo" / "sub") is None  # inside another repository
+    (tmp_path / "copy").mkdir()
+    assert peers.clone_commit(tmp_path / "copy") is None
+    machine = {"cpu": "a CPU", "cores": 2, "threads": 1, "torch": "t", "load_before": 0,
+               "load_after": 0, "date": "today", "commit": "abc", "reps": 1, "warmup": 1,
+               "memory_steps": 1, "peers": {"thseq": None}}
+    table = peers.report({}, machine)
+    assert (f"thseq: {peers.PEERS['thseq']['url']} from a copy outside git (the pinned commit is "
+            f"{peers.PEERS['thseq']['commit']}; the copy's is not checked)") in table
+
+
+@pytest.mark.parametrize("case", [TINY_PA, TINY_RAN], ids=["pervasive", "ran"])
+def test_plugin_decoding_is_greedy_with_its_incremental_state(case):
     """The plugin's greedy loop gives the argmax of a full teacher-forced forward pass over its
     own output at every position."""
-    side = peer_worker.PluginSide(dict(TINY_PA))
+    side = peer_worker.PluginSide(dict(case))
     side.model.eval()
     batch = side.batch
     with torch.no_grad():
@@ -111,6 +200,14 @@ def test_a_missing_clone_is_one_line_that_says_how_to_get_it(tmp_path, capsys):
     message = str(exit_.value)
     assert "\n" not in message and "nmt/models/densenet.py" in message
     assert f"git -C {tmp_path} checkout {peers.PEERS['attn2d']['commit']}" in message
+    with pytest.raises(SystemExit) as exit_:
+        peers.main(["--thseq", str(tmp_path), "--cases", "ran-cpu", "--out", str(tmp_path / "out")])
+    message = str(exit_.value)
+    assert "\n" not in message and "code_RAN/thseq/models/transformer/model.py" in message
+    assert f"git -C {tmp_path} checkout {peers.PEERS['thseq']['commit']}" in message
+    with pytest.raises(SystemExit) as exit_:  # a ran- case without its clone
+        peers.main(["--attn2d", str(tmp_path), "--cases", "ran-cpu", "--out", str(tmp_path)])
+    assert "thseq: no clone of Zeng et al. 2021" in str(exit_.value)
     with pytest.raises(SystemExit, match="unknown case"):
         peers.main(["--attn2d", str(tmp_path), "--cases", "nope", "--out", str(tmp_path)])
     assert not (tmp_path / "out").exists()
