@@ -1,8 +1,9 @@
 """The peer benchmark across processes (its workers, with a stand-in peer), and, opt-in, the
 agreement of the plugin with the authors' own code: set ``ATTN2D_CLONE`` to a clone of
 https://github.com/elbayadm/attn2d at the commit of ``ran_lab.bench.peers.PEERS`` (the paper's
-code, ``nmt/``); without it those tests skip and say how to get it. The harness's logic in this
-process: tests/test_bench_peers.py."""
+code, ``nmt/``), and ``THSEQ_CLONE`` to a clone of https://github.com/lemon0830/RAN at its commit
+there (Zeng et al.'s thseq, for RAN); without them those tests skip and say how to get it. The
+harness's logic in this process: tests/test_bench_peers.py."""
 import os
 import sys
 
@@ -161,3 +162,120 @@ def test_attn2d_side_trains_and_decodes_from_the_clone():
     first = side.train_step()
     assert first > 0 and side.train_step() < first * 1.5
     assert side.decode() == case["sentences"] * case["target_length"]
+
+
+# ---- agreement with thseq (opt-in) ----------------------------------------------------------------
+
+THSEQ = os.environ.get("THSEQ_CLONE")
+THSEQ_MISSING = (peers.clone_problem("thseq", THSEQ) if THSEQ else
+                 "set THSEQ_CLONE to a clone of RAN to compare with the authors' code: "
+                 + peers.clone_problem("thseq", None))
+needs_thseq = pytest.mark.skipif(bool(THSEQ_MISSING), reason=str(THSEQ_MISSING))
+
+# the RAN-ALL of the ran- cases at a tiny size; thseq pads its vocabulary to a multiple of 8
+TINY_RAN = dict(peers.CASES["ran-cpu"], sentences=3, source_length=6, target_length=5, vocab=32,
+                embed_dim=16, layers=2, ffn_dim=32, heads=2)
+
+
+def thseq_names(name):
+    """thseq's name of a parameter of the plugin's RAN-ALL as the authors' code (post-norm
+    layers: self-attention, [cross-attention,] FFN, each followed by its layer norm)."""
+    renames = [
+        ("embed_tokens", "embedding"), ("decoder.output_projection", "decoder.logit"),
+        ("encoder.self_attn_matrices.initial", "encoder.randatt"),
+        ("encoder.self_attn_matrices.transition.fc1", "encoder.rnn.linear_i"),
+        ("encoder.self_attn_matrices.transition.fc2", "encoder.rnn.linear_o"),
+        ("decoder.self_attn_matrices.initial", "decoder.dec_randatt"),
+        ("decoder.self_attn_matrices.transition.fc1", "decoder.dec_rnn.linear_i"),
+        ("decoder.self_attn_matrices.transition.fc2", "decoder.dec_rnn.linear_o"),
+        ("encoder_attn.q_proj", "encoder_decoder_attention.linear_q"),
+        ("encoder_attn.k_proj", "encoder_decoder_attention.linear_k"),
+        ("encoder_attn.v_proj", "encoder_decoder_attention.linear_v"),
+        ("encoder_attn.out_proj", "encoder_decoder_attention.linear_o"),
+        ("encoder_attn_layer_norm", "ln1"), ("self_attn_layer_norm", "ln0"),
+        ("fc1", "ffn.linear_i"), ("fc2", "ffn.linear_o"),
+        ("self_attn.v_proj", "ATTN.linear_v"), ("self_attn.out_proj", "ATTN.linear_o")]
+    for ours, theirs in renames:
+        name = name.replace(ours, theirs)
+    if name.startswith("encoder."):
+        return name.replace("ATTN", "self_attention").replace("final_layer_norm", "ln1")
+    return name.replace("ATTN", "masked_self_attention").replace("final_layer_norm", "ln2")
+
+
+def matched_ran_pair(case):
+    """The plugin's RAN-ALL and thseq's with the plugin's weights (thseq's output bias, which the
+    plugin has not, at zero)."""
+    from ran_lab.bench.peer_thseq import ThseqSide
+
+    ours, theirs = peer_worker.PluginSide(case), ThseqSide(case, THSEQ)
+    target = dict(theirs.model.named_parameters(remove_duplicate=False))
+    copied = set()
+    with torch.no_grad():
+        for name, weight in ours.model.named_parameters(remove_duplicate=False):
+            target[thseq_names(name)].copy_(weight)
+            copied.add(thseq_names(name))
+        target["decoder.logit.bias"].zero_()
+    assert set(target) - copied == {"decoder.logit.bias"}
+    return ours, theirs
+
+
+@needs_thseq
+def test_thseq_side_trains_and_decodes_from_the_clone():
+    """Its loss falls, and its greedy decoding (thseq's incremental decoder) gives the argmax of its
+    teacher-forced pass over its own output at every position."""
+    from ran_lab.bench.peer_thseq import ThseqSide
+
+    case = dict(TINY_RAN, peer="thseq")
+    side = ThseqSide(case, THSEQ)
+    first = side.train_step()
+    assert first > 0 and side.train_step() < first
+    assert side.decode() == case["sentences"] * case["target_length"]
+    side.model.eval()
+    with torch.no_grad():
+        tokens = side.greedy(side.batch, 5)
+        prev = torch.cat([torch.full((3, 1), peer_worker.BOS), tokens[:, :-1]], dim=1)
+        log_probs = side.log_probs(dict(side.batch, prev=prev))
+        log_probs[:, :, peer_worker.PAD] = float("-inf")
+    assert torch.equal(tokens, log_probs.argmax(-1))
+    # a stand-in for a missing numba does not stay behind (a module of its own has a file)
+    assert "numba" not in sys.modules or getattr(sys.modules["numba"], "__file__", None)
+
+
+@needs_thseq
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_thseq_ran_all_equals_the_plugins_with_copied_weights(padded):
+    """The plugin's 'RAN-ALL as the authors' code' and thseq's RAN-ALL map weight for weight (and
+    thseq's output bias, zero): without dropout their log-probabilities of every target position
+    agree to 1e-5, and so do the gradients of the loss for every weight, A_0 and the transition
+    included; with padding, at the real target tokens (thseq gives padded positions positional
+    embeddings, fairseq does not: only padding differs). Greedy decoding gives the same tokens."""
+    case = dict(TINY_RAN, dropout=0.0, padded=padded)
+    ours, theirs = matched_ran_pair(case)
+    batch = ours.batch
+    real = batch["tgt"].ne(peer_worker.PAD)
+    assert bool((~real).any()) == padded
+    ours.model.train()
+    theirs.model.train()
+    lp_ours, lp_theirs = ours.log_probs(batch), theirs.log_probs(batch)
+    torch.testing.assert_close(lp_ours[real], lp_theirs[real][:, :case["vocab"]], rtol=1e-5,
+                               atol=1e-5)
+    peer_worker.nll(lp_ours, batch["tgt"]).backward()
+    peer_worker.nll(lp_theirs, batch["tgt"]).backward()
+    grads = dict(theirs.model.named_parameters(remove_duplicate=False))
+    for name, weight in ours.model.named_parameters():
+        torch.testing.assert_close(weight.grad, grads[thseq_names(name)].grad, rtol=1e-4,
+                                   atol=1e-5, msg=name)
+    ours.model.eval()
+    theirs.model.eval()
+    with torch.no_grad():
+        assert torch.equal(ours.greedy(batch, 5), theirs.greedy(batch, 5))
+
+
+@needs_thseq
+def test_a_ran_case_runs_against_thseq_in_worker_processes(tmp_path):
+    case = dict(TINY_RAN, padded=True)
+    result = peers.run_case("tiny-ran", case, {"thseq": THSEQ}, reps=1, warmup=1, threads=1,
+                            log=tmp_path / "workers.log", memory_steps=1)
+    assert set(result["train"]["seconds"]) == {"plugin", "thseq"}
+    assert result["info"]["thseq"]["flags"][-2:] == ["--ffn-dropout", "0"]
+    assert result["memory"]["thseq"]["saved_mib"] > 0
