@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .peer_worker import BOS, PAD, Side
+from .peer_side import BOS, PAD, Side
 
 
 def thseq_flags(case):
