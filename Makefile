@@ -27,14 +27,14 @@ TIERS := unit integration system
 test: setup lint
 	@start=$$(date +%s); for tier in $(TIERS); do \
 	    echo "make test: the $$tier tier"; \
-	    $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile -m $$tier $(PYTEST_ARGS); rc=$$?; \
+	    $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m $$tier $(PYTEST_ARGS); rc=$$?; \
 	    if [ $$rc -eq 5 ] && ! echo " $(PYTEST_ARGS)" | grep -qE ' (-k|-m|tests/)'; then \
 	        echo "make test: pytest collected no $$tier test" >&2; exit 1; fi; \
 	    if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; \
 	done; echo "make test: all tiers passed in $$(( $$(date +%s) - start )) s"
 
 test-fast: setup
-	@$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS); rc=$$?; \
+	@$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m fast $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: setup

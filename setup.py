@@ -39,7 +39,8 @@ setup(
         "sacremoses>=0.0.53",
     ],
     # matplotlib: the analyses' plots (ran_lab/analysis), exercised by the tests; ruff: `make lint`;
-    # pytest-xdist: `make test` runs the test files on every core (up to 4), which halves the suite
+    # pytest-xdist (3.6 for --no-loadscope-reorder): `make test` runs the test files on every core (up
+    # to 4) in the order tests/conftest.py gives, which halves the suite
     # on 2 cores.
     # The lab's commands (each also `python -m` its module, and `scripts/` keeps thin entry points).
     entry_points={"console_scripts": [
@@ -55,7 +56,7 @@ setup(
     # requirement: its 0.3+ releases require NumPy 2, and pip would upgrade a NumPy 1.26 (and
     # break fairseq's extensions built against it) to install the newest; with the NumPy pinned
     # (pip's -c) it installs 0.2.2.
-    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.5", "ruff>=0.4",
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3.6", "matplotlib>=3.5", "ruff>=0.4",
                              "submitit>=1.4", "py3langid>=0.2.2"],
                     "langid": ["py3langid>=0.2.2"],
                     "plot": ["matplotlib>=3.5"],

@@ -64,7 +64,10 @@ def synthetic_databin(tmp_path_factory):
 #   system       across processes as a user runs them: the reproduction engine end to end, the
 #                benchmark's workers, torchrun, a Slurm cluster, a wheel, the documentation's
 #                commands
-# (pytest --durations shows what each costs; a file that outgrows its tier moves.)
+# Within a tier the files are listed by what they cost, the slowest first, and run in that order
+# (`make test` passes --no-loadscope-reorder, so pytest-xdist hands each free worker the next file):
+# a long file started last would hold the tier open while the other cores idle. The order comes
+# from `pytest --durations=0` on two cores; a file that outgrows its tier moves.
 TIERS = {
     "unit": ["test_positional_attention.py", "test_recurrent_cross_attention.py",
              "test_dynamic_memory_attention.py", "test_pervasive_attention.py",
@@ -77,20 +80,20 @@ TIERS = {
              "test_significance.py", "test_multi30k_download.py", "test_python_m.py",
              "test_check_environments.py", "test_docs_links.py", "test_readme_summary.py",
              "test_replacing.py", "test_file_schemas.py"],
-    "integration": ["test_conformance.py", "test_hub.py", "test_checkpoint_loading.py",
-                    "test_reliability.py", "test_workflow_hydra.py", "test_workflow_decoding.py",
-                    "test_claims.py", "test_kernels.py", "test_faults.py",
-                    "test_one_line_errors.py", "test_analysis.py", "test_analyze_pervasive.py",
-                    "test_prepare.py", "test_seeds.py", "test_reproducible.py"],
-    "system": ["test_reproduce.py", "test_reproduce_recurrent_cross.py",
-               "test_reproduce_dynmem.py", "test_reproduce_pervasive.py",
-               "test_adding_a_paper.py", "test_nothing_lost.py", "test_bench.py",
-               "test_gpu_check.py", "test_gpu_scripts.py", "test_slurm.py",
-               "test_bench_peers_workers.py",
-               "test_workflow_distributed.py", "test_package.py", "test_quiet.py",
-               "test_wheel.py", "test_docs_commands.py", "test_quickstart.py"],
+    "integration": ["test_conformance.py", "test_reliability.py", "test_workflow_decoding.py",
+                    "test_claims.py", "test_prepare.py", "test_workflow_hydra.py", "test_seeds.py",
+                    "test_reproducible.py", "test_one_line_errors.py",
+                    "test_checkpoint_loading.py", "test_faults.py", "test_hub.py",
+                    "test_analysis.py", "test_analyze_pervasive.py", "test_kernels.py"],
+    "system": ["test_slurm.py", "test_reproduce.py", "test_gpu_check.py", "test_bench.py",
+               "test_docs_commands.py", "test_nothing_lost.py", "test_quickstart.py",
+               "test_workflow_distributed.py", "test_package.py", "test_reproduce_pervasive.py",
+               "test_reproduce_recurrent_cross.py", "test_quiet.py", "test_wheel.py",
+               "test_reproduce_dynmem.py", "test_adding_a_paper.py", "test_gpu_scripts.py",
+               "test_bench_peers_workers.py"],
 }
 TIER_OF = {name: tier for tier, names in TIERS.items() for name in names}
+RUN_ORDER = {name: i for i, name in enumerate(n for names in TIERS.values() for n in names)}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -108,3 +111,5 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(getattr(pytest.mark, tier))
         if tier == "unit":
             item.add_marker(pytest.mark.fast)
+    # the tiers' order, and within one the files' (stable: a file's tests keep theirs)
+    items.sort(key=lambda item: RUN_ORDER[Path(str(item.fspath)).name])
