@@ -260,7 +260,10 @@ def report(results, machine):
         else:
             row += ["", "", ""]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", f"Machine: {machine['cpu']} ({machine['cores']} cores), {machine['threads']} "
+    cores = f"{machine['cores']} cores"
+    if machine.get("machine_cores", machine["cores"]) != machine["cores"]:  # taskset, cgroups
+        cores = f"{machine['machine_cores']} cores, {machine['cores']} available to the benchmark"
+    lines += ["", f"Machine: {machine['cpu']} ({cores}), {machine['threads']} "
               f"thread per worker, torch {machine['torch']}; load average "
               f"{machine['load_before']} before, {machine['load_after']} after; "
               f"{machine['date']}; commit {machine['commit']}.",
@@ -334,11 +337,15 @@ def main(argv=None):
         results[name] = run_case(name, CASES[name], clones, args.reps, args.warmup, args.threads,
                                  log=out / "workers.log", memory_steps=args.memory_steps,
                                  decode=not args.no_decode)
-    machine = {"cpu": cpu_model(), "cores": available_cores(), "threads": args.threads,
+    # the clones' paths are this machine's: the command is recorded with {peer} in their place
+    given = {str(clone): "{" + peer + "}" for peer, clone in clones.items()}
+    argv = [given.get(a, a) for a in (sys.argv[1:] if argv is None else argv)]
+    machine = {"cpu": cpu_model(), "cores": available_cores(), "machine_cores": os.cpu_count(),
+               "threads": args.threads,
                "torch": next(iter(results.values()))["torch"], "load_before": load_before,
                "load_after": round(os.getloadavg()[0], 2), "date": utc_now(),
                "commit": git_commit(), "plugin_changes": plugin_changes(), "reps": args.reps, "warmup": args.warmup,
-               "memory_steps": args.memory_steps, "argv": sys.argv[1:] if argv is None else argv,
+               "memory_steps": args.memory_steps, "argv": argv,
                "peers": {peer: clone_commit(clone) for peer, clone in clones.items()}}
     (out / "peers.json").write_text(json.dumps({"machine": machine, "results": results},
                                                indent=1) + "\n")
