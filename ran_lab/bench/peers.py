@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .peer_clones import PEERS, PeerError, clone_commit, clone_problem, require_clone  # noqa: F401
 from ran_lab.common.machine import available_cores, cpu_model, git_commit, utc_now
+from ran_lab import portable
 from ran_lab.common.paths import REPO
 
 MMAP_THRESHOLD = 65536  # as ran-bench --live-memory
@@ -337,9 +338,14 @@ def main(argv=None):
         results[name] = run_case(name, CASES[name], clones, args.reps, args.warmup, args.threads,
                                  log=out / "workers.log", memory_steps=args.memory_steps,
                                  decode=not args.no_decode)
-    # the clones' paths are this machine's: the command is recorded with {peer} in their place
-    given = {str(clone): "{" + peer + "}" for peer, clone in clones.items()}
-    argv = [given.get(a, a) for a in (sys.argv[1:] if argv is None else argv)]
+    # the clones' paths are this machine's: the command and the workers' log name them {peer},
+    # the checkout {repo} (ran_lab.portable)
+    given = [(str(Path(clone).resolve()), "{" + peer + "}") for peer, clone in clones.items()]
+    given += [(str(clone), "{" + peer + "}") for peer, clone in clones.items()]
+    argv = [portable.log_text(a, replace=given) for a in (sys.argv[1:] if argv is None else argv)]
+    log = out / "workers.log"
+    if log.is_file():
+        log.write_text(portable.log_text(log.read_text(errors="replace"), replace=given))
     machine = {"cpu": cpu_model(), "cores": available_cores(), "machine_cores": os.cpu_count(),
                "threads": args.threads,
                "torch": next(iter(results.values()))["torch"], "load_before": load_before,
