@@ -36,7 +36,7 @@ MMAP_THRESHOLD = 65536  # as ran-bench --live-memory
 
 
 # The cases: the plugin's architecture at the sizes of a recipe, against the peer of that paper.
-# 16 sentences of 20 tokens is the batch of the issue that asked for the comparison; the vocabulary
+# 16 sentences of 20 tokens is the batch of the project's first comparison; the vocabulary
 # is about Multi30k's joint BPE (configs/pervasive/cpu.json).
 _PA = {"arch": "pervasive_attention", "peer": "attn2d", "sentences": 16, "source_length": 20,
        "target_length": 20, "vocab": 8000, "seed": 1}
@@ -44,13 +44,13 @@ CASES = {
     "pa-cpu": dict(_PA, embed_dim=64, layers=8, growth_rate=16, kernel_size=3,
                    about="pervasive_attention_small (configs/pervasive/systems.json)"),
     "pa-d128": dict(_PA, embed_dim=128, layers=8, growth_rate=16, kernel_size=3,
-                    about="the CPU depth at the paper's d = 128 (the issue's size)"),
+                    about="the CPU depth at the paper's d = 128 (the first comparison's size)"),
     "pa-paper": dict(_PA, embed_dim=128, layers=24, growth_rate=32, kernel_size=5,
                      about="the paper's base size (Table 1, Max)"),
 }
 
 # RAN-ALL (Zeng et al. 2021) against the authors' thseq: 32 sentences of 25 tokens, the batch the
-# speed issue measured, the same vocabulary. The plugin runs the system 'RAN-ALL as the authors'
+# first comparison measured, the same vocabulary. The plugin runs the system 'RAN-ALL as the authors'
 # code' of configs/ran/systems.json (their feed-forward transition n -> 1,024 -> n, whole-row A_0,
 # Xavier-drawn A_0) without dropout on the attention weights, as the authors' command
 # (--attention-dropout 0), so that both sides compute the same model; residual dropout 0.1 on
