@@ -9,6 +9,7 @@ The recording was made before the DenseNet's training step was fused and its mas
 batches without padding. Regenerate it only for a change that is meant to change the outputs:
 ``PYTHONPATH=. python tests/test_pervasive_outputs.py`` (it says which commit it recorded)."""
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from fairseq import options
 from fairseq.data import Dictionary
 
 from ran_fairseq.models.pervasive_attention import PervasiveAttentionModel
+from ran_fairseq.modules import _torch_ops
 
 RECORDING = Path(__file__).resolve().parent / "data" / "pervasive_outputs.pt"
 VOCAB = 12
@@ -124,6 +126,26 @@ def test_pervasive_outputs_equal_the_recorded_ones(recording, key):
     expected = recording["cases"][case_id(key)]
     got = outputs(CASES[name], padded, training, dtype)
     assert got.keys() == expected.keys()
+    for k, value in expected.items():
+        scale = max(1.0, value.abs().max().item())
+        difference = (got[k] - value).abs().max().item()
+        assert difference <= 1e-5 * scale, f"{k}: differs by {difference:.2e} (scale {scale:.2f})"
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_pervasive_outputs_are_the_recorded_ones_with_the_public_backward(recording, padded,
+                                                                         monkeypatch):
+    """The fused batch norm's backward without aten's internal operators (their public forms,
+    ran_fairseq/modules/_torch_ops.py, as where a torch lacks them or they disagree) gives the
+    recorded gradients too; the lookup finds both operators missing in an empty namespace."""
+    assert _torch_ops.fused_batch_norm_backward_available()  # this torch has them
+    assert _torch_ops._lookup_batch_norm_ops(aten=types.SimpleNamespace()) == (None, None)
+    monkeypatch.setattr(_torch_ops, "_THRESHOLD_BACKWARD", None)
+    monkeypatch.setattr(_torch_ops, "_BATCH_NORM_BACKWARD", None)
+    assert not _torch_ops.fused_batch_norm_backward_available()
+    key = ("max k3", padded, True, torch.float32)
+    expected = recording["cases"][case_id(key)]
+    got = outputs(CASES["max k3"], padded, True, torch.float32)
     for k, value in expected.items():
         scale = max(1.0, value.abs().max().item())
         difference = (got[k] - value).abs().max().item()

@@ -1,4 +1,4 @@
-"""The plugin's one use of a torch operator outside the public API, behind a public fallback.
+"""The plugin's uses of torch operators outside the public API, each behind a public fallback.
 
 :func:`sigmoid_times` forms sigmoid(x) ⊙ v (x broadcasting against v) in one kernel through
 aten's ``softplus_backward`` (the derivative of softplus(x) = log(1 + e^x) is sigmoid(x), so
@@ -8,6 +8,13 @@ this is one kernel instead of two (``torch.sigmoid`` then a product) in the loop
 kernel bound (tests/test_recurrent_cross_attention.py). The operator carries no stability promise,
 so it is looked up once, checked against the public form on a small input, and replaced by the
 public form when it is missing, fails or disagrees: results are the same either way.
+
+Likewise for Pervasive Attention's fused batch norm and ReLU (``densenet2d._BatchNormReLU``):
+:func:`relu_backward` is aten's ``threshold_backward`` (one kernel, where the public form is a
+comparison and a ``where``), and :func:`batch_norm_eval_backward` aten's
+``native_batch_norm_backward`` in evaluation mode (the input's gradient and both parameters'
+in one pass over the grid, where the public form takes three), each checked once against its public
+form and replaced by it when missing, failing or disagreeing.
 """
 from typing import Callable, Optional
 
@@ -52,3 +59,67 @@ def sigmoid_times(value: Tensor, logit: Tensor, out: Tensor) -> Tensor:
         _SOFTPLUS_BACKWARD(value, logit, 1.0, sigmoid_threshold(value.dtype), grad_input=out)
         return out
     return torch.mul(value, torch.sigmoid(logit), out=out)
+
+
+def _relu_backward_public(grad: Tensor, out: Tensor) -> Tensor:
+    return torch.where(out > 0, grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
+
+
+def _batch_norm_eval_backward_public(grad: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
+                                     var: Tensor, eps: float, need_x: bool):
+    """∂/∂x, ∂/∂w, ∂/∂b of y = w·(x − m)/√(v + ε) + b per channel of x (B, C, T, S), m and v
+    constants: g·w/√(v + ε), Σ g·(x − m)/√(v + ε) = (Σ g·x − m·Σ g)/√(v + ε), and Σ g."""
+    invstd = torch.rsqrt(var + eps)
+    grad_b = grad.sum((0, 2, 3))
+    grad_w = ((grad * x).sum((0, 2, 3)) - mean * grad_b) * invstd
+    grad_x = grad * (weight * invstd).view(1, -1, 1, 1) if need_x else None
+    return grad_x, grad_w, grad_b
+
+
+def _lookup_batch_norm_ops(aten=None):
+    """aten's (threshold_backward, native_batch_norm_backward), each None where it is missing or
+    disagrees with its public form on a small float64 input."""
+    aten = torch.ops.aten if aten is None else aten
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 2, 2, dtype=torch.float64, generator=g)
+    grad = torch.randn(2, 3, 2, 2, dtype=torch.float64, generator=g)
+    weight, mean = torch.randn(3, dtype=torch.float64, generator=g), x.mean((0, 2, 3))
+    var, eps = x.var((0, 2, 3)) + 0.5, 1e-5
+    try:
+        threshold = aten.threshold_backward
+        relu_ok = torch.allclose(threshold(grad, x, 0), _relu_backward_public(grad, x))
+    except Exception:  # noqa: BLE001 (any failure of an internal operator means: do not use it)
+        threshold, relu_ok = None, False
+    try:
+        norm = aten.native_batch_norm_backward
+        ours = norm(grad, x, weight, mean, var, None, None, False, eps, [True, True, True])
+        public = _batch_norm_eval_backward_public(grad, x, weight, mean, var, eps, True)
+        norm_ok = all(torch.allclose(a, b) for a, b in zip(ours, public))
+    except Exception:  # noqa: BLE001
+        norm, norm_ok = None, False
+    return (threshold if relu_ok else None), (norm if norm_ok else None)
+
+
+_THRESHOLD_BACKWARD, _BATCH_NORM_BACKWARD = _lookup_batch_norm_ops()
+
+
+def fused_batch_norm_backward_available() -> bool:
+    """Whether :func:`relu_backward` and :func:`batch_norm_eval_backward` use aten's kernels."""
+    return _THRESHOLD_BACKWARD is not None and _BATCH_NORM_BACKWARD is not None
+
+
+def relu_backward(grad: Tensor, out: Tensor) -> Tensor:
+    """The gradient through a ReLU from its output ``out``: ``grad`` where out > 0, else 0."""
+    if _THRESHOLD_BACKWARD is not None:
+        return _THRESHOLD_BACKWARD(grad, out, 0)
+    return _relu_backward_public(grad, out)
+
+
+def batch_norm_eval_backward(grad: Tensor, x: Tensor, weight: Tensor, mean: Tensor, var: Tensor,
+                             eps: float, need_x: bool):
+    """(∂/∂x or None, ∂/∂w, ∂/∂b) of batch normalization of x (B, C, T, S) with the statistics
+    ``mean`` and ``var`` held constant (torch's evaluation mode)."""
+    if _BATCH_NORM_BACKWARD is not None:
+        return tuple(_BATCH_NORM_BACKWARD(grad, x, weight, mean, var, None, None, False, eps,
+                                          [need_x, True, True]))
+    return _batch_norm_eval_backward_public(grad, x, weight, mean, var, eps, need_x)

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from ._torch_ops import batch_norm_eval_backward, relu_backward
 from .masked_conv2d import MaskedConv2d
 
 BOTTLENECK_FACTOR = 4  # the 1×1 convolution's output is 4g channels
@@ -155,10 +156,10 @@ class _BatchNormReLU(torch.autograd.Function):
         y, weight, mean, var, clamped, *features = ctx.saved_tensors
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         # y is zero wherever ReLU or the mask cut it: the gradient flows only where y > 0
-        grad = torch.ops.aten.threshold_backward(grad_y, y, 0)
+        grad = relu_backward(grad_y, y)
         need_x = any(ctx.needs_input_grad[6:])
-        grad_x, grad_w, grad_b = torch.ops.aten.native_batch_norm_backward(
-            grad, x, weight, mean, var, None, None, False, ctx.eps, [need_x, True, True])
+        grad_x, grad_w, grad_b = batch_norm_eval_backward(grad, x, weight, mean, var, ctx.eps,
+                                                          need_x)
         # grad_w = Σ g·(x − m)/√(v + ε) and grad_b = Σ g; y depends on m directly and through v
         invstd = torch.rsqrt(var + ctx.eps)
         grad_var = (-0.5 * weight * invstd * invstd * grad_w).masked_fill(clamped, 0)
