@@ -3,7 +3,8 @@
 Under pytest-xdist every worker is a process of its own, so a session-scoped fixture alone would
 build its corpus once per worker. Here a kind is built into a folder of the run's shared temporary
 directory (``tmp_path_factory.getbasetemp().parent`` in a worker, the base directory itself
-without xdist), under an exclusive lock: the first process to ask builds it into a temporary folder
+without xdist; ``$RAN_TEST_CORPORA`` where set, as `make test` does for its tiers), under an
+exclusive lock: the first process to ask builds it into a temporary folder
 and renames that into place when it is whole, and the others wait, then read it. A build that
 fails leaves nothing in place, and the next process to ask tries again.
 
@@ -21,7 +22,13 @@ import helpers
 
 
 def shared_root(tmp_path_factory):
-    """The folder of this test run's shared corpora."""
+    """The folder of this test run's shared corpora: ``$RAN_TEST_CORPORA`` where it is set (`make
+    test` sets it to a new folder for its tiers, each a pytest run of its own, and removes it
+    after), else a folder of this pytest run's temporary directory."""
+    if os.environ.get("RAN_TEST_CORPORA"):
+        root = Path(os.environ["RAN_TEST_CORPORA"])
+        root.mkdir(parents=True, exist_ok=True)
+        return root
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER", "master") != "master":
         base = base.parent  # the run's folder, above each worker's own
