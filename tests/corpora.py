@@ -51,6 +51,9 @@ def built(tmp_path_factory, name, build):
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)  # as a folder made by mkdir (mkdtemp's is private)
             os.rename(tmp, dest)
     return dest
 
