@@ -22,10 +22,12 @@ lint: setup
 
 # The tiers by cost, cheapest first (tests/conftest.py), each on every core; the first tier that
 # fails stops the run. pytest exits 5 when it collected no test: unless PYTEST_ARGS selects tests
-# (-k, -m or a path under tests/), that is a broken suite, not a pass.
+# (-k, -m or a path under tests/), that is a broken suite, not a pass. The tiers share one folder
+# of synthetic corpora (RAN_TEST_CORPORA, tests/corpora.py), removed at the end.
 TIERS := unit integration system
 test: setup lint
-	@start=$$(date +%s); for tier in $(TIERS); do \
+	@start=$$(date +%s); corpora=$$(mktemp -d); trap 'rm -rf "$$corpora"' EXIT; \
+	export RAN_TEST_CORPORA=$$corpora; for tier in $(TIERS); do \
 	    echo "make test: the $$tier tier"; \
 	    $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m $$tier $(PYTEST_ARGS); rc=$$?; \
 	    if [ $$rc -eq 5 ] && ! echo " $(PYTEST_ARGS)" | grep -qE ' (-k|-m|tests/)'; then \

@@ -7,7 +7,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import helpers  # noqa: E402
+import corpora  # noqa: E402
 from ran_lab import plugin  # noqa: E402
 from ran_lab.common import paths  # noqa: E402
 
@@ -46,12 +46,37 @@ def device(request):
     return torch.device(name)
 
 
+# The synthetic corpora several files read, built once per test run however many workers run
+# the files (tests/corpora.py). They are shared: a test that writes into one works on a copy.
+
 @pytest.fixture(scope="session")
 def synthetic_databin(tmp_path_factory):
-    """A binarized synthetic de→en corpus (tests/helpers.make_synthetic_corpus)."""
-    root = tmp_path_factory.mktemp("synthetic")
-    helpers.make_synthetic_corpus(root / "raw")
-    return helpers.binarize(root / "raw", root / "bin")
+    """A binarized synthetic de→en corpus (tests/helpers.make_synthetic_corpus), its text in
+    ``../raw``. Shared: read it only (copy it with corpora.copy_of to change it)."""
+    return corpora.built(tmp_path_factory, "synthetic", corpora.synthetic) / "bin"
+
+
+@pytest.fixture(scope="session")
+def joined_databin(tmp_path_factory):
+    """The corpus of ``synthetic_databin`` binarized with one dictionary for both languages (for
+    recipes that share all embeddings). Shared: read it only."""
+    return corpora.built(tmp_path_factory, "synthetic-joined",
+                         lambda root: corpora.synthetic(root, joined=True)) / "bin"
+
+
+@pytest.fixture(scope="session")
+def scored_corpus(tmp_path_factory):
+    """``scored_corpus(root)`` puts a copy of helpers.scored_corpus's corpus in ``root`` (``raw``
+    and ``bin.de-en``, which the reproduction engine may write beside) and returns
+    ``root/bin.de-en``; the corpus itself is built once per test run."""
+    shared = corpora.built(tmp_path_factory, "scored", corpora.scored)
+
+    def place(root):
+        root = Path(root)
+        for name in ("raw", "bin.de-en"):
+            corpora.copy_of(shared / name, root / name)
+        return root / "bin.de-en"
+    return place
 
 
 # Every test file belongs to one tier, by what it costs (a marker; `make test` runs them in this

@@ -719,10 +719,10 @@ def test_fill_rewrites_a_stale_quote():
     assert "| claim | paper | here | verdict |" in report.fill(table, verdicts_of())
 
 
-def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path):
+def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path, scored_corpus):
     """scripts/reproduce-recurrent_cross.sh in a short setting (2 updates on a tiny corpus) writes
     CLAIMS.md and CLAIMS.json beside TABLE.md, from the paper's claims file."""
-    helpers.scored_corpus(tmp_path)
+    scored_corpus(tmp_path)
     out = helpers.short_reproduction(helpers.REPO / "scripts" / "reproduce-recurrent_cross.sh",
                                      REPO / "configs" / "recurrent_cross" / "cpu.json", tmp_path,
                                      ["baseline", "coverage"])

@@ -23,12 +23,8 @@ def gpu_check(*args, timeout=600):
                           env=dict(helpers.fairseq_env(), PYTHON=sys.executable))
 
 
-@pytest.fixture(scope="module")
-def joined_databin(tmp_path_factory):
-    """The recipes share their embeddings (--share-all-embeddings): one joined dictionary."""
-    root = tmp_path_factory.mktemp("gpu-check-data")
-    helpers.make_synthetic_corpus(root / "raw")
-    return helpers.binarize(root / "raw", root / "bin", joined=True)
+# joined_databin (tests/conftest.py): the recipes share their embeddings
+# (--share-all-embeddings), so the corpus has one joined dictionary
 
 
 @pytest.mark.parametrize("args, message", [

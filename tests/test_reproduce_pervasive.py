@@ -29,10 +29,10 @@ def number(cell):
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
+def first_run(tmp_path_factory, scored_corpus):
     """The CPU config on a tiny word-level de-en corpus (no BPE)."""
     root = tmp_path_factory.mktemp("reproduce-pervasive")
-    helpers.scored_corpus(root)
+    scored_corpus(root)
     return root, helpers.short_reproduction(SCRIPT, DIR / "cpu.json", root, SYSTEMS)
 
 

@@ -29,10 +29,10 @@ TABLE2 = {"baseline", "prev-context", "prev-weight", "prev-accum-weight", "expan
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
+def first_run(tmp_path_factory, scored_corpus):
     """The CPU config on a tiny word-level de-en corpus (no BPE), with one paper number planted."""
     root = tmp_path_factory.mktemp("reproduce-rosendahl")
-    helpers.scored_corpus(root)
+    scored_corpus(root)
     paper = json.loads((DIR / "paper.json").read_text())
     paper["columns"][0]["values"]["baseline"] = PAPER_BASELINE
     (root / "paper.json").write_text(json.dumps(paper))

@@ -71,9 +71,9 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, scored_corpus):
     root = tmp_path_factory.mktemp("slurm-data")
-    helpers.scored_corpus(root)
+    scored_corpus(root)
     return root
 
 

@@ -76,12 +76,8 @@ def flag(key):
     return "--" + key.replace("_", "-")
 
 
-@pytest.fixture(scope="module")
-def joined_databin(tmp_path_factory):
-    """The tiny corpus with one dictionary (the YAMLs share all embeddings)."""
-    root = tmp_path_factory.mktemp("hydra")
-    helpers.make_synthetic_corpus(root / "raw")
-    return helpers.binarize(root / "raw", root / "bin", joined=True)
+# joined_databin (tests/conftest.py): the tiny corpus with one dictionary (the YAMLs share all
+# embeddings)
 
 
 def model_overrides(model, keys):
