@@ -254,6 +254,15 @@ def test_a_full_checkpoint_disk_is_one_line_naming_the_file(tmp_path, data):  # 
     assert f"the disk is full (writing {path})" in message and "--resume" in message
 
 
+def assert_read_error(path, text, read, error, expected):
+    """``text`` written to ``path`` and read by ``read(path, REPO)`` raises ``error``, whose message
+    names the file and says ``expected``."""
+    path.write_text(text)
+    with pytest.raises(error) as e:
+        read(path, REPO)
+    assert str(path) in str(e.value) and expected in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize("text, expected", [
     ("[]", "the file: expected an object"),
     ('{"paper": "x", "claims": "c1"}', '"claims": expected a list of objects'),
@@ -263,11 +272,7 @@ def test_a_full_checkpoint_disk_is_one_line_naming_the_file(tmp_path, data):  # 
 def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
     from ran_lab.claims.spec import ClaimsError, load
 
-    path = tmp_path / "claims.json"
-    path.write_text(text)
-    with pytest.raises(ClaimsError) as e:
-        load(path, REPO)
-    assert str(path) in str(e.value) and expected in str(e.value), str(e.value)
+    assert_read_error(tmp_path / "claims.json", text, load, ClaimsError, expected)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -280,8 +285,4 @@ def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
 def test_a_remake_manifest_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
     from ran_lab.remake import ManifestError, load_manifest
 
-    path = tmp_path / "REMAKE.json"
-    path.write_text(text)
-    with pytest.raises(ManifestError) as e:
-        load_manifest(path, REPO)
-    assert str(path) in str(e.value) and expected in str(e.value), str(e.value)
+    assert_read_error(tmp_path / "REMAKE.json", text, load_manifest, ManifestError, expected)
