@@ -1,8 +1,8 @@
 # The two commands of the README:
 #   make demo   set up, prepare Multi30k de-en, train a small model, translate the test set, score
 #   make test   set up, lint, then run the test suite (what .ci/run calls)
-# For the inner loop: make test-fast (the unit tier, well under two minutes; tiers in
-# tests/conftest.py) and make lint (ruff, rules in ruff.toml).
+# For the inner loop: make test-fast (the unit tier, well under two minutes; the tiers are
+# the folders tests/unit, tests/integration, tests/system) and make lint (ruff, rules in ruff.toml).
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PYTEST_ARGS ?=
@@ -20,7 +20,7 @@ demo:
 lint: setup
 	$(VENV)/bin/ruff check --quiet .
 
-# The tiers by cost, cheapest first (tests/conftest.py), each on every core; the first tier that
+# The tiers by cost, cheapest first (the folders under tests/), each on every core; the first tier that
 # fails stops the run. pytest exits 5 when it collected no test: unless PYTEST_ARGS selects tests
 # (-k, -m or a path under tests/), that is a broken suite, not a pass. The tiers share one folder
 # of synthetic corpora (RAN_TEST_CORPORA, tests/corpora.py), removed at the end.

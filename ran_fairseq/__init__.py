@@ -6,7 +6,7 @@ criterions, optimizer and the ``ter`` scorer. It also makes the default fixes of
 torch's weights-only loading, multi-process training and resume on CPUs, length errors that name
 the flag, the resume check of architecture flags, ``--bf16`` off a TPU), and the opt-in fixes
 that ``RAN_FAIRSEQ_FIXES`` names. Nothing else of fairseq, torch or ``sys`` changes:
-docs/pitfalls.md lists each replacement and why, and tests/test_package.py compares fairseq's
+docs/pitfalls.md lists each replacement and why, and tests/system/test_package.py compares fairseq's
 attributes before and after the import.
 """
 from . import fixes

@@ -7,7 +7,7 @@ the flag of a plugin model's length limit, the resume check of the plugin's arch
 ``--bf16`` off a TPU. **Opt-in** fixes correct fairseq in general and change nothing unless asked:
 ``RAN_FAIRSEQ_FIXES=all``, or their names separated by commas, in the environment of the fairseq
 command (processes it starts inherit it); the reproduction engine sets ``all``. docs/pitfalls.md
-lists them with their reasons; tests/test_package.py checks that importing the plugin changes
+lists them with their reasons; tests/system/test_package.py checks that importing the plugin changes
 nothing of fairseq or ``sys`` beyond the registries and the default fixes' ``replaces``.
 """
 import dataclasses

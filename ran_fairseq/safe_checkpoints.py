@@ -39,7 +39,7 @@ def _numpy_globals():
 
 
 # Every non-tensor, non-builtin class found in checkpoints written by fairseq-train 0.12 (checked by
-# tests/test_checkpoint_loading.py with torch.serialization.get_unsafe_globals_in_checkpoint).
+# tests/integration/test_checkpoint_loading.py with torch.serialization.get_unsafe_globals_in_checkpoint).
 def fairseq_checkpoint_globals():
     return (argparse.Namespace,) + _numpy_globals()
 

@@ -31,7 +31,7 @@ COMBINATIONS = {
     "middle": ("3.12", "torch==2.14.1", "numpy>=2,<3"),
     "newest": ("3.13", "torch>=2.5.1,<3", "numpy>=2,<3"),
 }
-SUITES = {"fast": ["-m", "fast"], "conformance": ["tests/test_conformance.py"]}
+SUITES = {"fast": ["-m", "fast"], "conformance": ["tests/integration/test_conformance.py"]}
 PACKAGES = ("torch", "numpy", "fairseq-fixed")
 COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)")
 
@@ -218,7 +218,7 @@ def markdown(report):
              "Written by `scripts/check-environments.sh` (the records: `environments.json`). Each "
              "environment is a fresh virtual environment built from the package index with an "
              "empty pip configuration; fairseq-fixed is built from source against its torch and "
-             "NumPy; the fast group (`pytest -m fast`) and `tests/test_conformance.py` run in it. "
+             "NumPy; the fast group (`pytest -m fast`) and `tests/integration/test_conformance.py` run in it. "
              "Versions are those pip installed; build times include the downloads; test times (in "
              "brackets) are pytest's in one process (`-p no:xdist`).", "",
              f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, "

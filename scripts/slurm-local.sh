@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node Slurm cluster on this machine, for trying `ran-reproduce --launcher slurm` and for its
-# tests (tests/test_slurm.py): slurmctld and slurmd from the distribution's packages (Debian:
+# tests (tests/system/test_slurm.py): slurmctld and slurmd from the distribution's packages (Debian:
 # slurm-wlm, munge), run as root, on free ports, with their state, logs and a fresh munge key
 # under one folder.
 #

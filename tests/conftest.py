@@ -8,16 +8,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpora  # noqa: E402
-from ran_lab import plugin  # noqa: E402
-from ran_lab.common import paths  # noqa: E402
+import ran_fairseq  # noqa: E402,F401  (registers the plugin as --user-dir does: default fixes only)
 
-# The tests run fairseq as the reproduction engine does: with every fix of ran_fairseq.fixes, the
-# opt-in ones too (tests/test_package.py checks the plugin without them), and Multi30k read from
-# the offline copy beside the checkout where there is one.
-os.environ.setdefault("RAN_FAIRSEQ_FIXES", "all")
-os.environ.update(paths.multi30k_environment())
-# The plugin registered in this process too, as the lab loads it (tests build models in-process).
-plugin.load()
+# Multi30k is read from the offline copy beside the checkout where there is one (as a user's
+# MULTI30K_DIR names it). The plugin runs as a user loads it: an opt-in fix of ran_fairseq.fixes is
+# on only in the tests about it and in the lab's engine, which sets RAN_FAIRSEQ_FIXES itself.
+_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+if not os.environ.get("MULTI30K_DIR") and _MIRROR.is_dir():
+    os.environ["MULTI30K_DIR"] = str(_MIRROR)
 
 # Model-level tests compare float32 results at a tight tolerance; one thread keeps runs repeatable
 # and leaves the second core to the fairseq subprocesses.
@@ -79,46 +77,36 @@ def scored_corpus(tmp_path_factory):
     return place
 
 
-# Every test file belongs to one tier, by what it costs (a marker; `make test` runs them in this
-# order, each on every core, and stops at the first tier that fails):
-#   unit         in this process on tensors, strings and small files, or a fake fairseq
-#                (tests/test_engine.py): seconds a file; `make test-fast` (marker `fast`), the
-#                inner loop, well under two minutes on two cores
+# Every test file lives in the folder of its tier, by what it costs (a marker; `make test` runs the
+# tiers in this order, each on every core, and stops at the first that fails):
+#   unit         in this process on tensors, strings and small files, or a fake fairseq: seconds a
+#                file; `make test-fast` (marker `fast`), the inner loop
 #   integration  the architectures through fairseq itself, in this process or as fairseq commands
 #                forked from a process that has imported them (tests/cli_server.py); the claims
 #   system       across processes as a user runs them: the reproduction engine end to end, the
 #                benchmark's workers, torchrun, a Slurm cluster, a wheel, the documentation's
 #                commands
-# Within a tier the files are listed by what they cost, the slowest first, and run in that order
-# (`make test` passes --no-loadscope-reorder, so pytest-xdist hands each free worker the next file):
-# a long file started last would hold the tier open while the other cores idle. The order comes
-# from `pytest --durations=0` on two cores; a file that outgrows its tier moves.
-TIERS = {
-    "unit": ["test_positional_attention.py", "test_recurrent_cross_attention.py",
-             "test_dynamic_memory_attention.py", "test_pervasive_attention.py",
-             "test_attention_entropy.py", "test_scoring.py", "test_replace_unk.py",
-             "test_epoch_anneal.py", "test_checkpoint_average.py", "test_layering.py",
-             "test_saved_tensors.py", "test_saved_tensors_recurrent_cross.py", "test_options.py",
-             "test_pervasive_outputs.py", "test_bench_peers.py",
-             "test_conformance_selfcheck.py", "test_engine.py", "test_portable.py",
-             "test_remake.py", "test_inputs_are_data.py", "test_gpu_plans.py",
-             "test_significance.py", "test_multi30k_download.py", "test_python_m.py",
-             "test_check_environments.py", "test_docs_links.py", "test_readme_summary.py",
-             "test_replacing.py", "test_file_schemas.py"],
-    "integration": ["test_conformance.py", "test_reliability.py", "test_workflow_decoding.py",
-                    "test_claims.py", "test_prepare.py", "test_workflow_hydra.py", "test_seeds.py",
-                    "test_reproducible.py", "test_one_line_errors.py",
-                    "test_checkpoint_loading.py", "test_faults.py", "test_hub.py",
-                    "test_analysis.py", "test_analyze_pervasive.py", "test_kernels.py"],
-    "system": ["test_slurm.py", "test_reproduce.py", "test_gpu_check.py", "test_bench.py",
-               "test_docs_commands.py", "test_nothing_lost.py", "test_quickstart.py",
-               "test_workflow_distributed.py", "test_package.py", "test_reproduce_pervasive.py",
-               "test_reproduce_recurrent_cross.py", "test_quiet.py", "test_wheel.py",
-               "test_reproduce_dynmem.py", "test_adding_a_paper.py", "test_gpu_scripts.py",
-               "test_bench_peers_workers.py"],
+TIERS = ("unit", "integration", "system")
+# Within a tier the slowest files run first (`make test` passes --no-loadscope-reorder, so
+# pytest-xdist hands each free worker the next file): a long file started last would hold the tier
+# open while the other cores idle. The order comes from `pytest --durations=0` on two cores; files
+# not named here follow in name order.
+SLOWEST_FIRST = {
+    "unit": ["test_positional_attention.py", "test_recurrent_cross_attention.py", "test_dynamic_memory_attention.py", "test_pervasive_attention.py", "test_attention_entropy.py", "test_scoring.py", "test_replace_unk.py", "test_epoch_anneal.py"],
+    "integration": ["test_conformance.py", "test_reliability.py", "test_workflow_decoding.py", "test_claims.py", "test_prepare.py", "test_workflow_hydra.py", "test_seeds.py", "test_reproducible.py"],
+    "system": ["test_slurm.py", "test_reproduce.py", "test_gpu_check.py", "test_bench.py", "test_docs_commands.py", "test_nothing_lost.py", "test_quickstart.py", "test_workflow_distributed.py"],
 }
-TIER_OF = {name: tier for tier, names in TIERS.items() for name in names}
-RUN_ORDER = {name: i for i, name in enumerate(n for names in TIERS.values() for n in names)}
+
+
+def _tier_and_rank(item):
+    path = Path(str(item.fspath))
+    tier = path.parent.name
+    if tier not in TIERS:
+        raise pytest.UsageError(f"{path} is in no tier folder: move it to tests/unit, "
+                                f"tests/integration or tests/system")
+    slow = SLOWEST_FIRST[tier]
+    rank = slow.index(path.name) if path.name in slow else len(slow)
+    return TIERS.index(tier), rank, path.name
 
 
 def pytest_collection_modifyitems(config, items):
@@ -128,13 +116,10 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
         items[:] = kept
     for item in items:
-        name = Path(str(item.fspath)).name
-        if name not in TIER_OF:
-            raise pytest.UsageError(f"tests/{name} belongs to no tier: add it to TIERS in "
-                                    f"tests/conftest.py (unit, integration or system)")
-        tier = TIER_OF[name]
+        tier = Path(str(item.fspath)).parent.name
+        _tier_and_rank(item)
         item.add_marker(getattr(pytest.mark, tier))
         if tier == "unit":
             item.add_marker(pytest.mark.fast)
     # the tiers' order, and within one the files' (stable: a file's tests keep theirs)
-    items.sort(key=lambda item: RUN_ORDER[Path(str(item.fspath)).name])
+    items.sort(key=_tier_and_rank)

@@ -1,6 +1,6 @@
 """The systems every shared test runs on: one entry per architecture and variant.
 
-A new architecture or variant joins the conformance suite (tests/test_conformance.py) by adding a
+A new architecture or variant joins the conformance suite (tests/integration/test_conformance.py) by adding a
 ``System`` here. Dimensions are tiny so that each check takes seconds on a CPU.
 """
 from dataclasses import dataclass, field

@@ -5,7 +5,7 @@ aten's ``softplus_backward`` (the derivative of softplus(x) = log(1 + e^x) is si
 softplus's backward operator with v as the incoming gradient is the product). Per target position
 this is one kernel instead of two (``torch.sigmoid`` then a product) in the loops of Eqs. 5-8
 (``recurrent_cross_attention/context_functions.py``), which keeps their training step within its
-kernel bound (tests/test_recurrent_cross_attention.py). The operator carries no stability promise,
+kernel bound (tests/unit/test_recurrent_cross_attention.py). The operator carries no stability promise,
 so it is looked up once, checked against the public form on a small input, and replaced by the
 public form when it is missing, fails or disagrees: results are the same either way.
 

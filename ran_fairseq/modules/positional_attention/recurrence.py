@@ -31,7 +31,7 @@ class _PaperRecurrence(torch.autograd.Function):
 
     Every tensor the backward reads goes through ``ctx.save_for_backward`` (the triangle's
     constants included), so saved-tensor hooks, activation checkpointing and offloading see them
-    all (tests/test_saved_tensors.py)."""
+    all (tests/unit/test_saved_tensors.py)."""
 
     @staticmethod
     def forward(ctx, a0, weight, bias, gain, shift, num_layers: int, eps: float,

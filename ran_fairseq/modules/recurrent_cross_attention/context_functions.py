@@ -84,7 +84,7 @@ def _zeros(like: Tensor, *shapes) -> Tuple[Tensor, ...]:
     """Zero tensors of the given shapes, as consecutive views of one allocation: one kernel
     instead of one per buffer in a step's kernel count. Each is saved for backward (the backward
     pass writes into some of them), so saved-tensor hooks see every one
-    (tests/test_saved_tensors_recurrent_cross.py)."""
+    (tests/unit/test_saved_tensors_recurrent_cross.py)."""
     buffer = like.new_zeros(sum(math.prod(shape) for shape in shapes))
     views, offset = [], 0
     for shape in shapes:

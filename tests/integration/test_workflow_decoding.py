@@ -7,7 +7,7 @@ One tiny model per architecture is trained once for the file (interval checkpoin
 averaging). The CLIs run through tests/helpers.run_cli (forked from a process that has imported
 fairseq); the reference scores are computed in this process from the checkpoint.
 (``fairseq-interactive --buffer-size`` > 1 is checked for every architecture in
-tests/test_hub.py.)
+tests/integration/test_hub.py.)
 """
 import math
 import os

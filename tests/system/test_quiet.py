@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOISE = re.compile(
     r"Please install tensorboardX|version_base parameter|deprecated keyword in package header"
     r"|validated against ConfigStore schema|strict flag in the compose API"

@@ -13,7 +13,7 @@ import pytest
 import helpers
 from ran_lab.gpucheck import plan, training
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu-check.sh"
 
 

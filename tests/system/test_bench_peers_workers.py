@@ -3,7 +3,7 @@ agreement of the plugin with the authors' own code: set ``ATTN2D_CLONE`` to a cl
 https://github.com/elbayadm/attn2d at the commit of ``ran_lab.bench.peers.PEERS`` (the paper's
 code, ``nmt/``), and ``THSEQ_CLONE`` to a clone of https://github.com/lemon0830/RAN at its commit
 there (Zeng et al.'s thseq, for RAN); without them those tests skip and say how to get it. The
-harness's logic in this process: tests/test_bench_peers.py."""
+harness's logic in this process: tests/unit/test_bench_peers.py."""
 import os
 import sys
 

@@ -2,7 +2,7 @@
 goes on where it stopped and ends where an uninterrupted run ends, for every architecture, from
 ``checkpoint_last.pt`` and from ``--restore-file`` (docs/distributed.md); a resume with a changed
 architecture flag stops every rank with the error naming it. (The Slurm requeue of a two-task
-run is in tests/test_slurm.py.)
+run is in tests/system/test_slurm.py.)
 
 fairseq reads a checkpoint on rank 0 and sends its state to the other ranks, which with torch >=
 2.6 refused it ("Unsupported global: GLOBAL omegaconf.dictconfig.DictConfig"; corrected by

@@ -20,7 +20,7 @@ from ran_fairseq.models import (
     rnnsearch_dynmem,
 )
 
-V1 = Path(__file__).resolve().parent / "data" / "options_v1"
+V1 = Path(__file__).resolve().parents[1] / "data" / "options_v1"
 sys.path.insert(0, str(V1))
 import make  # noqa: E402  (the checkpoints' names and the fixed batch)
 
@@ -125,7 +125,7 @@ def test_each_value_error_names_its_flag(model):
             options.validate(args)
 
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 HEADER = "| flag | default | choices | meaning |"
 
 

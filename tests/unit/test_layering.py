@@ -19,7 +19,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("ran_fairseq", "ran_text", "ran_lab")
 # The packages a fairseq user installs: what they import stays among them.
 PLUGIN = ("ran_fairseq", "ran_text")

@@ -2,7 +2,7 @@
 without --resume is refused (naming --resume and --force); with --force the finished run's
 folders stay, set aside in one step, until the new result.json is written, and an error, a
 SIGTERM or a SIGKILL in between leaves (or, at the next engine, puts back) the finished run and
-the table's row. The engine runs with the stand-in for fairseq of tests/test_engine.py."""
+the table's row. The engine runs with the stand-in for fairseq of tests/unit/test_engine.py."""
 import json
 import os
 import signal
@@ -15,7 +15,7 @@ import pytest
 
 from test_engine import FakeFairseq, argv, data, engine  # noqa: F401  (data: a fixture)
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 
 # an engine in its own process whose stand-in training of RAN-ALL writes MARKER and then waits,
 # as a long training would, until the engine is told to stop (its child then ends with -SIGNAL)

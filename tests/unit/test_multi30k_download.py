@@ -16,7 +16,7 @@ from ran_text import corpora
 from ran_text import prepare as prepare_module
 from ran_text.prepare import PrepareError, main, resolve_multi30k_raw
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LANGS = ("de", "en")
 WORDS = {"de": "ein mann eine frau hund spielt im park sitzt auf der bank rot blau".split(),
          "en": "a man a woman dog plays in the park sits on the bench red blue".split()}

@@ -41,7 +41,7 @@ def test_dry_run_plans_fresh_builds_and_writes_nothing(tmp_path):
     fairseq = next(line for line in lines if "oldest: fairseq:" in line)
     assert "--no-build-isolation --no-binary fairseq-fixed" in fairseq
     assert any("oldest: fast tests:" in line and line.endswith("-m fast") for line in lines)
-    assert any(line.endswith("tests/test_conformance.py") for line in lines)
+    assert any(line.endswith("tests/integration/test_conformance.py") for line in lines)
     assert not any("newest" in line or "middle" in line for line in lines)
     assert not out.exists()
 
@@ -69,7 +69,7 @@ def test_reused_environment_is_recorded_and_merged_into_the_table(tmp_path):
             "tests": {}, "installed": {"python": "3.11.0", "torch": "2.5.1"}}
     (out / "environments.json").write_text(json.dumps({"environments": [kept]}))
     proc = check("--only", "newest", "--reuse", "--suites", "fast", "--pytest-args",
-                 "tests/test_layering.py", "--out", out, envs)
+                 "tests/unit/test_layering.py", "--out", out, envs)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads((out / "environments.json").read_text())
     assert [r["name"] for r in report["environments"]] == ["oldest", "newest"]

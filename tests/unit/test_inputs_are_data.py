@@ -1,6 +1,6 @@
 """The lab's inputs are data, never code: a paper file names functions of the project only, and a
 Slurm run folder's pickles are never read (a results folder copied from elsewhere must not run code
-when the engine collects it). The manifest of ran-remake: tests/test_remake.py."""
+when the engine collects it). The manifest of ran-remake: tests/unit/test_remake.py."""
 import json
 import pickle
 import shutil
@@ -10,7 +10,7 @@ import pytest
 
 from ran_lab.reproduce import papers
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MARKER = "foreign-code-ran"
 
 

@@ -20,7 +20,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
 from ran_fairseq.models.options import UnknownOption
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "hydra"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "hydra"
 MODELS = ("ran_transformer", "recurrent_cross_transformer", "rnnsearch_dynmem",
           "pervasive_attention")
 
@@ -245,7 +245,7 @@ def test_a_checkpoint_of_options_version_1_resumes(tmp_path):
     with the flags it recorded."""
     import importlib.util
 
-    v1 = Path(__file__).resolve().parent / "data" / "options_v1"
+    v1 = Path(__file__).resolve().parents[1] / "data" / "options_v1"
     spec = importlib.util.spec_from_file_location("options_v1_make", v1 / "make.py")
     make = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make)

@@ -22,7 +22,7 @@ from ran_text import prepare as prepare_module
 from ran_text.prepare import langid as prepare_langid
 from ran_text.prepare import Cleaning, filter_pairs, language_filter, main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MULTI30K = Path(os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k")
 SLICE = {"train": 300, "val": 60, "test_2016_flickr": 60}
 

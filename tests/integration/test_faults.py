@@ -3,7 +3,7 @@ of other commands, two engines kept apart by locks, children that end with the e
 line breaks inside sentences, damaged JSON, corpora and data-bins named, a full disk, a comma in a
 path, private folders for the offline GPU script, and the smaller items (interactive's numbering,
 byte-order marks, weights-only loading). The engine's own end-to-end checks of these are in
-tests/test_reproduce.py (a training found at its budget on --resume)."""
+tests/system/test_reproduce.py (a training found at its budget on --resume)."""
 import errno
 import gzip
 import json

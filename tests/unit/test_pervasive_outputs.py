@@ -7,7 +7,7 @@ gradient of magnitude 10 by about 1e-6 of it.
 
 The recording was made before the DenseNet's training step was fused and its masking skipped for
 batches without padding. Regenerate it only for a change that is meant to change the outputs:
-``PYTHONPATH=. python tests/test_pervasive_outputs.py`` (it says which commit it recorded)."""
+``PYTHONPATH=. python tests/unit/test_pervasive_outputs.py`` (it says which commit it recorded)."""
 import subprocess
 import types
 from pathlib import Path
@@ -20,7 +20,7 @@ from fairseq.data import Dictionary
 from ran_fairseq.models.pervasive_attention import PervasiveAttentionModel
 from ran_fairseq.modules import _torch_ops
 
-RECORDING = Path(__file__).resolve().parent / "data" / "pervasive_outputs.pt"
+RECORDING = Path(__file__).resolve().parents[1] / "data" / "pervasive_outputs.pt"
 VOCAB = 12
 CASES = {
     # name: flags beyond the size (L = 3, g = 4, d_s = 6, d_t = 5)
@@ -168,7 +168,7 @@ def test_pervasive_padded_logits_of_real_rows_equal_each_sentence_alone():
 
 def write():
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+                            cwd=Path(__file__).resolve().parents[2]).stdout.strip()
     cases = {case_id(k): outputs(CASES[k[0]], *k[1:]) for k in keys()}
     torch.save({"commit": commit, "cases": cases}, RECORDING)
     print(f"wrote {RECORDING} ({len(cases)} cases) from the code of commit {commit}")

@@ -15,7 +15,7 @@ from ran_lab import remake
 from ran_lab.reproduce.cli import run_paper
 from ran_lab.reproduce.papers import paper_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "results" / "REMAKE.json"
 NOT_ENGINE = ("results/bench", "results/quickstart")  # other tools' folders
 

@@ -1,7 +1,7 @@
 """The README's results summary: each tally "k held (j on one seed), m inconclusive, n not held of
 N; sizes: ..." (between
 ``<!-- claims-count FOLDER pairs=A,B -->`` and ``<!-- /claims-count -->``) is what the folder's
-verdicts give, filled by ``scripts/claims.py --fill`` (tests/test_claims.py checks that every page
+verdicts give, filled by ``scripts/claims.py --fill`` (tests/integration/test_claims.py checks that every page
 is as the fill leaves it); here, the count is checked against the verdicts independently."""
 import re
 

@@ -3,7 +3,7 @@ stand-in peer: the rounds alternate who goes first, the ratios and spreads are t
 the batch is the same for both sides and padded as asked, a case runs end to end into its report,
 the RAN cases are the recipe's RAN-ALL at its sizes, a clone's commit is its own git tree's, and a
 missing clone of the authors' code is one line that says how to get it. The worker processes
-and the agreement with the authors' code: tests/test_bench_peers_workers.py."""
+and the agreement with the authors' code: tests/system/test_bench_peers_workers.py."""
 import json
 import subprocess
 

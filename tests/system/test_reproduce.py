@@ -256,7 +256,7 @@ def test_fp16_on_the_cpu_is_refused_before_fairseq_runs():
     check_device_flags("cuda", ["--fp16"], systems, "config c", "change")  # a GPU trains it
     with pytest.raises(ReproError, match="config c trains with --fp16"):
         check_device_flags("cpu", ["--fp16"], systems[:1], "config c", "change")
-    # fairseq's memory-efficient fp16 trains on a CPU (tests/test_conformance.py runs it), and so
+    # fairseq's memory-efficient fp16 trains on a CPU (tests/integration/test_conformance.py runs it), and so
     # does its fp16 optimizer without the flat fp32 copy
     check_device_flags("cpu", ["--fp16-init-scale", "4", "--memory-efficient-fp16"], systems[:1],
                        "config c", "change")
