@@ -15,13 +15,13 @@ import pytest
 
 from test_engine import FakeFairseq, argv, data, engine  # noqa: F401  (data: a fixture)
 
-HERE = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # tests/unit, beside test_engine.py
 
 # an engine in its own process whose stand-in training of RAN-ALL writes MARKER and then waits,
 # as a long training would, until the engine is told to stop (its child then ends with -SIGNAL)
 DRIVER = """
 import sys, time
-sys.path.insert(0, {here!r})
+sys.path[:0] = [{here!r}, {tests!r}]
 from test_engine import FakeFairseq, engine
 from ran_lab.reproduce.process import CHILDREN
 
@@ -88,9 +88,9 @@ def test_force_replaces_the_run_and_leaves_nothing_aside(tmp_path, data):  # noq
 def start_slow_engine(tmp_path, data):  # noqa: F811
     marker = tmp_path / "training"
     script = tmp_path / "driver.py"
-    script.write_text(DRIVER.format(here=str(HERE), marker=str(marker)))
+    script.write_text(DRIVER.format(here=str(HERE), tests=str(HERE.parent), marker=str(marker)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+        [str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, str(script),
                              *map(str, argv(tmp_path, data, "--force"))],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
