@@ -555,3 +555,22 @@ def test_half_precision_keeps_the_elementwise_path_and_the_padding_rules(memory_
         assert out.masked_select(pad.unsqueeze(1).expand_as(out)).abs().max() == 0
         assert xh.grad.masked_select(pad.unsqueeze(1).expand_as(xh)).abs().max() == 0
         torch.testing.assert_close(out.float(), net(x, pad), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("cap, warns", [((), True), (("--max-source-positions", "100",
+                                                      "--max-target-positions", "100"), False)])
+def test_the_model_warns_once_when_nothing_caps_its_training_lengths(synthetic_databin, caplog,
+                                                                     cap, warns):
+    """Training memory grows with source length × target length: when the longest pair allowed
+    (--max-source-positions × --max-target-positions) makes a large grid, the model says so once,
+    when it is first put in training mode."""
+    from helpers import build_model
+    from systems import TINY_PA
+
+    _, model = build_model("pervasive_attention", synthetic_databin, (*TINY_PA, *cap))
+    with caplog.at_level("WARNING"):
+        model.eval()
+        model.train()
+        model.train()
+    found = [r for r in caplog.records if "--max-source-positions" in r.getMessage()]
+    assert len(found) == (1 if warns else 0)
