@@ -519,22 +519,6 @@ def test_eq7_contributions_match_a_naive_loop_and_sum_to_the_pooled_logit():
         eq7_contributions(h, src_pad, rows[:, :2])
 
 
-@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
-def test_eq7_alignment_rows_sum_to_the_logit_of_the_scored_token(tied):
-    """Σ_j α_ij = E_w·H^pool_i = the logit of w at position i (Eqs. 4-6), w the token scored."""
-    from ran_lab.analysis.alignments import eq7_alignment
-
-    model = build(*TINY, *(("--share-decoder-input-output-embed",) if tied else ())).eval()
-    src, tokens = torch.tensor([5, 6, 7, 2]), torch.tensor([9, 4, 6, 2])
-    alpha = eq7_alignment(model, src, tokens)
-    assert alpha.shape == (4, 4)
-    with torch.no_grad():
-        logits, _ = model(src[None], torch.tensor([4]), torch.tensor([[2, 9, 4, 6]]))
-    torch.testing.assert_close(alpha.sum(-1), logits[0, torch.arange(4), tokens],
-                               rtol=1e-4, atol=1e-4)
-    assert not model.training
-
-
 @pytest.mark.parametrize("memory_efficient", [False, True], ids=["plain", "memory-efficient"])
 def test_half_precision_keeps_the_elementwise_path_and_the_padding_rules(memory_efficient):
     """bfloat16 takes the composition of elementwise operations (statistics in float32) instead of
