@@ -458,7 +458,7 @@ def test_resume_decodes_again_without_training_again(first_run, corpus, config):
 
 
 def test_resume_takes_a_training_at_its_budget_as_finished(first_run, corpus, config):
-    """An engine killed as fairseq-train ended leaves no train_finished.json (issue 43): --resume
+    """An engine killed as fairseq-train ended leaves no train_finished.json: --resume
     finds checkpoint_last.pt at the budget and does not train again (fairseq-train, resumed from
     it, would take one more update: 4 of a 3-update budget)."""
     from ran_lab.reproduce.checkpoints import checkpoint_updates
@@ -647,7 +647,7 @@ def test_the_table_holds_the_finished_runs_of_other_invocations(first_run, corpu
     other = json.loads(stored.read_text())
     other["commands"]["generate"]["test"].append("--nbest")
     stored.write_text(json.dumps(other))
-    # leaving it out of the table needs --force (issue 43): refused, nothing changed
+    # leaving it out of the table needs --force: refused, nothing changed
     table = (out / "TABLE.md").read_text()
     proc = reproduce(*args)
     assert proc.returncode != 0

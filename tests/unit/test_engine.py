@@ -470,8 +470,8 @@ class RunsCode:
 
 
 def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeypatch):
-    """The probe: a result pickle in ``slurm/`` of a run folder ran its code when the engine
-    collected the failed job (``--launcher slurm --resume``), even with no cluster running."""
+    """A result pickle in ``slurm/`` of a run folder must not run its code when the engine
+    collects the failed job (``--launcher slurm --resume``), even with no cluster running."""
     pytest.importorskip("submitit")
     from types import SimpleNamespace
 
