@@ -8,10 +8,12 @@
   (``ran_lab``): the plugin is tested as a fairseq user loads it;
 - no conftest or shared module turns on an opt-in fix of ``ran_fairseq.fixes`` for every test
   (``helpers.opt_in_fixes`` turns one on in a test about it);
-- test names and docstrings say what is tested, not which piece of work added it.
+- test names, docstrings and comments say what is tested, not which piece of work added it.
 """
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -101,12 +103,30 @@ def test_no_shared_module_turns_on_an_opt_in_fix_for_every_test():
         assert "fixes.apply(" not in text and "plugin.load(" not in text, name
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(TESTS)))
-def test_names_and_docstrings_say_what_is_tested(path):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+WORK_ITEM = re.compile(r"(?<![a-z])(issue|item)s?[ _#]*\d", re.I)
+
+
+def work_items(source):
+    """The names, docstrings and comments of ``source`` that name a piece of work (the word issue
+    or item and its number) instead of what is tested."""
+    tree = ast.parse(source)
     texts = [ast.get_docstring(tree) or ""]
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             texts += [node.name, ast.get_docstring(node) or ""]
-    for text in texts:
-        assert not re.search(r"\b(issue|item)s?[ _#]*\d", text, re.I), (path.name, text[:200])
+    texts += [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type == tokenize.COMMENT]
+    return [text for text in texts if WORK_ITEM.search(text)]
+
+
+def test_the_work_item_rule_catches_names_docstrings_and_comments():
+    bad = ('"""Faults (issue 43)."""\ndef test_item_4():\n    """Items 5-13."""\n'
+           '    x = 1  # issue #19\n')
+    assert work_items(bad) == ["Faults (issue 43).", "test_item_4", "Items 5-13.", "# issue #19"]
+    assert work_items('def test_an_issue_of_the_loader():\n    """Every item."""\n') == []
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(TESTS)))
+def test_names_docstrings_and_comments_say_what_is_tested(path):
+    found = work_items(path.read_text(encoding="utf-8"))
+    assert not found, (path.name, [text[:200] for text in found])
