@@ -19,7 +19,7 @@ from .safe_checkpoints import BadCheckpoint, checkpoint_error, weights_only_forc
 
 
 # ---- fairseq 0.12 behaviours the plugin corrects ----------------------------------------------
-# ran_fairseq/fixes.py applies them; tests/integration/test_reliability.py checks each.
+# ran_fairseq/fixes.py applies them; docs/pitfalls.md names the tests of each.
 
 logger = logging.getLogger(__name__)
 

@@ -2,10 +2,13 @@
 
 Starting ``python -m fairseq_cli.X`` spends about 3 CPU-seconds importing torch, fairseq and the
 plugin before it does anything. This process imports them once, then serves requests read from stdin,
-one JSON object per line: ``{"module", "argv", "cwd", "stdout", "stderr"}``. For each it forks a child
+one JSON object per line: ``{"module", "argv", "cwd", "stdout", "stderr", "fixes"}``. For each it forks a child
 that behaves as ``python -m fairseq_cli.MODULE ARGV`` would (same ``sys.argv``, ``__main__`` module,
 working directory, output files), and answers ``{"returncode": N}`` on stdout once the child exits.
 The server runs no tensor operation itself, so the children fork from a process without thread pools.
+
+The plugin is loaded as ``--user-dir`` loads it, with its default fixes only; a request's ``fixes``
+(the RAN_FAIRSEQ_FIXES of the test that runs it) makes those opt-in fixes in its child alone.
 """
 import json
 import os
@@ -22,6 +25,12 @@ def child(request):
         out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(out, fd)
         os.close(out)
+    if request.get("fixes"):
+        from ran_fairseq import fixes
+
+        os.environ[fixes.ENVIRONMENT] = request["fixes"]
+        for fix in fixes.requested():
+            fix.apply()
     module = f"fairseq_cli.{request['module']}"
     sys.argv = [module, *request["argv"]]
     code = 0
@@ -40,9 +49,7 @@ def child(request):
 
 
 def main():
-    from ran_lab import plugin
-
-    plugin.load()  # the plugin as the lab's fairseq commands load it (RAN_FAIRSEQ_FIXES)
+    import ran_fairseq  # noqa: F401  (registers the plugin and makes its default fixes)
     import fairseq_cli.generate  # noqa: F401  (imports the registries of fairseq's commands)
     import fairseq_cli.train  # noqa: F401
 

@@ -75,3 +75,54 @@ def synthetic(root, joined=False):
 def scored(root):
     """helpers.scored_corpus: ``root/raw`` and ``root/bin.de-en``."""
     helpers.scored_corpus(root)
+
+
+# ---- Multi30k, from the raw corpus -------------------------------------------------------------
+
+MULTI30K_LANGS = ("en", "de")  # those of the committed results; fr and cs where they are here
+
+
+def multi30k_raw():
+    """The folder of the raw Multi30k files (``$MULTI30K_DIR``, which tests/conftest.py points at
+    the offline copy beside the checkout where there is one), or None."""
+    from ran_text.corpora import MULTI30K_SPLITS, missing_files
+
+    folder = os.environ.get("MULTI30K_DIR")
+    if not folder:
+        return None
+    names = [Path(folder) / f"{MULTI30K_SPLITS[s]}.{lang}.gz"
+             for s in ("valid", "test") for lang in MULTI30K_LANGS]
+    return None if missing_files(names) else Path(folder)
+
+
+def multi30k_references(raw, root):
+    """``root/{valid,test}.raw.{lang}``: the raw references a Multi30k data-bin holds, as data
+    preparation writes them (ran_text.prepare: the corpus reader's lines, one a line; Multi30k is
+    prepared without --lowercase), from the raw files in ``raw``."""
+    from ran_text.corpora import MULTI30K_SPLITS, read_text
+
+    for split in ("valid", "test"):
+        for lang in ("en", "de", "fr", "cs"):
+            if lang not in MULTI30K_LANGS and not (raw / f"{MULTI30K_SPLITS[split]}.{lang}.gz").is_file():
+                continue
+            lines = list(read_text(raw / f"{MULTI30K_SPLITS[split]}.{lang}.gz"))
+            (root / f"{split}.raw.{lang}").write_text("".join(line + "\n" for line in lines),
+                                                      encoding="utf-8")
+
+
+def references_of(results_folder, references):
+    """``{(pair, subset): file}`` for every (pair, subset) of a results folder's table, each file
+    the one of ``references`` (the folder of :func:`multi30k_references`) with the name of the
+    references its runs recorded (``{repo}/data-bin/multi30k*.SRC-TGT/SUBSET.raw.TGT``), for
+    ``ran_lab.claims.results.Folder``'s ``refs``; None if a run recorded other references."""
+    import json
+
+    table = json.loads((Path(results_folder) / "results.json").read_text(encoding="utf-8"))
+    refs = {}
+    for run in table["results"]:
+        for subset, scores in run.get("subsets", {}).items():
+            recorded = Path(scores["raw_ref"])
+            if not recorded.parent.name.startswith("multi30k"):
+                return None
+            refs[(run["pair"], subset)] = Path(references) / recorded.name
+    return refs

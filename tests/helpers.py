@@ -4,6 +4,8 @@ running fairseq's own entry points (train, generate, preprocess) with this plugi
 The CLIs run in subprocesses, as a user would run them; ``build_model`` builds a model in-process
 from the same command-line flags for tests that look at tensors.
 """
+import importlib
+import inspect
 import json
 import os
 import random
@@ -53,8 +55,10 @@ class _ForkServer:
     forks a child per CLI run, saving each run the ~3 CPU-seconds of imports."""
 
     def __init__(self):
+        env = fairseq_env()
+        env.pop(FIXES_VARIABLE, None)  # the server makes the default fixes only; see run()
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("cli_server.py"))], env=fairseq_env(),
+            [sys.executable, str(Path(__file__).with_name("cli_server.py"))], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.reply()  # {"ready": pid} once the imports are done
 
@@ -68,8 +72,10 @@ class _ForkServer:
     def run(self, cmd, module, args, cwd, timeout):
         with tempfile.TemporaryDirectory(prefix="cli-") as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            # the opt-in fixes this run asks for, made in its child alone
             request = {"module": module, "argv": args, "cwd": str(cwd or os.getcwd()),
-                       "stdout": str(out), "stderr": str(err)}
+                       "stdout": str(out), "stderr": str(err),
+                       "fixes": os.environ.get(FIXES_VARIABLE, "")}
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
             pid = self.reply()["pid"]
@@ -83,6 +89,37 @@ class _ForkServer:
 
 
 _SERVER = None
+FIXES_VARIABLE = "RAN_FAIRSEQ_FIXES"
+
+
+def opt_in_fixes(monkeypatch, *names):
+    """Turn on the opt-in fixes ``names`` of ``ran_fairseq.fixes`` for one test, as a user turns
+    them on with RAN_FAIRSEQ_FIXES: in this process (each attribute a fix replaces is put back when
+    the test ends, so no other test sees it) and in the fairseq commands the test runs, which read
+    the variable (``run_cli``, ``fairseq_env``)."""
+    from ran_fairseq import fixes
+
+    monkeypatch.setenv(FIXES_VARIABLE, ",".join(names))
+    for fix in fixes.requested():
+        for path in fix.replaces:
+            owner, name = _owner_of(path)
+            monkeypatch.setattr(owner, name, inspect.getattr_static(owner, name))
+        fix.apply()
+
+
+def _owner_of(path):
+    """The object holding the attribute ``path`` names (``package.module.Class.attribute``), and
+    the attribute's name."""
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:-1]:
+            owner = getattr(owner, part)
+        return owner, parts[-1]
+    raise ImportError(f"no module holds {path}")
 
 
 def run_cli(module, args, cwd=None, check=True, timeout=600, fresh=False):
@@ -231,3 +268,24 @@ def short_reproduction(script, cpu_config, root, systems, **overrides):
     assert proc.returncode == 0, proc.stderr[-5000:]
     return out
 
+
+
+class _RunsCode:
+    """Pickled into a checkpoint, runs ``echo ran-code`` when unpickled freely."""
+
+    def __reduce__(self):
+        return (os.system, ("echo ran-code",))
+
+
+def bad_checkpoints(root):
+    """``root/evil.pt``, a checkpoint that asks to run code when loaded; ``root/good.pt``, a plain
+    one of 40 kB; ``root/cut.pt``, its first half. Returns ``root``."""
+    import torch
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": {}, "args": None, "evil": _RunsCode()}, root / "evil.pt")
+    torch.save({"model": {"w": torch.zeros(10000)}}, root / "good.pt")
+    data = (root / "good.pt").read_bytes()
+    (root / "cut.pt").write_bytes(data[:len(data) // 2])
+    return root

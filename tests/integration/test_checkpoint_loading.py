@@ -88,3 +88,69 @@ def test_fairseq_validate_and_generate_load_checkpoint(checkpoints, synthetic_da
     assert "valid on 'valid' subset" in proc.stdout + proc.stderr
     out = helpers.generate(synthetic_databin, best, ["--scoring", "ter"]).stdout
     assert "TER" in out
+
+
+# ---- a checkpoint that asks to run code, or is cut short -----------------------------------------
+
+@pytest.fixture(scope="module")
+def bad_checkpoints(tmp_path_factory):
+    return helpers.bad_checkpoints(tmp_path_factory.mktemp("bad-checkpoints"))
+
+
+def test_the_refused_checkpoint_would_run_code(bad_checkpoints):
+    """The checkpoint these tests refuse would run code if unpickled freely (so a refusal is a
+    refusal of that): torch's weights-only unpickler rejects it."""
+    import pickle
+
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(bad_checkpoints / "evil.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("name, what", [("evil.pt", "is not a plain checkpoint"),
+                                        ("cut.pt", "truncated")])
+def test_a_refused_or_cut_checkpoint_is_named_on_every_path_of_the_plugin(
+        bad_checkpoints, tmp_path, synthetic_databin, name, what):
+    """checkpoint averaging ends with one line; fairseq's own command with ``--user-dir`` and
+    fairseq's loader (which the hub and resuming use) raise an error naming the file. The engine's
+    paths: tests/integration/test_engine_store.py."""
+    from fairseq import checkpoint_utils
+
+    from ran_fairseq.safe_checkpoints import BadCheckpoint
+
+    path = bad_checkpoints / name
+    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.checkpoint_average", str(path),
+                           "--output", str(tmp_path / "avg.pt")], env=helpers.fairseq_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().split("\n")[-1]
+    assert "checkpoint_average: error:" in last and str(path) in last and what in last, last
+    proc = helpers.generate(synthetic_databin, path, check=False)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().split("\n")[-1]
+    assert str(path) in last and what in last, proc.stderr[-3000:]
+    with pytest.raises(BadCheckpoint, match=what) as caught:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert str(path) in str(caught.value) and "ran-code" not in str(caught.value)
+
+
+def test_weights_only_loading_cannot_be_turned_off(bad_checkpoints, monkeypatch):
+    """TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 would let fairseq's loader unpickle freely: the plugin's
+    loader refuses, naming the variable (docs/guarantees.md)."""
+    from fairseq import checkpoint_utils
+
+    from ran_fairseq.safe_checkpoints import BadCheckpoint
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(BadCheckpoint, match="unset TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(bad_checkpoints / "evil.pt"))
+
+
+def test_checkpoint_averaging_loads_weights_only(tmp_path, monkeypatch):
+    from ran_fairseq import checkpoint_average
+
+    torch.save({"optimizer_history": [{"num_updates": 5}]}, tmp_path / "checkpoint_last.pt")
+    calls = []
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: (calls.append(k), load(*a, **k))[1])
+    checkpoint_average._updates(tmp_path / "checkpoint_last.pt")
+    assert len(calls) == 1 and calls[0].get("weights_only") is True, calls

@@ -890,3 +890,18 @@ def test_two_processes_preparing_one_data_bin_take_turns(raw_slice, tmp_path):
     assert sum("is up to date" in o for o in outputs) == 1, outputs
     assert len(read(out / "code")) == 1 + 300
     assert all(len(line.split()) == 2 for line in read(out / "code")[1:])
+
+
+def test_prepare_takes_an_out_folder_with_a_comma(tmp_path):
+    import helpers
+
+    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=60, n_valid=5, n_test=5)
+    out = tmp_path / "a,b" / "bin"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ran_text.prepare", "custom", "--src", "de", "--tgt", "en",
+         "--out", str(out), "--train-prefix", str(raw / "train"), "--valid-prefix",
+         str(raw / "valid"), "--test-prefix", str(raw / "test"), "--bpe-merges", "20",
+         "--workers", "1"], env=helpers.fairseq_env(), capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "test.de-en.de.bin").is_file() and (out / "dict.de.txt").is_file()

@@ -1,4 +1,4 @@
-"""Every command block of README.md and docs/*.md runs as written (issue 19, "keeping it so").
+"""Every command block of README.md and docs/*.md runs as written, and keeps doing so.
 
 A fenced block tagged ``bash``/``sh``/``python`` is a command block. It runs, unless the line
 before it (blank lines aside) is a visible annotation with a reason:

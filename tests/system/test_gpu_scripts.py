@@ -1,11 +1,14 @@
 """The scripts for GPU machines, run here without one: scripts/gpu-batch.sh (commands side by side
 until a deadline, results packed), scripts/gpu-speed.sh (benchmarks one after another until a
 deadline, with a stand-in interpreter) and the usage of scripts/offline-gpu.sh (its install path
-builds fairseq, minutes on 2 cores; it ran on the GPU machines that made results/*/gpu*)."""
+builds fairseq, minutes on 2 cores; it ran on the GPU machines that made results/*/gpu*), whose
+folders are private to the user who runs it."""
 import os
+import re
 import subprocess
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -283,3 +286,37 @@ def test_speed_says_when_the_timings_go_through_an_mps_daemon(tmp_path, running)
     assert proc.returncode == 0, proc.stderr
     said = "MPS daemon running" in (out / "gpu-speed.log").read_text()
     assert said == running
+
+
+def offline_run(tmp_path, env_extra, command):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho fake-python\n")
+    fake.chmod(0o755)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir(exist_ok=True)
+    (wheels / "fairseq_fixed-0.12.3.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"")
+    env = {k: v for k, v in os.environ.items() if k not in ("SITE", "WHEEL_CACHE", "MULTI30K_DIR",
+                                                            "XDG_CACHE_HOME")}
+    env.update(PYTHON=str(fake), HOME=str(tmp_path / "home"), **env_extra)
+    return subprocess.run(["bash", str(OFFLINE), "run", str(wheels),
+                           "--", "bash", "-c", command], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_offline_gpu_uses_private_folders(tmp_path):
+    show = 'site=${PYTHONPATH%%:*}; echo "site=$site mode=$(stat -c %a "$site")"'
+    proc = offline_run(tmp_path, {}, show)
+    assert proc.returncode == 0, proc.stderr
+    site = re.search(r"site=(\S+) mode=(\d+)", proc.stdout)
+    assert site and site.group(1) != "/tmp/site" and site.group(2) == "700", proc.stdout
+    assert not Path(site.group(1)).exists()  # removed after the command
+    cache = tmp_path / "home" / ".cache" / "ran_fairseq" / "offline-gpu-wheels"
+    assert cache.is_dir() and oct(cache.stat().st_mode & 0o777) == "0o700"
+    # a wheel cache others can write is not taken
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "fairseq_fixed-0.12.3.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"planted")
+    proc = offline_run(tmp_path, {"WHEEL_CACHE": str(shared)}, "echo ran")
+    assert proc.returncode == 1 and "ran" not in proc.stdout
+    assert f"{shared} is not a folder of yours that only you can write" in proc.stderr

@@ -1,7 +1,8 @@
 """The reproduction engine (ran_lab/reproduce) through scripts/reproduce-ran.sh, end to end in a
 short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
 3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors,
-and the RAN configs' agreement with each other (configs/ran/*.json)."""
+two engines on one --out whose runs interleave (neither table drops the other's row), and the RAN
+configs' agreement with each other (configs/ran/*.json)."""
 import functools
 import json
 import math
@@ -457,7 +458,7 @@ def test_resume_decodes_again_without_training_again(first_run, corpus, config):
 
 
 def test_resume_takes_a_training_at_its_budget_as_finished(first_run, corpus, config):
-    """An engine killed as fairseq-train ended leaves no train_finished.json (issue 43): --resume
+    """An engine killed as fairseq-train ended leaves no train_finished.json: --resume
     finds checkpoint_last.pt at the budget and does not train again (fairseq-train, resumed from
     it, would take one more update: 4 of a 3-update budget)."""
     from ran_lab.reproduce.checkpoints import checkpoint_updates
@@ -646,7 +647,7 @@ def test_the_table_holds_the_finished_runs_of_other_invocations(first_run, corpu
     other = json.loads(stored.read_text())
     other["commands"]["generate"]["test"].append("--nbest")
     stored.write_text(json.dumps(other))
-    # leaving it out of the table needs --force (issue 43): refused, nothing changed
+    # leaving it out of the table needs --force: refused, nothing changed
     table = (out / "TABLE.md").read_text()
     proc = reproduce(*args)
     assert proc.returncode != 0
@@ -1136,3 +1137,50 @@ def test_an_old_paper_name_runs_the_paper_with_a_one_line_notice(capsys):
         "ran-reproduce: 'rosendahl' is now called 'recurrent_cross' (the name of its configs/ and "
         "results/ folders)"]
     assert "--arch recurrent_cross_transformer" in captured.out
+
+
+# ---- two engines on one --out whose runs interleave ---------------------------------------------
+
+def engine_in_process(argv):
+    """scripts/reproduce-ran.sh's engine in this process: (exit status, stderr)."""
+    from ran_lab.reproduce.cli import run_paper
+    from ran_lab.reproduce.papers import PAPERS
+
+    try:
+        run_paper(PAPERS["ran"], [str(a) for a in argv])
+    except SystemExit as e:
+        return e.code
+    return 0
+
+
+def test_an_engine_that_finished_meanwhile_keeps_its_row(corpus, config, tmp_path, monkeypatch,
+                                                        capsys):
+    """Engine B (TransF, 2 updates) passes its start checks on an empty --out; engine A (RAN-ALL,
+    3 updates: other settings) starts after them and finishes, table written, before B's table.
+    B's table would drop A's row: B refuses naming A's result, A's table stays, and B's result
+    is kept on disk."""
+    from ran_lab.reproduce import cli
+
+    _, data = corpus
+    out = tmp_path / "out"
+    common = ["--config", config, "--data", data, "--pairs", "de-en", "--threads", "1", "--out",
+              out, "--checkpoints", tmp_path / "ckpt"]
+    real = cli.make_all
+    other = {}
+
+    def a_finishes_meanwhile(*args, **kwargs):
+        other["proc"] = helpers.run_reproduction(SCRIPT, *common, "--systems", "RAN-ALL",
+                                                 "--max-update", "3")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "make_all", a_finishes_meanwhile)
+    status = engine_in_process(common + ["--systems", "TransF", "--max-update", "2"])
+    assert other["proc"].returncode == 0, other["proc"].stderr[-3000:]
+    table_of_a = json.loads((out / "results.json").read_text())
+    assert [r["system"] for r in table_of_a["results"]] == ["RAN-ALL"]
+    assert status not in (0, None), "the second table dropped the first engine's row"
+    message = str(status)
+    assert "the table was not written" in message and "RAN-ALL/seed1/result.json was made with " \
+        "other settings (training: --max-update 3 → 2)" in message, message
+    assert (out / "de-en" / "TransF" / "seed1" / "result.json").is_file()  # kept
+    assert json.loads((out / "results.json").read_text()) == table_of_a  # A's table as it was

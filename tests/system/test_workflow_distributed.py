@@ -1,5 +1,6 @@
 """Multi-process workflows: a run of two CPU ranks under torchrun that is stopped and started again
-goes on where it stopped and ends where an uninterrupted run ends, for every architecture, from
+holds the same parameters on both ranks (each rank's own batch-norm statistics), goes on where it
+stopped and ends where an uninterrupted run ends, for every architecture, from
 ``checkpoint_last.pt`` and from ``--restore-file`` (docs/distributed.md); a resume with a changed
 architecture flag stops every rank with the error naming it. (The Slurm requeue of a two-task
 run is in tests/system/test_slurm.py.)
@@ -127,6 +128,15 @@ def _same_as_uninterrupted(data, root, arch, kind):
     _, model = build_model(arch, data, SYSTEMS[arch])
     params = [name for name, _ in model.named_parameters()]
     assert params and set(params) <= set(ours[0]["state"])
+    # the two ranks of a run hold the same parameters; batch-norm running statistics are each
+    # rank's own (fairseq's --broadcast-buffers is off by default; docs/distributed.md)
+    for run in (ours, reference):
+        for name in params:
+            assert torch.equal(run[0]["state"][name], run[1]["state"][name]), name
+    if arch == "pervasive_attention":
+        stats = [k for k in reference[0]["state"] if k.endswith("running_mean")]
+        assert stats and any(not torch.equal(reference[0]["state"][k], reference[1]["state"][k])
+                             for k in stats)
     for rank in (0, 1):
         for name in params:
             assert torch.equal(ours[rank]["state"][name], reference[rank]["state"][name]), \

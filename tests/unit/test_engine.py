@@ -1,10 +1,21 @@
 """The reproduction engine's own logic in this process: its runs' commands go to a stand-in for
 fairseq (``ran_lab.reproduce.process.runner``) that writes what fairseq-train and
 fairseq-generate would (a log, checkpoints, hypotheses), so the scheduler, the store, ``--resume``,
-the table and the errors run without a fairseq process. End-to-end runs with fairseq itself are
-tests/test_reproduce*.py."""
+the table and the errors run without a fairseq process: the store, which replaces a finished run
+only once its replacement is whole and keeps a table's rows; what the engine checks before it runs
+anything; and the Slurm jobs it collects, read as text, never unpickled. The store through
+scripts/reproduce-ran.sh: tests/integration/test_engine_store.py; end-to-end runs with fairseq
+itself: tests/system/test_reproduce*.py."""
 import json
+import os
+import pickle
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -144,3 +155,341 @@ def test_the_runner_seam_is_where_every_command_goes(tmp_path):
                             str(tmp_path), "--max-update", "2"], log, {}, "fairseq-train")
     assert fake.calls == [("train", str(tmp_path))] and process.RUNNER is before
     assert "num_updates 2" in log.read_text()
+
+
+# ---- the store: a finished run is never deleted before its replacement is whole -------------
+# The same command again without --resume is refused (naming --resume and --force); with --force
+# the finished run's folders stay, set aside in one step, until the new result.json is written,
+# and an error, a SIGTERM or a SIGKILL in between leaves (or, at the next engine, puts back) the
+# finished run and the table's row.
+
+HERE = Path(__file__).resolve().parent
+
+# an engine in its own process whose stand-in training of RAN-ALL writes MARKER and then waits,
+# as a long training would, until the engine is told to stop (its child then ends with -SIGNAL)
+DRIVER = """
+import sys, time
+sys.path[:0] = [{here!r}, {tests!r}]
+from test_engine import FakeFairseq, engine
+from ran_lab.reproduce.process import CHILDREN
+
+class Slow(FakeFairseq):
+    def train(self, flags, log):
+        if "/RAN-ALL/" in flags["--save-dir"]:
+            open({marker!r}, "w").close()
+            while CHILDREN.stopped_by is None:
+                time.sleep(0.05)
+            return -CHILDREN.stopped_by
+        return super().train(flags, log)
+
+sys.exit(engine(sys.argv[1:], Slow()))
+"""
+
+
+def snapshot(folder):
+    """{relative path: bytes} of every file under ``folder`` but logs and locks."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.endswith((".lock", ".log"))}
+
+
+def without_transf(files):
+    """The files but TransF's (which the replacing engines make again before RAN-ALL) and the
+    table's (written again from the runs by --resume)."""
+    return {k: v for k, v in files.items() if "TransF" not in k and "/" in k}
+
+
+def finished(tmp_path, data):
+    assert engine(argv(tmp_path, data), FakeFairseq()) == 0
+    return snapshot(tmp_path / "out")
+
+
+def test_the_same_command_again_is_refused_naming_resume_and_force(tmp_path, data):
+    before = finished(tmp_path, data)
+    fake = FakeFairseq()
+    err = engine(argv(tmp_path, data), fake)
+    assert isinstance(err, str) and "\n" not in err
+    assert "--resume" in err and "--force" in err and "RAN-ALL/seed1/result.json" in err
+    assert fake.calls == [] and snapshot(tmp_path / "out") == before
+
+
+def test_a_failed_replacement_puts_the_finished_run_back(tmp_path, data):
+    before = finished(tmp_path, data)
+    assert engine(argv(tmp_path, data, "--force"), FakeFairseq(fail="RAN-ALL")) != 0
+    # TransF was made again (its new result replaced it whole); RAN-ALL and the table are as
+    # they were
+    after = snapshot(tmp_path / "out")
+    assert {k: v for k, v in after.items() if "TransF" not in k} == \
+        {k: v for k, v in before.items() if "TransF" not in k}
+    assert not list((tmp_path / "out").rglob(".*.replaced"))
+
+
+def test_force_replaces_the_run_and_leaves_nothing_aside(tmp_path, data):
+    finished(tmp_path, data)
+    fake = FakeFairseq()
+    assert engine(argv(tmp_path, data, "--force"), fake) == 0
+    assert [m for m, _ in fake.calls] == ["train", "generate", "train", "generate"]
+    assert not list(tmp_path.rglob(".*.replaced"))
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
+    assert len(rows) == 2
+
+
+def start_slow_engine(tmp_path, data):
+    marker = tmp_path / "training"
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(here=str(HERE), tests=str(HERE.parent), marker=str(marker)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, str(script),
+                             *map(str, argv(tmp_path, data, "--force"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+def rows(tmp_path):
+    return {(r["system"], r["seed"]): r["sacrebleu"] for r in
+            json.loads((tmp_path / "out" / "results.json").read_text())["results"]}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_kill_while_a_finished_run_is_made_again_loses_nothing(tmp_path, data, sig):
+    """Killed while the replacement of RAN-ALL trains: the table keeps both rows and, at once
+    (SIGTERM) or when the next engine selects the run (SIGKILL), every file of the finished
+    run is back in its folder; --resume then makes nothing."""
+    before = finished(tmp_path, data)
+    table = rows(tmp_path)
+    proc = start_slow_engine(tmp_path, data)
+    run = tmp_path / "out" / "de-en" / "RAN-ALL" / "seed1"
+    # in the window the finished run is whole, in its folder or set aside beside it
+    aside = run.with_name(".seed1.replaced")
+    assert (aside / "result.json").is_file() and not (run / "result.json").exists()
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == (128 + sig if sig == signal.SIGTERM else -sig), out
+    assert rows(tmp_path) == table  # the table was not rewritten
+    if sig == signal.SIGTERM:
+        assert without_transf(snapshot(tmp_path / "out")) == without_transf(before), out
+    fake = FakeFairseq()
+    assert engine(argv(tmp_path, data, "--resume"), fake) == 0
+    assert fake.calls == []  # nothing made again: both runs were found finished
+    assert without_transf(snapshot(tmp_path / "out")) == without_transf(before)
+    assert rows(tmp_path) == table
+    assert not list(tmp_path.rglob(".*.replaced"))
+
+
+def test_one_folder_for_results_and_checkpoints_is_not_a_collision_with_itself(tmp_path, data):
+    """--out and --checkpoints the same folder: the engine locks each run's folder once (it
+    refused its own run as 'in use by process N', N being itself)."""
+    args = argv(tmp_path, data)
+    args[args.index("--checkpoints") + 1] = tmp_path / "out"
+    assert engine(args, FakeFairseq()) == 0
+    assert engine([*args, "--resume"], FakeFairseq()) == 0
+    assert engine([*args, "--force"], FakeFairseq()) == 0
+    assert not list(tmp_path.rglob(".*.replaced"))
+    assert (tmp_path / "out" / "de-en" / "RAN-ALL" / "seed1" / "checkpoint_best.pt").is_file()
+
+
+def test_a_pair_named_twice_is_refused(tmp_path, data):
+    args = argv(tmp_path, data)
+    args[args.index("--pairs") + 1] = "de-en,de-en"
+    message = engine(args, FakeFairseq())
+    assert message == "reproduce-ran: error: --pairs: de-en appears twice"
+
+
+# ---- what the engine decides before it runs anything ----------------------------------------
+
+CONFIG = REPO / "configs" / "ran" / "cpu.json"
+SCRIPT = REPO / "scripts" / "reproduce-ran.sh"
+
+
+def reproduce_paper():
+    from ran_lab.reproduce.papers import paper_of
+
+    return paper_of(SCRIPT)
+
+
+def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path, monkeypatch,
+                                                                         capsys):
+    """A folder holding en-de runs, remade with --pairs de-en (results/REMAKE.json's commands name
+    the pairs they train): the engine prepares en-de too, or a fresh checkout's table would lose
+    those runs' p-values; a table without a pair's references says so instead of leaving them
+    empty in silence."""
+    from ran_lab.reproduce import cli, scores
+    from ran_lab.reproduce.config import load_config
+    from ran_lab.reproduce.runs import Run
+
+    args = cli.parse_cli(reproduce_paper(), [
+        "--config", str(CONFIG), "--pairs", "de-en", "--systems", "TransF", "--resume",
+        "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ckpt")])
+    config = load_config(CONFIG)
+    data = str(REPO / config["data"])
+    stored = Run(args, config, ("en", "de"), config["systems"]["RAN-ALL"],
+                 Path(data.format(src="en", tgt="de")).resolve(), 1)
+    stored.dir.mkdir(parents=True)
+    (stored.dir / "result.json").write_text(json.dumps(
+        {"pair": "en-de", "system": "RAN-ALL", "seed": 1, "tok_bleu": 1.0, "sacrebleu": 1.0,
+         "chrf": 1.0, "ter": 1.0, "subsets": {}, "commands": stored.recorded()}))
+    prepared = []
+
+    class Prepared(Exception):
+        pass
+
+    def make_all(*_):
+        raise Prepared
+    monkeypatch.setattr(cli, "prepare", lambda config, pair, log, env: prepared.append(pair))
+    monkeypatch.setattr(cli, "make_all", make_all)
+    with pytest.raises(Prepared):
+        cli.run_all(reproduce_paper(), args)
+    assert prepared == [("de", "en"), ("en", "de")]
+
+    # the bootstrap of a run whose references are not here: empty p-values, said once
+    systems = ("TransF", "RAN-ALL", "HC-SA")
+    for system in systems:
+        run_dir = tmp_path / "sig" / "en-de" / system / "seed1"
+        run_dir.mkdir(parents=True)
+        (run_dir / "hyp.txt").write_text("ein Hund\n")
+    results = [{"pair": "en-de", "system": system, "seed": 1,
+                "subsets": {"test": {"hyp_file": "hyp.txt", "sacrebleu": 1.0, "ter": 1.0,
+                                     "raw_ref": str(tmp_path / "absent.de")}}}
+               for system in systems]
+    scores.add_significance(results, "TransF", {"samples": 100}, tmp_path / "sig")
+    assert [r["subsets"]["test"]["p_value"] for r in results] == [None, None, None]
+    err = capsys.readouterr().err
+    assert err.count("en-de test: no references at") == 1 and "absent.de" in err
+
+
+@pytest.mark.parametrize("name", ["...", "", "/", "&&", " _ "])
+def test_a_system_name_that_gives_no_folder_is_refused_with_the_name(tmp_path, name):
+    """A name that slugs to nothing would put its runs in OUT/PAIR/seedN, the folder of a system
+    named 'seed1' (whose results the run would delete)."""
+    from ran_lab.common.paths import slug
+    from ran_lab.reproduce.config import load_systems
+    from ran_lab.reproduce.errors import ReproError
+
+    with pytest.raises(ValueError, match=re.escape(repr(name))):
+        slug(name)
+    if not name:
+        return  # a systems file refuses an empty name before (it needs a string 'name')
+    systems = json.loads((REPO / "configs" / "ran" / "systems.json").read_text())
+    systems["systems"] += [{"name": name, "arch": "ran_transformer_small"},
+                           {"name": "seed1", "arch": "ran_transformer_small"}]
+    path = tmp_path / "systems.json"
+    path.write_text(json.dumps(systems))
+    with pytest.raises(ReproError, match=re.escape(f"system name {name!r} gives no folder name")):
+        load_systems(path)
+
+
+def fake_checkpoint(path, updates, seconds=12.5):
+    import torch
+
+    torch.save({"optimizer_history": [{"num_updates": updates}],
+                "extra_state": {"previous_training_time": seconds}}, path)
+
+
+def test_resume_compares_a_checkpoints_updates_with_the_budget(tmp_path):
+    """A training whose engine died as it ended (no train_finished.json) is found finished by its
+    checkpoint's update count; fairseq-train would take one more update."""
+    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.reproduce.training import finished_at_budget
+
+    run = SimpleNamespace(save_dir=tmp_path, train_argv=["data", "--max-update", "20"])
+    assert finished_at_budget(run, "x") is None  # no checkpoint: train
+    fake_checkpoint(tmp_path / "checkpoint_last.pt", 19)
+    assert finished_at_budget(run, "x") is None  # short of the budget: train on
+    fake_checkpoint(tmp_path / "checkpoint_last.pt", 20)
+    assert finished_at_budget(run, "x") == 12.5  # at the budget: finished
+    fake_checkpoint(tmp_path / "checkpoint_last.pt", 21)
+    with pytest.raises(ReproError, match=r"at update 21, past this run's --max-update 20"):
+        finished_at_budget(run, "x")
+
+
+def test_the_engines_own_loads_ask_for_weights_only(tmp_path, monkeypatch):
+    """The engine reads a checkpoint's updates, its selected checkpoint and its training time with
+    torch's weights-only unpickler (the plugin's own loads: test_checkpoint_loading.py)."""
+    from ran_lab.reproduce import checkpoints, logs
+
+    fake_checkpoint(tmp_path / "checkpoint_last.pt", 5)
+    calls = []
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: (calls.append(k), load(*a, **k))[1])
+    checkpoints.checkpoint_updates(tmp_path / "checkpoint_last.pt")
+    checkpoints.selected_checkpoint(tmp_path / "checkpoint_last.pt")
+    logs.training_seconds(tmp_path, [], 1.0)
+    assert len(calls) == 3 and all(k.get("weights_only") is True for k in calls), calls
+
+
+def test_the_engine_removes_partial_checkpoints_a_killed_training_left(tmp_path):
+    from ran_lab.reproduce.checkpoints import remove_partial_files
+
+    for name in ("checkpoint_last.pt", "checkpoint_1_4.pt.tmp", "checkpoint_last.pt.tmp-12-0a1b2c3d",
+                 "train_argv.json"):
+        (tmp_path / name).write_text("x")
+    remove_partial_files(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_last.pt", "train_argv.json"]
+
+
+# ---- Slurm jobs, collected -------------------------------------------------------------------
+
+def test_a_slurm_table_whose_jobs_all_failed_is_an_error(tmp_path, monkeypatch):
+    """--launcher slurm with every job failed: the engine said "no run finished yet" and exited
+    0, so a failed job went unseen (it now names the runs and their jobs' errors, as it does
+    when some runs finished)."""
+    from ran_lab.reproduce import cli
+    from ran_lab.reproduce.errors import ReproError
+
+    args = cli.parse_cli(reproduce_paper(), [
+        "--config", str(CONFIG), "--pairs", "de-en", "--systems", "TransF",
+        "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ckpt"),
+        "--launcher", "slurm"])
+    reason = "de-en TransF seed 1 (Slurm job 7 ended FAILED: ValueError: boom; --resume ...)"
+
+    from ran_lab.reproduce.schedule import Made
+
+    monkeypatch.setattr(cli, "prepare", lambda *_: None)
+    monkeypatch.setattr(cli, "check_jobs", lambda *_: None)
+    monkeypatch.setattr(cli, "make_all", lambda *_: Made([], [reason], [reason]))
+    with pytest.raises(ReproError, match=r"1 run\(s\) without a result: .*ValueError: boom"):
+        cli.run_all(reproduce_paper(), args)
+    # jobs still under way (none failed): collected later, no error
+    monkeypatch.setattr(cli, "make_all", lambda *_: Made([], ["under way"], []))
+    assert cli.run_all(reproduce_paper(), args) is None
+
+
+MARKER = "foreign-code-ran"
+
+
+class RunsCode:
+    """A pickle that runs code when loaded: it creates ``MARKER`` in the working directory."""
+
+    def __reduce__(self):
+        return (open, (MARKER, "w"))
+
+
+def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeypatch):
+    """A result pickle in ``slurm/`` of a run folder must not run its code when the engine
+    collects the failed job (``--launcher slurm --resume``), even with no cluster running."""
+    pytest.importorskip("submitit")
+    from types import SimpleNamespace
+
+    from ran_lab.reproduce.launch import slurm
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "run" / "slurm"
+    folder.mkdir(parents=True)
+    job_id = "4242"
+    (folder / f"{job_id}_0_result.pkl").write_bytes(pickle.dumps(("error", RunsCode())))
+    (folder / f"{job_id}_0_log.err").write_text(
+        "Traceback (most recent call last):\n  File \"x\", line 1\n"
+        "ValueError: --max-tokens must be positive\nsrun: error: task 0 exited\n")
+    why = slurm.failure(SimpleNamespace(dir=tmp_path / "run"), job_id, ("FAILED", "1:0"))
+    assert not (tmp_path / MARKER).exists()
+    assert why.startswith("ended FAILED (exit code 1:0): ValueError: --max-tokens must be positive")
+    assert f"{job_id}_0_log.out" in why
+    (folder / f"{job_id}_0_log.err").unlink()  # no log: the state alone
+    assert slurm.failure(SimpleNamespace(dir=tmp_path / "run"), job_id, None).startswith(
+        "ended without a result (cancelled or killed; gone from Slurm); log ")
+    assert not (tmp_path / MARKER).exists()

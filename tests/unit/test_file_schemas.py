@@ -1,8 +1,10 @@
 """Every kind of file the lab reads has one schema (ran_lab.common.schema), checked when it is
 read: a file of the wrong shape is one line naming the file, the key and what was expected, and a
-string where a list belongs is refused, never iterated (``"seeds": "12"`` ran seeds 1 and 2)."""
+string where a list belongs is refused, never iterated (``"seeds": "12"`` ran seeds 1 and 2); a
+paper file is data, naming functions of the project only."""
 import json
 import math
+import shutil
 
 import pytest
 
@@ -286,3 +288,30 @@ def test_a_remake_manifest_of_the_wrong_shape_is_one_line(tmp_path, text, expect
     from ran_lab.remake import ManifestError, load_manifest
 
     assert_read_error(tmp_path / "REMAKE.json", text, load_manifest, ManifestError, expected)
+
+
+# ---- a paper file is data: it names functions of the project only -----------------------------
+
+@pytest.mark.parametrize("name", [
+    "os:system", "subprocess:run", "builtins:eval",
+    "ran_lab.reproduce.launch.slurm:subprocess",  # a module the project imports
+    "ran_lab.remake:_private", "ran_lab.remake:os.system",
+    "ran_fairseqx.evil:f",
+])
+def test_a_paper_file_names_only_functions_of_the_project(tmp_path, name):
+    from ran_lab.reproduce import papers
+
+    folder = tmp_path / "pervasive"
+    shutil.copytree(REPO / "configs" / "pervasive", folder)
+    spec = json.loads((folder / "reproduce.json").read_text())
+    for where in ("measure", "compute"):
+        changed = dict(spec)
+        if where == "measure":
+            changed["measure"] = name
+        else:
+            changed["columns"] = [{"title": "x", "compute": name}]
+        (folder / "reproduce.json").write_text(json.dumps(changed))
+        with pytest.raises(papers.PaperFileError, match=f"'{where}' '{name}'"):
+            papers.load_paper(folder)
+    (folder / "reproduce.json").write_text(json.dumps(spec))
+    assert papers.load_paper(folder).measure.__name__ == "pervasive_measure"

@@ -1,8 +1,10 @@
 """The options of each architecture come from one declaration (ran_fairseq/models/options.py):
-``add_args``, the defaults of the named architectures and the validation. Checkpoints of options
-version 1 (tests/data/options_v1, saved before the options carried a version) load with the
-outputs the code that saved them computed."""
+``add_args``, the defaults of the named architectures and the validation, which names the flag of
+a value out of range when the model is built; the architecture flags a resume compares with its
+checkpoint's. Checkpoints of options version 1 (tests/data/options_v1, saved before the options
+carried a version) load with the outputs the code that saved them computed."""
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from ran_fairseq.models import (
 V1 = Path(__file__).resolve().parents[1] / "data" / "options_v1"
 sys.path.insert(0, str(V1))
 import make  # noqa: E402  (the checkpoints' names and the fixed batch)
+from systems import TINY_DYNMEM, TINY_RAN, TINY_TRANSFORMER  # noqa: E402
 
 MODULES = {"ran_transformer": ran_transformer,
            "recurrent_cross_transformer": recurrent_cross_transformer,
@@ -151,3 +154,89 @@ def test_the_docs_option_table_matches_the_declaration(model):
     declared = {o.flag: (o.shown_default(), tuple(map(str, o.choices)) if o.choices else None)
                 for o in MODULES[model].OPTIONS.options}
     assert doc_options(model) == declared
+
+
+# ---- every probability and size flag is checked when the model is built ---------------------
+
+TINY_PA = ("--num-layers", "3", "--growth-rate", "4", "--kernel-size", "3",
+           "--encoder-embed-dim", "8", "--decoder-embed-dim", "8")
+
+
+TINY_RCT = TINY_TRANSFORMER
+
+
+BAD_FLAGS = [
+    # (arch, base flags, bad flag, bad value)
+    *[("ran_transformer", TINY_RAN, flag, value) for flag, value in [
+        ("--positional-attention-dropout", "1.5"), ("--positional-attention-dropout", "-0.1"),
+        ("--dropout", "1.5"), ("--dropout", "-0.1"), ("--attention-dropout", "1.0"),
+        ("--activation-dropout", "-0.5"), ("--encoder-layerdrop", "1.2"),
+        ("--max-attention-positions", "0"), ("--gaussian-attention-std", "0"),
+        ("--encoder-embed-dim", "15"), ("--decoder-attention-heads", "0"),
+        ("--encoder-layers", "-1"), ("--max-source-positions", "0"),
+        ("--quant-noise-pq", "1.5")]],
+    # RAN option combinations that make no sense: the base flags hold the other half
+    ("ran_transformer", (*TINY_RAN, "--ran-no-layernorm-residual"), "--ran-transition", "ffn"),
+    ("ran_transformer", (*TINY_RAN, "--encoder-self-attention", "dot",
+                         "--decoder-self-attention", "gaussian"), "--ran-transition", "ffn"),
+    ("ran_transformer", (*TINY_RAN, "--decoder-self-attention", "dot"),
+     "--ran-decoder-initial", "full"),
+    *[("recurrent_cross_transformer", TINY_RCT, flag, value) for flag, value in [
+        ("--dropout", "1.5"), ("--attention-dropout", "-0.1"), ("--activation-dropout", "2"),
+        ("--decoder-ffn-embed-dim", "0"), ("--rescale-window", "-1"),
+        ("--max-target-positions", "-5")]],
+    *[("rnnsearch_dynmem", TINY_DYNMEM, flag, value) for flag, value in [
+        ("--dropout", "1.5"), ("--dropout", "-0.1"), ("--dynamic-memory-window", "-1"),
+        ("--dynamic-memory-dim", "0"), ("--init-range", "0"), ("--encoder-hidden-size", "0"),
+        ("--decoder-layers", "0")]],
+    *[("pervasive_attention", TINY_PA, flag, value) for flag, value in [
+        ("--dropout", "1.5"), ("--embedding-dropout", "-0.1"), ("--output-dropout", "1"),
+        ("--num-layers", "0"), ("--growth-rate", "-1"), ("--kernel-size", "0"),
+        ("--max-source-positions", "0")]],
+]
+
+
+@pytest.mark.parametrize("arch, base, flag, value", BAD_FLAGS,
+                         ids=[f"{a}{f}={v}" for a, _, f, v in BAD_FLAGS])
+def test_out_of_range_flag_is_refused_at_build_time_naming_it(synthetic_databin, arch, base, flag, value):
+    from helpers import build_model
+
+    with pytest.raises(ValueError, match=re.escape(flag)):
+        build_model(arch, synthetic_databin, (*base, flag, value))
+
+
+# ---- the architecture flags a resume compares (ran_fairseq.models._common) -------------------
+
+def test_every_plugin_model_names_its_architecture_flags():
+    from fairseq.models import MODEL_REGISTRY
+    from ran_fairseq.models._common import architecture_flags, changed_flags
+
+    ours = {n: c for n, c in MODEL_REGISTRY.items() if c.__module__.startswith("ran_fairseq.")}
+    assert set(ours) == {"ran_transformer", "recurrent_cross_transformer", "rnnsearch_dynmem",
+                         "pervasive_attention"}
+    expect = {"ran_transformer": "ran_decoder_initial", "recurrent_cross_transformer":
+              "cross_attention", "rnnsearch_dynmem": "dynamic_memory_window",
+              "pervasive_attention": "aggregator"}
+    for name, cls in ours.items():
+        flags = architecture_flags(cls)
+        assert expect[name] in flags and not any("dropout" in d for d in flags), name
+        dest = expect[name]
+        assert changed_flags(cls, argparse.Namespace(**{dest: "a"}),
+                             argparse.Namespace(**{dest: "b"})) == [(flags[dest][0], "a", "b")]
+        assert changed_flags(cls, argparse.Namespace(), argparse.Namespace()) == []
+
+
+def test_a_checkpoint_older_than_an_option_is_compared_as_it_loads():
+    """A RAN checkpoint saved before --ran-decoder-initial existed loads as 'full' (its arch
+    function says so): resuming it needs --ran-decoder-initial full, and the default is refused."""
+    from fairseq.models import MODEL_REGISTRY
+    from ran_fairseq.models._common import changed_flags
+    from ran_fairseq.models.ran_transformer import ran_transformer_small
+
+    cls = MODEL_REGISTRY["ran_transformer"]
+    old = argparse.Namespace(arch="ran_transformer_small", _name="ran_transformer_small")
+    for flags, changed in (({}, [("--ran-decoder-initial", "full", "lower-triangle")]),
+                           ({"ran_decoder_initial": "full"}, [])):
+        now = argparse.Namespace(arch="ran_transformer_small", **flags)
+        ran_transformer_small(now)
+        assert changed_flags(cls, old, now) == changed

@@ -519,22 +519,6 @@ def test_eq7_contributions_match_a_naive_loop_and_sum_to_the_pooled_logit():
         eq7_contributions(h, src_pad, rows[:, :2])
 
 
-@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
-def test_eq7_alignment_rows_sum_to_the_logit_of_the_scored_token(tied):
-    """Σ_j α_ij = E_w·H^pool_i = the logit of w at position i (Eqs. 4-6), w the token scored."""
-    from ran_lab.analysis.alignments import eq7_alignment
-
-    model = build(*TINY, *(("--share-decoder-input-output-embed",) if tied else ())).eval()
-    src, tokens = torch.tensor([5, 6, 7, 2]), torch.tensor([9, 4, 6, 2])
-    alpha = eq7_alignment(model, src, tokens)
-    assert alpha.shape == (4, 4)
-    with torch.no_grad():
-        logits, _ = model(src[None], torch.tensor([4]), torch.tensor([[2, 9, 4, 6]]))
-    torch.testing.assert_close(alpha.sum(-1), logits[0, torch.arange(4), tokens],
-                               rtol=1e-4, atol=1e-4)
-    assert not model.training
-
-
 @pytest.mark.parametrize("memory_efficient", [False, True], ids=["plain", "memory-efficient"])
 def test_half_precision_keeps_the_elementwise_path_and_the_padding_rules(memory_efficient):
     """bfloat16 takes the composition of elementwise operations (statistics in float32) instead of
@@ -555,3 +539,22 @@ def test_half_precision_keeps_the_elementwise_path_and_the_padding_rules(memory_
         assert out.masked_select(pad.unsqueeze(1).expand_as(out)).abs().max() == 0
         assert xh.grad.masked_select(pad.unsqueeze(1).expand_as(xh)).abs().max() == 0
         torch.testing.assert_close(out.float(), net(x, pad), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("cap, warns", [((), True), (("--max-source-positions", "100",
+                                                      "--max-target-positions", "100"), False)])
+def test_the_model_warns_once_when_nothing_caps_its_training_lengths(synthetic_databin, caplog,
+                                                                     cap, warns):
+    """Training memory grows with source length × target length: when the longest pair allowed
+    (--max-source-positions × --max-target-positions) makes a large grid, the model says so once,
+    when it is first put in training mode."""
+    from helpers import build_model
+    from systems import TINY_PA
+
+    _, model = build_model("pervasive_attention", synthetic_databin, (*TINY_PA, *cap))
+    with caplog.at_level("WARNING"):
+        model.eval()
+        model.train()
+        model.train()
+    found = [r for r in caplog.records if "--max-source-positions" in r.getMessage()]
+    assert len(found) == (1 if warns else 0)

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import corpora
 import helpers
 from ran_lab.claims import bootstrap
 from ran_lab.claims.recheck import NEAR, OTHER_SEED, near, recheck
@@ -16,12 +17,12 @@ REPO = helpers.REPO
 LONG = REPO / "results" / "ran" / "long"
 
 
-def refs_here():
-    return (REPO / "data-bin" / "multi30k.de-en" / "test.raw.en").is_file()
-
-
-needs_refs = pytest.mark.skipif(not refs_here(),
-                                reason="no Multi30k data-bin here (scripts/prepare-multi30k.sh)")
+@pytest.fixture(scope="module")
+def long_refs(multi30k_references):
+    """The references of results/ran/long's pairs (de-en, en-de), made from the raw corpus."""
+    refs = corpora.references_of(LONG, multi30k_references)
+    assert refs and {pair for pair, _ in refs} == {"de-en", "en-de"}, refs
+    return refs
 
 
 def stored_near(folder):
@@ -70,12 +71,11 @@ def test_the_seed_test_draws_until_the_doubled_wilson_interval_leaves_the_level(
         assert t.settled or t.samples == 20_000
 
 
-@needs_refs
-def test_near_the_level_the_verdict_is_the_same_under_another_seed():
+def test_near_the_level_the_verdict_is_the_same_under_another_seed(long_refs):
     found = stored_near(LONG)
     assert found, "results/ran/long has p-values near 0.01"
-    first = Folder(LONG, REPO, cache=[], compute=True)
-    again = Folder(LONG, REPO, cache=[], compute=True, seed=OTHER_SEED)
+    first = Folder(LONG, REPO, long_refs, cache=[], compute=True)
+    again = Folder(LONG, REPO, long_refs, cache=[], compute=True, seed=OTHER_SEED)
     for pair, system, against, seed, subset, metric, stored in found:
         a = first.test(pair, system, against, seed, subset, metric)
         b = again.test(pair, system, against, seed, subset, metric)
@@ -100,12 +100,11 @@ def claims_cache_is_current(folder):
     return bool(entries) and all("bootstrap_seed" in e for e in entries)
 
 
-@needs_refs
-def test_the_recheck_finds_no_verdict_that_another_seed_changes():
+def test_the_recheck_finds_no_verdict_that_another_seed_changes(long_refs):
     if not claims_cache_is_current(LONG):
         pytest.fail("results/ran/long/CLAIMS.json holds no settled tests: remake it with "
                     "`python scripts/claims.py --all`")
-    result = recheck(LONG, OTHER_SEED, repo=REPO)
+    result = recheck(LONG, OTHER_SEED, refs=long_refs, repo=REPO)
     assert all(NEAR[0] < e["p"] < NEAR[1] for e, _ in result.tests)
     assert result.changed == []
 

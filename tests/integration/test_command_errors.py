@@ -1,11 +1,12 @@
-"""One line per fault (issue 56, items 3 and 5-13): every ``ran-*`` command and its ``python -m``
-form, given a read-only folder, a full disk or a damaged input, ends with one line naming the
-file, what is wrong and what to do, a non-zero exit status and no traceback; a checkpoint that
-asks to run code, or is cut short, is named on every path that loads one; the inputs that were
-accepted silently are refused. A read-only folder and a full disk are a tmpfs in a private mount
-namespace (``unshare -m``, as root), or, without one, a folder without write permission."""
+"""A fault ends a command with one line: every ``ran-*`` command and its ``python -m`` form, given a
+read-only folder, a full disk or a damaged input, ends with one line naming the file, what is
+wrong and what to do, a non-zero exit status and no traceback; the inputs that were once accepted
+silently (an empty corpus, one file for both sides) are refused. A read-only folder and a full
+disk are a tmpfs in a private mount namespace (``unshare -m``, as root), or, without one, a folder
+without write permission. A checkpoint that asks to run code, or is cut short:
+tests/integration/test_checkpoint_loading.py and tests/integration/test_engine_store.py."""
+import gzip
 import os
-import pickle
 import shlex
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import REPO
+from helpers import REPO, SRC, TGT
 
 BIN = Path(sys.executable).parent
 CONFIG = REPO / "configs" / "ran" / "cpu.json"
@@ -84,27 +85,9 @@ def run(*command, env=None):
                           capture_output=True, text=True, timeout=600)
 
 
-class Evil:
-    def __reduce__(self):
-        return (os.system, ("echo ran-code",))
-
-
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
     return helpers.make_synthetic_corpus(tmp_path_factory.mktemp("raw") / "raw")
-
-
-@pytest.fixture(scope="module")
-def bad_checkpoints(tmp_path_factory):
-    """A checkpoint that asks to run code, and one cut short."""
-    import torch
-
-    root = tmp_path_factory.mktemp("ckpt")
-    torch.save({"model": {}, "args": None, "evil": Evil()}, root / "evil.pt")
-    torch.save({"model": {"w": torch.zeros(10000)}}, root / "good.pt")  # 40 kB
-    data = (root / "good.pt").read_bytes()
-    (root / "cut.pt").write_bytes(data[:len(data) // 2])
-    return root
 
 
 def prepare(raw, out, *extra, module=False):
@@ -113,6 +96,11 @@ def prepare(raw, out, *extra, module=False):
     return [*head, "custom", "--src", "de", "--tgt", "en", "--out", out, "--train-prefix",
             raw / "train", "--valid-prefix", raw / "valid", "--test-prefix", raw / "test",
             "--bpe-merges", "20", "--workers", "1", *extra]
+
+
+def evaluate(*args):
+    return subprocess.run([sys.executable, "-m", "ran_text.evaluate", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
 
 
 # ---- read-only folders and full disks ------------------------------------------------------------
@@ -146,10 +134,11 @@ def test_reproduce_on_a_read_only_folder(tmp_path, module):
     one_line(proc, "error:", "cannot lock", folder / "sub")
 
 
-def test_checkpoint_average_on_a_full_disk(bad_checkpoints, tmp_path):
+def test_checkpoint_average_on_a_full_disk(tmp_path):
+    good = helpers.bad_checkpoints(tmp_path / "ckpt") / "good.pt"
     folder = tmp_path / "mnt"
     proc = full_disk(folder, [sys.executable, "-m", "ran_fairseq.checkpoint_average",
-                              bad_checkpoints / "good.pt", "--output", folder / "sub" / "avg.pt"],
+                              good, "--output", folder / "sub" / "avg.pt"],
                      size="8k")
     one_line(proc, "checkpoint_average: error:", "No space left", "free space")
 
@@ -184,42 +173,41 @@ def test_claims_fill_names_a_missing_page(tmp_path):
              tmp_path / "no" / "page.md", "does not exist")
 
 
-@pytest.mark.parametrize("name, what", [("evil.pt", "is not a plain checkpoint"),
-                                        ("cut.pt", "truncated")])
-def test_a_refused_or_cut_checkpoint_is_one_line_on_every_path(bad_checkpoints, tmp_path,
-                                                               synthetic_databin, name, what):
-    path = bad_checkpoints / name
-    one_line(run(sys.executable, "-m", "ran_fairseq.checkpoint_average", path, "--output",
-                 tmp_path / "avg.pt"), "checkpoint_average: error:", path, what)
-    # fairseq's own command, the plugin loaded through --user-dir
-    one_line(run(sys.executable, "-m", "ran_lab.run_fairseq", "generate", synthetic_databin,
-                 "--user-dir", helpers.USER_DIR, "--path", path, "--cpu"), "error:", path, what)
-    # the engine (--resume reads checkpoint_last.pt), the hub and the analyses load the same way
-    from fairseq import checkpoint_utils
-
-    from ran_fairseq.safe_checkpoints import BadCheckpoint
-    from ran_lab.reproduce.checkpoints import checkpoint_updates
-
-    for load in (checkpoint_updates, checkpoint_utils.load_checkpoint_to_cpu):
-        with pytest.raises(BadCheckpoint, match=what) as caught:
-            load(str(path))
-        assert str(path) in str(caught.value)
-    assert "ran-code" not in str(caught.value)
+def test_invalid_utf8_in_a_corpus_is_named_with_its_line(tmp_path):
+    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=5, n_test=5)
+    lines = (raw / "train.de").read_bytes().split(b"\n")
+    lines[2] = b"w1 \xe9t\xe9 w2"  # Latin-1
+    (raw / "train.de").write_bytes(b"\n".join(lines))
+    one_line(run(*prepare(raw, tmp_path / "bin")), f"{raw / 'train.de'}: line 3 is not valid "
+                   f"UTF-8 (byte 0xe9 at column 4)",
+             "convert the file to UTF-8")
 
 
-def test_weights_only_loading_cannot_be_turned_off(bad_checkpoints, monkeypatch):
-    """TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 would let fairseq's loader unpickle freely: the plugin's
-    loader refuses, naming the variable (docs/guarantees.md)."""
-    from fairseq import checkpoint_utils
+def test_a_truncated_gzip_corpus_is_named(tmp_path):
+    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=400, n_valid=5, n_test=5)
+    for lang in (SRC, TGT):
+        data = gzip.compress((raw / f"train.{lang}").read_bytes())
+        (raw / f"train.{lang}").unlink()
+        (raw / f"train.{lang}.gz").write_bytes(data[: len(data) // 2])
+    proc = run(sys.executable, "-m", "ran_text.prepare", "custom", "--src", "de", "--tgt", "en",
+               "--out", tmp_path / "bin", "--train", raw / "train.de.gz", raw / "train.en.gz",
+               "--valid-prefix", raw / "valid", "--test-prefix", raw / "test", "--workers", "1")
+    one_line(proc, f"{raw / 'train.de.gz'}: the gzip file is truncated or damaged (after line ",
+             "download or copy it again")
 
-    from ran_fairseq.safe_checkpoints import BadCheckpoint
 
-    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    with pytest.raises(BadCheckpoint, match="unset TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):
-        checkpoint_utils.load_checkpoint_to_cpu(str(bad_checkpoints / "evil.pt"))
+def test_evaluate_names_empty_and_non_utf8_files(tmp_path):
+    (tmp_path / "hyp").write_text("")
+    (tmp_path / "ref").write_text("")
+    one_line(evaluate("--hyp", tmp_path / "hyp", "--ref", tmp_path / "ref"),
+             "are empty: nothing to score")
+    (tmp_path / "hyp").write_bytes(b"ok\nbad \xff here\n")
+    (tmp_path / "ref").write_text("ok\nfine\n")
+    one_line(evaluate("--hyp", tmp_path / "hyp", "--ref", tmp_path / "ref"),
+             f"{tmp_path / 'hyp'}: line 2 is not valid UTF-8")
 
 
-# ---- inputs accepted silently ----------------------------------------------------------------------
+# ---- inputs once accepted silently ---------------------------------------------------------------
 
 @pytest.mark.parametrize("change, message", [
     ("empty-train", "is empty"), ("empty-test", "is empty"), ("same-file", "is both the source"),
@@ -242,38 +230,3 @@ def test_prepare_refuses_empty_and_same_file_inputs(raw, tmp_path, change, messa
     flag = "--" + bad.name.split(".")[0]
     one_line(run(*prepare(work, tmp_path / "bin")), "prepare: error:", bad, flag, message)
     assert not (tmp_path / "bin" / "prep").exists()
-
-
-def test_curve_splits_a_log_on_newline_only(tmp_path):
-    sys.path.insert(0, str(REPO / "scripts" / "quickstart"))
-    import curve
-
-    log = tmp_path / "train.log"
-    # a U+2028 inside a line (a sentence fairseq logged, say) is no line break
-    line = 'x | INFO | train_inner | epoch 001:  1 / 9 loss=1.0,\u2028 wpb=10, num_updates={u}'
-
-    log.write_text("\n".join(line.format(u=u) for u in (1, 2)) + "\n")
-    assert curve.tokens_by_update(log) == {1: 10.0, 2: 20.0}
-
-
-def test_the_hub_takes_a_sentence_or_a_list_of_them():
-    from ran_fairseq.hub import checked_sentences
-
-    assert checked_sentences("w1 w2") == "w1 w2"
-    assert checked_sentences(("a", "b")) == ["a", "b"]
-    for bad, error, message in [(b"w1 w2", TypeError, "not bytes (decode bytes first"),
-                                (None, TypeError, "not NoneType"),
-                                ("", ValueError, "empty sentence"),
-                                (["a", " "], ValueError, "empty sentence"),
-                                ([b"a"], TypeError, "not bytes")]:
-        with pytest.raises(error, match=message.replace("(", r"\(")):
-            checked_sentences(bad)
-
-
-def test_pickle_is_what_the_refused_checkpoint_would_run(bad_checkpoints):
-    """The malicious checkpoint of these tests would run code if unpickled freely (so a refusal
-    is a refusal of that)."""
-    import torch
-
-    with pytest.raises(pickle.UnpicklingError):
-        torch.load(bad_checkpoints / "evil.pt", weights_only=True)
