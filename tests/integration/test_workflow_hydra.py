@@ -1,6 +1,6 @@
 """fairseq-hydra-train and fairseq-train read one declaration per model (its ``Options`` table,
 from which ran_fairseq/models/options.py makes the fairseq config dataclass): each YAML of
-configs/hydra trains to the same parameters and losses as the same settings given as flags, a
+ran_fairseq/config trains to the same parameters and losses as the same settings given as flags, a
 misspelled model key is refused by name, the named architectures are reachable by
 ``model._name``, every option reaches the model through fairseq-train's flags, and a run trained
 from YAML (its checkpoint stores ``cfg.model`` as a dict) resumes under the resume check."""
@@ -20,7 +20,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
 from ran_fairseq.models.options import UnknownOption
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "hydra"
+CONFIGS = Path(__file__).resolve().parents[2] / "ran_fairseq" / "config"
 MODELS = ("ran_transformer", "recurrent_cross_transformer", "rnnsearch_dynmem",
           "pervasive_attention")
 
