@@ -454,8 +454,11 @@ def architecture_checked_on_resume():
     ``Trainer.load_checkpoint`` resumes a model of this plugin (not with ``--reset-optimizer``,
     which starts a new training from a checkpoint's weights), the model's own architecture flags
     are compared with the checkpoint's (``ran_fairseq.models._common.check_resumed_flags``), and
-    a difference stops training before its first update with an error naming the flags. In a
-    multi-process run every rank checks, the ranks other than rank 0 on the state rank 0 sends
+    a difference stops training before its first update with an error naming the flags. Flags
+    that change the parameters' shapes (``--decoder-self-attention dot`` on a RAN-ALL checkpoint)
+    make fairseq's own load fail first ("Cannot load model parameters from checkpoint" and the
+    state dict): that failure becomes the same error naming them. In a multi-process run every
+    rank checks, the ranks other than rank 0 on the state rank 0 sends
     them (fairseq reads the file on rank 0 only): they all stop with that error, none is left
     waiting for the others in its first update."""
     from fairseq import checkpoint_utils
