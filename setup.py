@@ -25,6 +25,8 @@ setup(
     # which neither of them imports.
     packages=find_packages(include=["ran_fairseq", "ran_fairseq.*", "ran_text", "ran_text.*",
                                     "ran_lab", "ran_lab.*"]),
+    # fairseq-hydra-train's configs of the models (--config-dir "$(python -m ran_fairseq.config)")
+    package_data={"ran_fairseq.config": ["*.yaml"]},
     install_requires=[
         # The oldest torch tested; `pip install .` into an environment that has a torch in range
         # keeps it (no second multi-GB CUDA build).

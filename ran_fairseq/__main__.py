@@ -2,6 +2,9 @@
 however the package is installed (editable or not)::
 
     fairseq-train DATA --user-dir "$(python -m ran_fairseq)" --arch ...
+
+(``python -m ran_fairseq.config`` prints the folder of the models' YAMLs, fairseq-hydra-train's
+``--config-dir``.)
 """
 from pathlib import Path
 

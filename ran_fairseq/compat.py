@@ -454,8 +454,11 @@ def architecture_checked_on_resume():
     ``Trainer.load_checkpoint`` resumes a model of this plugin (not with ``--reset-optimizer``,
     which starts a new training from a checkpoint's weights), the model's own architecture flags
     are compared with the checkpoint's (``ran_fairseq.models._common.check_resumed_flags``), and
-    a difference stops training before its first update with an error naming the flags. In a
-    multi-process run every rank checks, the ranks other than rank 0 on the state rank 0 sends
+    a difference stops training before its first update with an error naming the flags. Flags
+    that change the parameters' shapes (``--decoder-self-attention dot`` on a RAN-ALL checkpoint)
+    make fairseq's own load fail first ("Cannot load model parameters from checkpoint" and the
+    state dict): that failure becomes the same error naming them. In a multi-process run every
+    rank checks, the ranks other than rank 0 on the state rank 0 sends
     them (fairseq reads the file on rank 0 only): they all stop with that error, none is left
     waiting for the others in its first update."""
     from fairseq import checkpoint_utils
@@ -482,8 +485,16 @@ def architecture_checked_on_resume():
         _RESUMING.active, _RESUMING.model_args = True, None
         try:
             extra = original(self, filename, reset_optimizer, *args, **kwargs)
-            checkpoint_args = _RESUMING.model_args
+        except Exception as error:
+            # flags that change the parameters' shapes make fairseq's load_state_dict fail
+            # ("Cannot load model parameters from checkpoint" and the state dict): name them
+            named = _shapes_changed_error(self.get_model(), _RESUMING.model_args, self.cfg.model,
+                                          filename, error)
+            if named is None:
+                raise
+            raise named from None
         finally:
+            checkpoint_args = _RESUMING.model_args
             _RESUMING.active, _RESUMING.model_args = False, None
         if checkpoint_args is not None and not reset_optimizer:
             from .models._common import check_resumed_flags
@@ -496,6 +507,32 @@ def architecture_checked_on_resume():
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
     distributed_utils.broadcast_object = broadcast_object
     Trainer.load_checkpoint = load_checkpoint
+
+
+def _shapes_changed_error(model, checkpoint_args, args, filename, error):
+    """The ValueError naming the architecture flags of a plugin ``model`` that differ from its
+    checkpoint's, where loading the checkpoint's parameters failed (``error``, fairseq's "Cannot
+    load model parameters"); None where no flag differs or the model is not the plugin's."""
+    if checkpoint_args is None or "Cannot load model parameters" not in str(error):
+        return None
+    cls = type(model)
+    if not cls.__module__.startswith("ran_fairseq.models.") or not hasattr(cls, "add_args"):
+        return None
+    from .models._common import changed_flags
+
+    changed = changed_flags(cls, checkpoint_args, args)
+    if not changed:
+        return None
+
+    def shown(value):
+        return ("set" if value else "not set") if isinstance(value, bool) else repr(value)
+
+    flags = "; ".join(f"{flag} (checkpoint: {shown(old)}, this run: {shown(new)})"
+                      for flag, old, new in changed)
+    return ValueError(
+        f"cannot resume from {filename}: it was trained with other architecture flags than this "
+        f"run's, which give its parameters other shapes: {flags}. Pass the checkpoint's flags to "
+        f"go on with its training, or train into another --save-dir to start a new one.")
 
 
 def _remember_model_args(state):

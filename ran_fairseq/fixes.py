@@ -4,7 +4,9 @@ makes them (``apply``, which importing ``ran_fairseq`` calls).
 **Default** fixes are those the four architectures' users need: fairseq checkpoints under torch's
 weights-only loading (torch >= 2.6), multi-process training and resume on CPUs, errors that name
 the flag of a plugin model's length limit, the resume check of the plugin's architecture flags,
-``--bf16`` off a TPU. **Opt-in** fixes correct fairseq in general and change nothing unless asked:
+``--bf16`` off a TPU, and checkpoints written atomically (which change when a file appears, never
+what it holds). **Opt-in** fixes correct fairseq in general and change what it computes or reads,
+so they change nothing unless asked:
 ``RAN_FAIRSEQ_FIXES=all``, or their names separated by commas, in the environment of the fairseq
 command (processes it starts inherit it); the reproduction engine sets ``all``. docs/pitfalls.md
 lists them with their reasons; tests/system/test_package.py checks that importing the plugin changes
@@ -68,15 +70,17 @@ FIXES = (
     Fix("bf16_without_tpu", bf16_without_tpu, True, ("fairseq.trainer.Trainer.__init__",),
         "--bf16 trains the plugin's models (their backward passes are tested in bfloat16) on a "
         "GPU or CPU; fairseq 0.12 takes the flag for a TPU's"),
+    Fix("atomic_checkpoint_copies", atomic_checkpoint_copies, True,
+        ("fairseq.file_io.PathManager.copy",),
+        "a kill while fairseq copies a checkpoint (checkpoint_last.pt, checkpoint_best.pt) left "
+        "it truncated under its final name; changes when a file appears, never what it holds"),
+    Fix("atomic_checkpoint_saves", atomic_checkpoint_saves, True,
+        ("fairseq.checkpoint_utils.torch_persistent_save",),
+        "two trainings on one folder share fairseq's .tmp file; a failed save leaves it behind; "
+        "changes when a file appears, never what it holds"),
     Fix("keep_last_batch", keep_last_batch, False, ("fairseq.data.data_utils.batch_by_size",),
         "fairseq 0.12 drops the last batch (fairseq-generate skips up to 7 sentences of a test "
         "set); changes which batches training and decoding see"),
-    Fix("atomic_checkpoint_copies", atomic_checkpoint_copies, False,
-        ("fairseq.file_io.PathManager.copy",),
-        "a kill while fairseq copies checkpoint_last.pt leaves it truncated"),
-    Fix("atomic_checkpoint_saves", atomic_checkpoint_saves, False,
-        ("fairseq.checkpoint_utils.torch_persistent_save",),
-        "two trainings on one folder share fairseq's .tmp file; a failed save leaves it behind"),
     Fix("named_data_bin_errors", named_data_bin_errors, False,
         ("fairseq.data.indexed_dataset.MMapIndexedDataset._do_init",
          "fairseq.data.indexed_dataset.MMapIndexedDataset.__del__"),

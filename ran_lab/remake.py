@@ -245,9 +245,9 @@ def select(entries: List[Entry], only: Optional[List[str]]) -> List[Entry]:
 
 @one_line_errors("remake")
 def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.executable):
+    args = parse_args(sys.argv[1:] if argv is None else argv)  # --help needs no checkout
     if repo == REPO:  # tests pass a checkout of their own
         checkout.require("ran-remake")
-    args = parse_args(sys.argv[1:] if argv is None else argv)
     repo = Path(repo)
     try:
         entries = load_manifest(repo / args.manifest, repo)

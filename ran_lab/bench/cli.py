@@ -159,9 +159,13 @@ def check_args(p, args):
                 "checkpoints/ran/de-en/{system}/seed1/checkpoint_best.pt")
 
 
-def parse_cli(argv, prog=None):
+def parse_cli(argv, prog=None, command=None):
+    """The options of ``argv``; with ``command``, a console script's name, outside a checkout
+    anything but --help exits naming it (before --train-flags-of reads a config)."""
     p = parser(prog)
     args = p.parse_args(argv)
+    if command is not None:
+        checkout.require(command)
     take_config_flags(p, args)
     check_args(p, args)
     return args
@@ -171,15 +175,15 @@ def parse_cli(argv, prog=None):
 def main(argv=None, prog=None):
     """Run the benchmark; ``prog``: the program name usage and help show (default: the script's)."""
     argv = sys.argv[1:] if argv is None else argv
-    checkout.require(prog or "ran-bench")
     try:
         if argv[:1] == ["--worker"]:  # the worker protocol of earlier versions of bench.py
+            checkout.require(prog or "ran-bench")
             if len(argv) != 2:
                 raise BenchError("usage: bench.py --worker SPEC.json (run by the parent)")
             from .worker import main as worker_main
 
             return worker_main(argv[1:])
-        run_parent(parse_cli(argv, prog))
+        run_parent(parse_cli(argv, prog, command=prog or "ran-bench"))
     except BenchError as e:
         sys.exit(f"bench.py: error: {e}")
 

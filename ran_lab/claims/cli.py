@@ -72,8 +72,8 @@ def _recheck(folders, seed, refs):
 
 @one_line_errors("claims")
 def main(argv=None):
+    args = parser().parse_args(argv)  # --help prints without a checkout
     checkout.require("ran-claims")
-    args = parser().parse_args(argv)
     folders = [f.resolve() for f in args.results]
     if args.all:
         folders += [f for f in folders_with_claims(REPO) if f not in folders]

@@ -245,29 +245,41 @@ def main_for(key: str, argv: Optional[List[str]] = None):
     run_paper(PAPERS[key], argv)
 
 
+def top_parser(papers) -> argparse.ArgumentParser:
+    """``ran-reproduce PAPER ...``'s parser; ``papers``: those of the checkout's configs/ (None
+    outside a checkout, where the help says where they are)."""
+    if papers is None:
+        epilog = (f"papers: those of a checkout's configs/ (ran-reproduce reads configs/ and "
+                  f"writes results/ there; outside a checkout, {checkout.HOW_TO_GET_ONE})")
+    else:
+        epilog = "papers:\n" + "\n".join(f"  {key:<16} {paper.title}"
+                                          for key, paper in papers.items())
+    p = argparse.ArgumentParser(
+        prog="ran-reproduce", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Reproduce the shape of a paper's tables: train, decode and score every "
+                    "system of its config with fairseq, and write the measured table beside "
+                    "the paper's numbers.", epilog=epilog)
+    p.add_argument("paper", choices=list(papers or ()) or None,
+                   help="the paper (ran-reproduce PAPER --help lists its options)")
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the paper's options")
+    return p
+
+
 def main(argv: Optional[List[str]] = None):
     """``ran-reproduce PAPER [options]``: PAPER's reproduction (``ran-reproduce PAPER --help``
     lists its options)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]) and not checkout.is_checkout():
+        top_parser(None).parse_args(argv)  # the help, without the papers of a checkout
     checkout.require("ran-reproduce")
     from .papers import OLD_NAMES, PAPERS
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in OLD_NAMES:
         print(f"ran-reproduce: '{argv[0]}' is now called '{OLD_NAMES[argv[0]]}' (the name of its "
               f"configs/ and results/ folders)", file=sys.stderr)
         argv[0] = OLD_NAMES[argv[0]]
     if not argv or argv[0] not in PAPERS:
-        p = argparse.ArgumentParser(
-            prog="ran-reproduce", formatter_class=argparse.RawDescriptionHelpFormatter,
-            description="Reproduce the shape of a paper's tables: train, decode and score every "
-                        "system of its config with fairseq, and write the measured table beside "
-                        "the paper's numbers.",
-            epilog="papers:\n" + "\n".join(f"  {key:<16} {paper.title}"
-                                            for key, paper in PAPERS.items()))
-        p.add_argument("paper", choices=list(PAPERS),
-                       help="the paper (ran-reproduce PAPER --help lists its options)")
-        p.add_argument("options", nargs=argparse.REMAINDER, help="the paper's options")
-        p.parse_args(argv)  # the help, or an error naming the papers
+        top_parser(PAPERS).parse_args(argv)  # the help, or an error naming the papers
     key = argv[0]
     run_paper(PAPERS[key], argv[1:], prog=f"ran-reproduce {key}")
 

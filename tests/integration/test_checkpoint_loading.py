@@ -154,3 +154,30 @@ def test_checkpoint_averaging_loads_weights_only(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "load", lambda *a, **k: (calls.append(k), load(*a, **k))[1])
     checkpoint_average._updates(tmp_path / "checkpoint_last.pt")
     assert len(calls) == 1 and calls[0].get("weights_only") is True, calls
+NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+           "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+
+
+def _qualified(name):
+    """A class's qualified name, NumPy 2's ``numpy._core`` read as NumPy 1's ``numpy.core``."""
+    return name.replace("numpy._core.", "numpy.core.")
+
+
+def test_pitfalls_names_exactly_the_classes_the_import_allows():
+    """docs/pitfalls.md's item on checkpoints under torch >= 2.6 says how many classes importing
+    the plugin adds to torch's safe globals and names them: those of the code."""
+    import re
+
+    from ran_fairseq.safe_checkpoints import fairseq_checkpoint_globals
+
+    text = (helpers.REPO / "docs" / "pitfalls.md").read_text(encoding="utf-8")
+    item = text[text.index("- **Checkpoints under torch ≥ 2.6.**"):]
+    item = " ".join(item[:item.index("\n- **")].split())  # its lines as one
+    said = re.search(r"adds exactly (\w+) classes? to torch's safe-globals list(.*?)It does not",
+                     item, re.S)
+    assert said, "docs/pitfalls.md: 'adds exactly N classes to torch's safe-globals list: ...'"
+    named = {_qualified(n) for n in re.findall(r"`((?:argparse|numpy)\.[\w.]+)`", said.group(2))}
+    allowed = {_qualified(f"{c.__module__}.{c.__qualname__}")
+               for c in fairseq_checkpoint_globals()}
+    assert named == allowed
+    assert NUMBERS[said.group(1)] == len(fairseq_checkpoint_globals())

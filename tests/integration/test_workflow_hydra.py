@@ -1,10 +1,13 @@
 """fairseq-hydra-train and fairseq-train read one declaration per model (its ``Options`` table,
 from which ran_fairseq/models/options.py makes the fairseq config dataclass): each YAML of
-configs/hydra trains to the same parameters and losses as the same settings given as flags, a
+ran_fairseq/config trains to the same parameters and losses as the same settings given as flags, a
 misspelled model key is refused by name, the named architectures are reachable by
 ``model._name``, every option reaches the model through fairseq-train's flags, and a run trained
 from YAML (its checkpoint stores ``cfg.model`` as a dict) resumes under the resume check."""
 import argparse
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
 from ran_fairseq.models.options import UnknownOption
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "hydra"
+CONFIGS = Path(__file__).resolve().parents[2] / "ran_fairseq" / "config"
 MODELS = ("ran_transformer", "recurrent_cross_transformer", "rnnsearch_dynmem",
           "pervasive_attention")
 
@@ -262,3 +265,62 @@ def test_a_checkpoint_of_options_version_1_resumes(tmp_path):
                               max_update=updates + 1)
     proc = helpers.run_cli("train", [*args, "--restore-file", v1 / "ran_transformer.pt"])
     assert f"num_updates={updates + 1}" in proc.stdout + proc.stderr
+
+
+# The overrides docs/hydra.md and the YAMLs' headers give, each taken by every YAML as written
+# (without Hydra's '+', which only a key the YAML does not list needs)
+DOCUMENTED_OVERRIDES = ["task.data=DATA", "common.user_dir=USER_DIR", "checkpoint.save_dir=CKPT",
+                        "task.max_source_positions=64", "task.max_target_positions=64"]
+# the models whose config has length limits of its own, which follow the task's
+OWN_LIMITS = ("ran_transformer", "recurrent_cross_transformer", "pervasive_attention")
+
+
+def compose(model, overrides):
+    """The config fairseq-hydra-train makes of ``--config-dir ran_fairseq/config --config-name
+    model`` and ``overrides`` (its schema registered under the config's name, as its cli_main
+    does)."""
+    from fairseq.dataclass.initialize import hydra_init
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    hydra_init(model)
+    with warnings.catch_warnings():  # Hydra's notice that the config matches a schema's name
+        warnings.simplefilter("ignore", UserWarning)
+        with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+            cfg = hydra_compose(config_name=model, overrides=overrides)
+    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_yaml_takes_the_documented_overrides(model):
+    cfg = compose(model, DOCUMENTED_OVERRIDES)
+    assert (cfg.task.max_source_positions, cfg.task.max_target_positions) == (64, 64)
+    if model in OWN_LIMITS:  # setting the task's limits sets the model's, as fairseq-train's flags
+        assert (cfg.model.max_source_positions, cfg.model.max_target_positions) == (64, 64)
+        cfg = compose(model, ["model.max_source_positions=32"])
+        assert (cfg.task.max_source_positions, cfg.model.max_source_positions) == (1024, 32)
+
+
+def test_the_config_folder_is_printed_and_installed_with_the_package():
+    proc = subprocess.run([sys.executable, "-m", "ran_fairseq.config"], capture_output=True,
+                          text=True, cwd="/", env=helpers.fairseq_env())
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()) == CONFIGS
+    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(MODELS)
+
+
+def test_a_resume_whose_flags_change_the_shapes_stops_naming_them(joined_databin, tmp_path):
+    """--decoder-self-attention dot on a RAN-ALL checkpoint: fairseq alone stops with "Cannot
+    load model parameters from checkpoint" and the state dict, for either form."""
+    model = "ran_transformer"
+    flags_train(model, joined_databin, tmp_path)
+    named = ("architecture flags than this run's, which give its parameters other shapes: "
+             "--decoder-self-attention (checkpoint: 'ran', this run: 'dot')")
+    refused = flags_train(model, joined_databin, tmp_path, "--max-update", "4",
+                          "--decoder-self-attention", "dot", check=False)
+    assert refused.returncode != 0 and named in refused.stderr, refused.stderr[-3000:]
+    assert "Cannot load model parameters" not in refused.stderr
+    refused = hydra_train(model, joined_databin, tmp_path, "model.decoder_self_attention=dot",
+                          check=False)
+    assert refused.returncode != 0 and named in refused.stderr, refused.stderr[-3000:]
+    assert "Cannot load model parameters" not in refused.stderr

@@ -152,3 +152,23 @@ def test_pitfalls_lists_every_fix_with_its_kind():
     text = (helpers.REPO / "docs" / "pitfalls.md").read_text()
     rows = dict(re.findall(r"^\| `(\w+)` \| (default|opt-in) \|", text, re.M))
     assert rows == {fix.name: "default" if fix.default else "opt-in" for fix in fixes.FIXES}
+
+
+def test_pitfalls_names_what_the_import_registers():
+    """docs/pitfalls.md's first paragraph names the criterions, learning-rate schedulers and
+    optimizers the plugin registers, and claims none it does not register."""
+    import ran_fairseq  # noqa: F401
+    from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.optim import OPTIMIZER_REGISTRY
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
+
+    text = (helpers.REPO / "docs" / "pitfalls.md").read_text()
+    section = text[text.index("## What importing the plugin changes in fairseq"):]
+    first = section[:section.index("\n\n", section.index("`import ran_fairseq`"))]
+    for kind, registry in (("criterion", CRITERION_REGISTRY), ("scheduler", LR_SCHEDULER_REGISTRY),
+                           ("optimizer", OPTIMIZER_REGISTRY)):
+        ours = [name for name, cls in registry.items() if cls.__module__.startswith("ran_fairseq.")]
+        for name in ours:
+            assert f"`{name}`" in first, (kind, name)
+        if not ours:
+            assert kind not in first, f"docs/pitfalls.md says the plugin registers a {kind}"
