@@ -144,30 +144,63 @@ def write_json(path, obj, indent=2):
     write_text_atomic(path, json.dumps(obj, indent=indent) + "\n")
 
 
+# what any JSON file of the project may hold: the lab's largest (a results folder's results.json)
+# is well under a megabyte and six levels deep
+JSON_MAX_BYTES = 64 * 1024 * 1024
+JSON_MAX_DEPTH = 64
+
+
+def json_depth(value):
+    """How deeply lists and objects nest in ``value`` (0 for a number or a string), counted
+    without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                   else item))
+    return deepest
+
+
 def read_json(path, what="", fix="", shape=None):
     """The JSON value in ``path``. A file that is not valid JSON raises BadTextFile naming it,
     where the parser stopped, and ``fix`` (what to do; a default says to delete or restore it);
     ``what`` says what the file is. ``shape`` (``dict`` or ``list``): the value's type, else a
-    BadTextFile saying so."""
+    BadTextFile saying so. A file over :data:`JSON_MAX_BYTES`, or nested deeper than
+    :data:`JSON_MAX_DEPTH`, is a BadTextFile too: no file of the project is, and reading one would
+    take the memory or the stack of the process."""
+    kind = f" ({what})" if what else ""
+    fix = fix or "restore it, or delete it and make it again"
     with open(path, "rb") as f:
-        data = f.read()
+        data = f.read(JSON_MAX_BYTES + 1)
+    if len(data) > JSON_MAX_BYTES:
+        raise BadTextFile(f"{path}{kind} is larger than {JSON_MAX_BYTES // 2 ** 20} MiB, more "
+                          f"than any file of the project holds; it was edited or made by another "
+                          f"program: {fix}")
     try:
         value = json.loads(data.decode("utf-8-sig"))
-        if shape is not None and not isinstance(value, shape):
-            kind = f" ({what})" if what else ""
-            raise BadTextFile(f"{path}{kind} holds {json_kind(value)} where "
-                              f"{json_kind(shape())} belongs; it was edited or made by another "
-                              f"program: {fix or 'restore it, or delete it and make it again'}")
-        return value
+    except RecursionError:
+        value = None
+        deep = True
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        kind = f" ({what})" if what else ""
         where = (f"line {error.lineno} column {error.colno}: {error.msg}"
                  if isinstance(error, json.JSONDecodeError) else "not UTF-8")
         if not data.strip():
             where = "it is empty"
         raise BadTextFile(f"{path}{kind} is not valid JSON ({where}); it was cut short or "
-                          f"edited: {fix or 'restore it, or delete it and make it again'}") \
-            from None
+                          f"edited: {fix}") from None
+    else:
+        deep = json_depth(value) > JSON_MAX_DEPTH
+    if deep:
+        raise BadTextFile(f"{path}{kind} nests lists or objects more than {JSON_MAX_DEPTH} deep, "
+                          f"deeper than any file of the project; it was edited or made by "
+                          f"another program: {fix}")
+    if shape is not None and not isinstance(value, shape):
+        raise BadTextFile(f"{path}{kind} holds {json_kind(value)} where "
+                          f"{json_kind(shape())} belongs; it was edited or made by another "
+                          f"program: {fix}")
+    return value
 
 
 def json_kind(value):

@@ -235,7 +235,7 @@ STRINGS = List(Str())
 CONFIG = Obj(
     required={"systems": Str(nonempty=True), "paper": Str(nonempty=True),
               "pairs": List(Str(nonempty=True), min_len=1, unique=True),
-              "data": Str(nonempty=True), "prepare": OneOf(List(Str(), min_len=1), Null()),
+              "data": Str(nonempty=True), "prepare": Any(),  # ran_lab.reproduce.preparations checks it
               "test_set": Str(), "gen_subset": OneOf(Str(nonempty=True),
                                                      List(Str(nonempty=True), 1, unique=True)),
               "device": Str(choices=("cpu", "cuda")), "out": Str(nonempty=True),
@@ -255,7 +255,8 @@ CONFIG = Obj(
 SYSTEM = Obj(required={"name": Str(nonempty=True, line=True), "arch": Str(nonempty=True)},
              optional={"flags": FLAGS, "generate_flags": FLAGS, "tables": STRINGS,
                        "checkpoint_of": Maybe(Str(nonempty=True)),
-                       "postprocess": List(Str(), min_len=1), "notes": Str()},
+                       "postprocess": Any(),  # a step the engine checks
+                       "notes": Str()},
              extra=True, description="an object (a system)")
 SYSTEMS = Obj(required={"systems": List(SYSTEM, min_len=1)},
               optional={"baseline": Str(nonempty=True), "common_flags": FLAGS, "notes": Str()},

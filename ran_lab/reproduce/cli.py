@@ -155,6 +155,10 @@ def run_all(paper, args):
     args.checkpoints = Path(args.checkpoints or repo_path(config["checkpoints"])).resolve()
     data_template = args.data or str(repo_path(config["data"]))
     check_data_template(data_template, "--data" if args.data else f"{args.config}: \"data\"")
+    if args.data is None and config["prepare"] is None and not args.dry_run:
+        raise ReproError(f"config {args.config}: \"prepare\" is null (the engine prepares no "
+                         f"corpus for it): give --data the folder of a data-bin ({{src}} and "
+                         f"{{tgt}} replaced per pair)")
     runs = [Run(args, config, pair, system,
                 Path(data_template.format(src=pair[0], tgt=pair[1])).resolve(), seed)
             for pair in pairs for seed in seeds for system in systems]
@@ -240,17 +244,22 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
 def main_for(key: str, argv: Optional[List[str]] = None):
     """The paper ``key``'s reproduction (:data:`.papers.PAPERS`) with ``argv``."""
     checkout.require(f"reproduce-{key}")
-    from .papers import PAPERS
+    from .papers import PAPERS, PaperFileError
 
-    run_paper(PAPERS[key], argv)
+    try:
+        paper = PAPERS[key]
+    except PaperFileError as e:
+        sys.exit(f"reproduce-{key}: error: {e}")
+    run_paper(paper, argv)
 
 
 def main(argv: Optional[List[str]] = None):
     """``ran-reproduce PAPER [options]``: PAPER's reproduction (``ran-reproduce PAPER --help``
     lists its options)."""
     checkout.require("ran-reproduce")
-    from .papers import OLD_NAMES, PAPERS
+    from .papers import PAPERS, PaperFileError, load_old_names
 
+    OLD_NAMES = load_old_names()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in OLD_NAMES:
         print(f"ran-reproduce: '{argv[0]}' is now called '{OLD_NAMES[argv[0]]}' (the name of its "
@@ -262,14 +271,27 @@ def main(argv: Optional[List[str]] = None):
             description="Reproduce the shape of a paper's tables: train, decode and score every "
                         "system of its config with fairseq, and write the measured table beside "
                         "the paper's numbers.",
-            epilog="papers:\n" + "\n".join(f"  {key:<16} {paper.title}"
-                                            for key, paper in PAPERS.items()))
+            epilog="papers:\n" + "\n".join(f"  {key:<16} {title(key)}" for key in PAPERS))
         p.add_argument("paper", choices=list(PAPERS),
                        help="the paper (ran-reproduce PAPER --help lists its options)")
         p.add_argument("options", nargs=argparse.REMAINDER, help="the paper's options")
         p.parse_args(argv)  # the help, or an error naming the papers
     key = argv[0]
-    run_paper(PAPERS[key], argv[1:], prog=f"ran-reproduce {key}")
+    try:
+        paper = PAPERS[key]
+    except PaperFileError as e:
+        sys.exit(f"ran-reproduce: error: {e}")
+    run_paper(paper, argv[1:], prog=f"ran-reproduce {key}")
+
+
+def title(key):
+    """A paper's title for the list of papers (its file's error where it is broken)."""
+    from .papers import PAPERS, PaperFileError
+
+    try:
+        return PAPERS[key].title
+    except PaperFileError as e:
+        return f"(broken: {e})"
 
 
 if __name__ == "__main__":  # python -m ran_lab.reproduce.cli: as its console script

@@ -1,5 +1,5 @@
-"""The processes the engine starts: fairseq's CLIs with their output in a log; and a config's
-prepare command, run here when it is the data package's own (``ran-prepare ...``)."""
+"""The processes the engine starts: fairseq's CLIs with their output in a log; and the
+preparation of the corpus a config names (:mod:`.preparations`)."""
 import contextlib
 import os
 import re
@@ -11,8 +11,8 @@ from pathlib import Path
 from .runguard import Children
 from .. import portable
 from ..common import paths
-from ..common.paths import repo_path
 from .errors import ReproError
+from . import preparations
 
 
 # The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
@@ -87,9 +87,6 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     return text
 
 
-# A config's prepare command that names this runs ran_text.prepare in the engine's process
-# (Multi30k, a corpus of files on disk); any other is a script of the checkout (a full corpus's
-# download, then the same pipeline).
 PREPARE_HERE = "ran-prepare"
 
 
@@ -124,15 +121,15 @@ def _multi30k_mirror():
 
 
 def prepare(config, pair, log_path, env):
-    """The config's ``prepare`` command for ``pair`` ({src} and {tgt} replaced), its output
-    into ``log_path``."""
+    """The corpus the config's ``prepare`` names (:mod:`.preparations`), for ``pair``, its output
+    into ``log_path``: ``ran_text.prepare`` in this process, or the corpus's download script."""
     src, tgt = pair
-    cmd = [part.format(src=src, tgt=tgt) for part in config["prepare"]]
+    script, argv = preparations.command(config["prepare"], src, tgt)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    if cmd[0] == PREPARE_HERE:
-        prepare_here(cmd[1:], log_path, f"{src}-{tgt}")
+    if script is None:
+        prepare_here(argv, log_path, f"{src}-{tgt}")
         return
-    cmd[0] = str(repo_path(cmd[0]))
+    cmd = [str(paths.REPO / script), *argv]
     with open(log_path, "w") as log:
         returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
                                   env=paths.multi30k_environment(env),
