@@ -329,8 +329,14 @@ CLAIMS = Obj(required={"paper": Str(nonempty=True),
              optional={"paper_file": Str(nonempty=True), "defaults": Obj(extra=True)},
              extra=True)
 
-# results/REMAKE.json: the table folders and the reproduction command of each; ran_lab.remake
-# checks that each command is a paper's reproduction script
+# results/REMAKE.json: the table folders, each with the paper and the options that remake it;
+# ran_lab.remake checks the paper, the config and the names
 REMAKE = List(Obj(required={"folder": Str(nonempty=True, line=True),
-                            "argv": List(Str(), min_len=1)},
+                            "paper": Str(nonempty=True, line=True),
+                            "config": Str(nonempty=True, line=True),
+                            "pairs": List(Str(nonempty=True, line=True), min_len=1, unique=True),
+                            "systems": List(Str(nonempty=True, line=True), min_len=1,
+                                            unique=True),
+                            "seeds": List(Int(0, SEED_MAX), min_len=1, unique=True),
+                            "threads": Int(1), "jobs": Int(1)},
                   optional={"note": Str()}, description="an object (a table folder)"))
