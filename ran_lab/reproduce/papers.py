@@ -79,8 +79,8 @@ def _measure(name, where, key="measure"):
     registry = measures.MEASURES if key == "measure" else measures.COLUMNS
     if isinstance(name, str) and name in registry:
         return registry[name]
-    old = (f"; a paper file names an entry of the engine, never a module or a function to "
-           f"import (ran_lab/reproduce/measures.py)" if isinstance(name, str) and ":" in name
+    old = ("; a paper file names an entry of the engine, never a module or a function to "
+           "import (ran_lab/reproduce/measures.py)" if isinstance(name, str) and ":" in name
            else "")
     raise PaperFileError(f"{where}: '{key}' {name!r} is not a {key} of the engine; write one of: "
                          f"{', '.join(registry)}{old}")
