@@ -214,6 +214,31 @@ def json_kind(value):
 
 # ---- one lock ----------------------------------------------------------------------------------
 
+class LinkRefused(FileFault):
+    """A file to write, or a folder on its way, is a symbolic link: writing would change what it
+    points to, outside the folder named; the message names the link."""
+
+
+def link_message(path):
+    return (f"{path} is a symbolic link: nothing is written through a link (the file it points "
+            f"to, outside the folder, would change); remove the link, or put a copy of the file "
+            f"in its place")
+
+
+def open_no_follow(path, mode="w", encoding="utf-8"):
+    """``path`` opened to write (``mode`` "w", "a", or "a+" to read and append) without following
+    a symbolic link: a link there is a :class:`LinkRefused` naming it."""
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | {
+        "w": os.O_WRONLY | os.O_TRUNC, "a": os.O_WRONLY | os.O_APPEND, "a+": os.O_RDWR}[mode]
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise LinkRefused(link_message(path)) from None
+        raise
+    return os.fdopen(fd, "r+" if mode == "a+" else mode, encoding=encoding)
+
+
 class LockedError(FileFault):
     """A folder is held by another process, or its lock file cannot be made; the message names
     it and what to do."""
@@ -243,7 +268,9 @@ class FolderLock:
         folder, a full disk) is a :class:`LockedError` naming it."""
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            f = open(self.path, "a+", encoding="utf-8")
+            f = open_no_follow(self.path, "a+")
+        except LinkRefused as error:
+            raise LockedError(f"cannot lock {self.what} {self.folder}: {error}") from None
         except OSError as error:
             raise LockedError(f"cannot lock {self.what} {self.folder}: {os_error_line(error)}") \
                 from None

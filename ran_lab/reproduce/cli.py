@@ -21,7 +21,7 @@ from .launch.local import Local
 from .schedule import make_all
 from . import launch
 from .launch.jobs import check_jobs
-from .locks import lock_runs
+from .locks import lock_runs, refuse_links
 from .process import CHILDREN, prepare
 from .runs import Run
 from .store import check_stored, pairs_beside
@@ -176,6 +176,7 @@ def run_all(paper, args):
             if slurm is not None:
                 print(slurm.sbatch_script(run, args))
         return
+    refuse_links(runs, args.out, args.checkpoints)
     locks = lock_runs(runs)
     CHILDREN.stopped_by = None
     restore = (CHILDREN.install() if threading.current_thread() is threading.main_thread()

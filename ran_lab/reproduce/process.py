@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ran_text import textio
 from .runguard import Children
 from .. import portable
 from ..common import paths
@@ -56,6 +57,14 @@ DISK_FULL_RE = re.compile(r"\[Errno 28\]|No space left on device|PytorchStreamWr
 FILE_RE = re.compile(r"\[Errno 28\][^\n']*'([^'\n]+)'")
 
 
+def open_log(path, mode):
+    """A log of the engine opened to write without following a link (one line naming it)."""
+    try:
+        return textio.open_no_follow(path, mode)
+    except textio.LinkRefused as e:
+        raise ReproError(str(e)) from None
+
+
 def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
     separator), through :data:`RUNNER` (``pass_fds``: open files it keeps, the run's locks, so
@@ -63,7 +72,7 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     cmd = [sys.executable, *argv]
     log_path = Path(log_path)
     offset = log_path.stat().st_size if append and log_path.is_file() else 0
-    with open(log_path, "a" if append else "w") as log:
+    with open_log(log_path, "a" if append else "w") as log:
         if offset:
             log.write(f"\n===== {what}: continued (--resume) =====\n")
             log.flush()
@@ -95,7 +104,7 @@ def prepare_here(argv, log_path, what):
     relative paths, as a prepare script's, are the checkout's), its output into ``log_path``."""
     from ran_text.prepare.cli import main as prepare_main
 
-    with open(log_path, "w") as log, contextlib.redirect_stdout(log), \
+    with open_log(log_path, "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log), contextlib.chdir(paths.REPO), _multi30k_mirror():
         try:
             returncode = prepare_main(argv)
@@ -130,7 +139,7 @@ def prepare(config, pair, log_path, env):
         prepare_here(argv, log_path, f"{src}-{tgt}")
         return
     cmd = [str(paths.REPO / script), *argv]
-    with open(log_path, "w") as log:
+    with open_log(log_path, "w") as log:
         returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
                                   env=paths.multi30k_environment(env),
                                   cwd=paths.REPO)
