@@ -72,10 +72,12 @@ def stored_train_argv(run):
     path = run.save_dir / "train_argv.json"
     if not path.is_file():
         return None
-    return portable.expand(load_json(
-        path, "the training command of the folder's checkpoints",
-        f"delete it if the checkpoints beside it were trained by this run's command "
-        f"({shown(run.save_dir)}), else delete the folder", ReproError, shape=list), paths.REPO)
+    fix = (f"delete it if the checkpoints beside it were trained by this run's command "
+           f"({shown(run.save_dir)}), else delete the folder")
+    what = "the training command of the folder's checkpoints"
+    argv = schema.check(load_json(path, what, fix, ReproError, shape=list), schema.FLAGS, path,
+                        ReproError, what, fix)
+    return portable.expand(argv, paths.REPO)
 
 
 def read_result(run):
