@@ -108,6 +108,9 @@ def atomic_write(path, write, binary=False, errors="strict"):
         except OSError:
             pass
         cause = _os_error_under(error)
+        if cause is not None and cause.filename is None and cause.errno is not None:
+            # a write that found no room (a full disk, a file-size limit) names no file: name it
+            raise OSError(cause.errno, cause.strerror or str(cause), os.fspath(path)) from None
         if cause is not None and cause is not error:  # torch.save's RuntimeError of a full disk
             raise cause from None
         raise

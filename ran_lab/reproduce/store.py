@@ -103,7 +103,8 @@ def previous_result(run, force=False):
         if force:
             return None
         raise ReproError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
-                         f"kept: rerun with --force to replace it, or pick another --out")
+                         f"kept: rerun with --force to replace it, or pick another --out"
+                         f"{replace.aside_note([run])}")
     return old
 
 
@@ -224,7 +225,7 @@ def check_stored(args, config, runs, data_template, name):
         raise ReproError(f"nothing was changed: {listed} hold(s) a finished run of these "
                          f"commands. Rerun with --resume to keep it (it is skipped), or with "
                          f"--force to make it again (its files stay until the new ones are "
-                         f"whole)")
+                         f"whole){replace.aside_note(runs)}")
     if finished:
         print(f"{name}: --force: {', '.join(finished)} made again; the finished run's files "
               f"stay until the new ones are whole", file=sys.stderr, flush=True)
@@ -234,7 +235,8 @@ def check_stored(args, config, runs, data_template, name):
     listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else "")
     if not args.force:
         raise ReproError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
-                         f"another --out (and --checkpoints) to keep them")
+                         f"another --out (and --checkpoints) to keep them"
+                         f"{replace.aside_note(runs)}")
     print(f"{name}: --force: {listed}", file=sys.stderr, flush=True)
 
 
