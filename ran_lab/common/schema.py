@@ -144,8 +144,11 @@ def Maybe(spec):
 
 
 class List(Spec):
-    def __init__(self, item, min_len=0, unique=False):
-        self.item, self.min_len, self.unique = item, min_len, unique
+    """A list of ``item``; ``unique``: no item twice; ``unique_by``: keys of its objects that no
+    two items share all of (a run's pair, system and seed)."""
+
+    def __init__(self, item, min_len=0, unique=False, unique_by=()):
+        self.item, self.min_len, self.unique, self.unique_by = item, min_len, unique, unique_by
         self.description = (f"a {'non-empty ' if min_len else ''}list of "
                             f"{plural(item.description)}")
 
@@ -156,6 +159,14 @@ class List(Spec):
             self.item.check(item, f"{key}[{i}]")
         if self.unique and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
             self.fail(key, value, self.description + ", each once")
+        seen = {}
+        for i, item in enumerate(value if self.unique_by else ()):
+            ident = json.dumps([item.get(k) for k in self.unique_by])
+            if ident in seen:
+                shown = " ".join(str(item.get(k)) for k in self.unique_by)
+                raise Invalid(f"{key}[{i}]", f"each ({', '.join(self.unique_by)}) once: "
+                                             f"{shown} is also {key}[{seen[ident]}]", item)
+            seen[ident] = i
         return value
 
 
@@ -291,7 +302,8 @@ RESULT = Obj(
     extra=True)
 
 # a results folder's results.json: its rows are results
-RESULTS = Obj(optional={"results": List(RESULT), "settings": Obj(extra=True),
+RUN_KEY = ("pair", "system", "seed")
+RESULTS = Obj(optional={"results": List(RESULT, unique_by=RUN_KEY), "settings": Obj(extra=True),
                         "paper": Obj(extra=True)}, extra=True)
 
 # a checkpoint folder's train_finished.json
@@ -319,7 +331,7 @@ TABLE_DATA = Obj(
                                         "subsets": List(Str(), min_len=1),
                                         "not_run": Maybe(List(Str()))},
                               extra=True),
-              "results": List(TABLE_ROW)},
+              "results": List(TABLE_ROW, unique_by=RUN_KEY)},
     extra=True)
 
 # a paper's claims file (configs/PAPER/claims.json): its shape; ran_lab.claims.spec checks each

@@ -110,6 +110,11 @@ def parse_cli(paper, argv, prog=None):
                         "decoding (generate.txt.gz), is postprocessed and scored again from it "
                         "without its checkpoint (e.g. another unknown-word replacement method); "
                         "its training and decoding figures are kept")
+    p.add_argument("--rescore", action="store_true",
+                   help="with --resume: score the finished runs against the references and the "
+                        "data-bin here even where one changed since they were scored (without "
+                        "it a changed input is refused, naming the file), and record their "
+                        "SHA-256")
     p.add_argument("--dry-run", action="store_true",
                    help="print the commands and run nothing")
     launch.add_arguments(p)  # --launcher and its options (ran_lab.reproduce.launch)
@@ -124,6 +129,8 @@ def parse_cli(paper, argv, prog=None):
         p.error("--redo-postprocess replaces stored results: give it with --resume --force")
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
+    if args.rescore and not args.resume:
+        p.error("--rescore scores finished runs again: give it with --resume")
     if args.threads is None:
         args.threads = max(1, available_cores() // args.jobs)
     if args.threads < 1:

@@ -102,7 +102,8 @@ def make_all(runs, args, launcher, env, name):
         if trainer is not None and trained is None:
             return None  # its checkpoint's training did not run
         try:
-            old, rescored = stored_result(run, args.force) if args.resume else (None, False)
+            old, rescored = (stored_result(run, args.force, getattr(args, "rescore", False))
+                             if args.resume else (None, False))
             if old is not None:
                 say(f"{run_label(run)}: done before, skipped (--resume)"
                     + (f"; rescored: sacreBLEU {old['sacrebleu']:.2f}" if rescored else ""))
