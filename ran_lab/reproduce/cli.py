@@ -267,12 +267,12 @@ def main(argv: Optional[List[str]] = None):
     checkout.require("ran-reproduce")
     from .papers import PAPERS, PaperFileError, load_old_names
 
-    OLD_NAMES = load_old_names()
+    old_names = load_old_names()
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in OLD_NAMES:
-        print(f"ran-reproduce: '{argv[0]}' is now called '{OLD_NAMES[argv[0]]}' (the name of its "
+    if argv and argv[0] in old_names:
+        print(f"ran-reproduce: '{argv[0]}' is now called '{old_names[argv[0]]}' (the name of its "
               f"configs/ and results/ folders)", file=sys.stderr)
-        argv[0] = OLD_NAMES[argv[0]]
+        argv[0] = old_names[argv[0]]
     if not argv or argv[0] not in PAPERS:
         p = argparse.ArgumentParser(
             prog="ran-reproduce", formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -167,3 +167,24 @@ def test_no_file_of_the_checkout_names_a_program_or_a_module():
             assert not (isinstance(value, str) and ":" in value), path
     for entry in json.loads((REPO / "results" / "REMAKE.json").read_text(encoding="utf-8")):
         assert "argv" not in entry and "paper" in entry
+
+
+def test_ran_reproduce_runs_a_paper_beside_a_broken_one(tmp_path, monkeypatch, capsys):
+    """The probe: a bad configs/*/reproduce.json broke every paper's ran-reproduce with a
+    traceback (the papers were all read when the module was imported)."""
+    from ran_lab.reproduce import cli
+
+    configs = tmp_path / "configs"
+    for key in ("ran", "dynmem"):
+        shutil.copytree(REPO / "configs" / key, configs / key)
+    (configs / "dynmem" / "reproduce.json").write_text("{", encoding="utf-8")
+    monkeypatch.setattr(papers, "PAPERS", papers.Papers(configs))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["dynmem", "--dry-run"])
+    assert str(e.value.code).startswith("ran-reproduce: error: ") and "\n" not in str(e.value.code)
+    assert str(configs / "dynmem" / "reproduce.json") in str(e.value.code)
+    cli.main(["ran", "--pairs", "de-en", "--systems", "TransF", "--dry-run"])
+    assert "fairseq-train" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "dynmem           (broken: " in capsys.readouterr().out
