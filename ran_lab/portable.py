@@ -315,7 +315,7 @@ def recorded_checkouts(files: Iterable[Path]) -> List[str]:
             continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             continue
         results = data.get("results") if isinstance(data, dict) else None
         items = [data] + (results if isinstance(results, list) else [])
@@ -334,7 +334,7 @@ def portable_file(path: Path, repo=None, checkouts=(), replace=()) -> Optional[s
     if path.suffix == ".json":
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if data is not None:
             for indent, end in ((2, "\n"), (2, ""), (None, "\n"), (None, "")):

@@ -1,12 +1,12 @@
 """Remake the committed results tables from their stored runs and say whether any file moved.
 
 ``results/REMAKE.json`` lists, for each table folder the reproduction engine wrote under
-``results/``, the one command that remakes it from the runs stored in it: a list of
-``{"folder", "argv", "note"}``, ``argv`` one of the project's reproduction commands
-(``scripts/reproduce-PAPER.sh`` of a paper with ``configs/PAPER/reproduce.json``; nothing else is
-ever run, whatever a manifest says) and its arguments, relative to the checkout's root, with
-``--resume`` (every run's result is found, nothing is trained; the
-engine re-tabulates and recomputes the paired bootstrap). This module runs those commands one at
+``results/``, what remakes it from the runs stored in it: a list of ``{"folder", "paper",
+"config", "pairs", "systems", "seeds", "threads", "jobs", "note"}``. An entry names a paper (of
+``configs/PAPER/reproduce.json``) and the values of its reproduction's options, never a command:
+this module makes the command itself, ``scripts/reproduce-PAPER.sh --config CONFIG --pairs ...
+--resume`` (every run's result is found, nothing is trained; the engine re-tabulates and
+recomputes the paired bootstrap). This module runs those commands one at
 a time with this Python and compares each folder's files with git's
 (``git status --porcelain``): a folder whose tracked files changed, or that gained a file git
 would track, is named, and the exit status is 1. Folders listed inside a folder (``results/ran/short``
@@ -21,7 +21,6 @@ stopped at once: its folder misses a run, or its command differs from the one th
 """
 import argparse
 import collections
-import json
 import os
 import re
 import shlex
@@ -32,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
+from ran_text import textio
 from ran_text.textio import one_line_errors
 
 from ran_lab import checkout
@@ -45,14 +45,29 @@ TAIL_LINES = 20
 
 
 class ManifestError(ValueError):
-    """A manifest that is not a list of {"folder", "argv", "note"}."""
+    """A manifest that is not a list of entries naming a paper and its options."""
 
 
 @dataclass
 class Entry:
     folder: str
-    argv: List[str]
+    paper: str
+    config: str
+    pairs: List[str]
+    systems: List[str]
+    seeds: List[int]
+    threads: int
+    jobs: int
     note: str = ""
+
+    @property
+    def argv(self) -> List[str]:
+        """The reproduction command this entry stands for (relative to the checkout): the paper's
+        script and the entry's values, each given as ``--flag=VALUE``, with ``--resume``."""
+        return [f"scripts/reproduce-{self.paper}.sh", f"--config={self.config}",
+                f"--pairs={','.join(self.pairs)}", f"--systems={','.join(self.systems)}",
+                f"--seeds={','.join(map(str, self.seeds))}", "--resume",
+                f"--threads={self.threads}", f"--jobs={self.jobs}"]
 
 
 @dataclass
@@ -71,58 +86,77 @@ class Outcome:
                 and not self.dirty_before)
 
 
-# the commands a manifest may name: the reproduction script of a paper of configs/
-ENTRY_POINT = re.compile(r"^scripts/reproduce-(?P<paper>[A-Za-z0-9_]+)\.sh$")
+PAPER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+PAIR = re.compile(r"^[a-z]{2,3}-[a-z]{2,3}$")
+EXAMPLE = ('{"folder": "results/ran/gpu", "paper": "ran", "config": "configs/ran/gpu.json", '
+           '"pairs": ["de-en"], "systems": ["TransF"], "seeds": [1], "threads": 2, "jobs": 1, '
+           '"note": "..."}')
 
 
-def entry_point_problem(repo: Path, command: str) -> Optional[str]:
-    """Why ``command`` is not one of the project's reproduction commands (None if it is): a
-    manifest is data, so it names one of them, never Python's ``-c``, a module or another
-    script."""
-    found = ENTRY_POINT.match(command)
-    if found is None:
-        return (f"{command!r} is not a reproduction command of the project; a manifest names "
-                f"scripts/reproduce-PAPER.sh")
-    script = Path(repo) / command
-    if not (Path(repo) / "configs" / found["paper"] / "reproduce.json").is_file() \
+def paper_problem(repo: Optional[Path], paper: str) -> Optional[str]:
+    """Why ``paper`` is not a paper of ``repo``'s configs/ with a reproduction script (None if it
+    is; without ``repo``, only its name is checked)."""
+    if not PAPER_NAME.match(paper):
+        return f"{paper!r} is not the name of a paper (a folder of configs/)"
+    if repo is None:
+        return None
+    script = Path(repo) / "scripts" / f"reproduce-{paper}.sh"
+    if not (Path(repo) / "configs" / paper / "reproduce.json").is_file() \
             or script.is_symlink() or not script.is_file():
-        return f"{command} is not the reproduction script of a paper of configs/"
+        return f"{paper!r} is not a paper of configs/ with a scripts/reproduce-{paper}.sh"
+    return None
+
+
+def entry_problem(repo: Optional[Path], entry: Entry) -> Optional[str]:
+    """Why ``entry`` cannot remake its folder (None if it can): its paper, a config outside the
+    paper's folder, or a value the engine would read as an option (``--help``, ``--dry-run``)."""
+    problem = paper_problem(repo, entry.paper)
+    if problem:
+        return problem
+    config = Path(entry.config)
+    if config.is_absolute() or ".." in config.parts or config.suffix != ".json" \
+            or config.parts[:2] != ("configs", entry.paper):
+        return (f"'config' {entry.config!r} is not a config of the paper (a file "
+                f"configs/{entry.paper}/NAME.json)")
+    bad = [p for p in entry.pairs if not PAIR.match(p)]
+    if bad:
+        return f"'pairs' {bad[0]!r} is not a language pair such as de-en"
+    bad = [s for s in entry.systems if s.startswith("-") or "," in s]
+    if bad:
+        return f"'systems' {bad[0]!r} is not the name of a system (no leading '-', no comma)"
     return None
 
 
 def load_manifest(path: Path, repo: Optional[Path] = None) -> List[Entry]:
-    """The manifest's entries, checked: each folder once, each argv a non-empty list of strings
-    whose first item is a reproduction command of the project (:func:`entry_point_problem`; of
-    ``repo``, the manifest's checkout, when given)."""
+    """The manifest's entries, checked: each folder once, each naming a paper (of ``repo``, the
+    manifest's checkout, when given) and its options (:func:`entry_problem`)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ManifestError(f"{path}: {e}") from None
+        data = textio.read_json(path, "the remake manifest", "fix the entry as "
+                                "ran_lab/remake.py describes")
+    except (OSError, textio.BadTextFile) as e:
+        raise ManifestError(str(e) if isinstance(e, textio.BadTextFile) else f"{path}: {e}") \
+            from None
+    if isinstance(data, list):
+        for i, item in enumerate(data):
+            if isinstance(item, dict) and "argv" in item:
+                raise ManifestError(f"{path}: entry {i + 1}: an entry names a paper and the "
+                                    f"values of its options, not a command ('argv'); write "
+                                    f"{EXAMPLE}; nothing was run")
     schema.check(data, schema.REMAKE, path, ManifestError, "the remake manifest")
-    if not isinstance(data, list):
-        raise ManifestError(f"{path}: a list of {{\"folder\", \"argv\", \"note\"}} expected")
     entries, seen = [], set()
     for i, item in enumerate(data):
         where = f"{path}: entry {i + 1}"
-        if not isinstance(item, dict) or set(item) - {"folder", "argv", "note"}:
-            raise ManifestError(f"{where}: an object with keys folder, argv, note expected")
-        folder, argv = item.get("folder"), item.get("argv")
-        if not isinstance(folder, str) or not folder or Path(folder).is_absolute():
+        folder = item["folder"]
+        if Path(folder).is_absolute() or ".." in Path(folder).parts:
             raise ManifestError(f"{where}: 'folder' must be a path relative to the checkout")
-        if (not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)
-                or Path(argv[0]).is_absolute()):
-            raise ManifestError(f"{where} ({folder}): 'argv' must be a list of strings, a "
-                                f"script relative to the checkout first")
-        problem = entry_point_problem(repo, argv[0]) if repo is not None else \
-            (None if ENTRY_POINT.match(argv[0]) else f"{argv[0]!r} is not a reproduction command "
-             f"of the project; a manifest names scripts/reproduce-PAPER.sh")
+        entry = Entry(**dict(item, folder=folder.rstrip("/")))
+        problem = entry_problem(repo, entry)
         if problem:
             raise ManifestError(f"{where} ({folder}): {problem}; nothing was run")
-        folder = folder.rstrip("/")
-        if folder in seen:
-            raise ManifestError(f"{where}: {folder} is listed twice")
-        seen.add(folder)
-        entries.append(Entry(folder, list(argv), str(item.get("note", ""))))
+        if entry.folder in seen:
+            raise ManifestError(f"{where}: {entry.folder} is listed twice")
+        seen.add(entry.folder)
+        entries.append(entry)
     return entries
 
 
@@ -151,15 +185,15 @@ def stop(proc):
         pass  # it has ended
 
 
-def run_command(repo: Path, argv: Sequence[str], python: str, outcome: Outcome):
-    """Run ``python ARGV`` (``bash ARGV`` with ``PYTHON=python`` for a shell script) in ``repo``,
-    its stdout discarded and its stderr kept (the last lines in ``outcome.tail``); stop it, and
-    what it started, at a run's start."""
+def run_command(repo: Path, entry: Entry, python: str, outcome: Outcome):
+    """Run ``entry``'s reproduction command (``bash scripts/reproduce-PAPER.sh ...`` with
+    ``PYTHON=python``) in ``repo``, its stdout discarded and its stderr kept (the last lines in
+    ``outcome.tail``); stop it, and what it started, at a run's start."""
     tail = collections.deque(maxlen=TAIL_LINES)
-    problem = entry_point_problem(repo, argv[0])
+    problem = entry_problem(repo, entry)
     if problem:  # load_manifest refuses it already; a caller's own entry is checked here
         raise ManifestError(f"{problem}; nothing was run")
-    cmd, env = ["bash", *argv], dict(os.environ, PYTHON=python)
+    cmd, env = ["bash", *entry.argv], dict(os.environ, PYTHON=python)
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
@@ -189,7 +223,7 @@ def remake(repo: Path, entry: Entry, entries: Sequence[Entry], python: str) -> O
         outcome.dirty_before = True
         return outcome
     start = time.monotonic()
-    run_command(repo, entry.argv, python, outcome)
+    run_command(repo, entry, python, outcome)
     outcome.seconds = time.monotonic() - start
     outcome.changes = folder_changes(repo, entry.folder, inner)
     return outcome
@@ -243,7 +277,7 @@ def select(entries: List[Entry], only: Optional[List[str]]) -> List[Entry]:
     return [by_folder[f] for f in dict.fromkeys(wanted)]
 
 
-@one_line_errors("remake")
+@one_line_errors("ran-remake")
 def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.executable):
     args = parse_args(sys.argv[1:] if argv is None else argv)  # --help needs no checkout
     if repo == REPO:  # tests pass a checkout of their own
@@ -253,7 +287,7 @@ def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.
         entries = load_manifest(repo / args.manifest, repo)
         chosen = select(entries, args.only)
     except ManifestError as e:
-        sys.exit(f"remake-tables: error: {e}")
+        sys.exit(f"ran-remake: error: {e}")
     if args.list:
         for e in chosen:
             print(f"{e.folder}\n    {shlex.join(e.argv)}" + (f"\n    ({e.note})" if e.note else ""))
@@ -263,15 +297,15 @@ def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.
         try:
             outcome = remake(repo, entry, entries, python)
         except subprocess.CalledProcessError as e:  # git: not a checkout, say
-            sys.exit(f"remake-tables: error: {shlex.join(e.cmd)}: {e.stderr.strip()}")
+            sys.exit(f"ran-remake: error: {shlex.join(e.cmd)}: {e.stderr.strip()}")
         print(describe(outcome), flush=True)
         if not outcome.unchanged:
             differ.append(entry.folder)
     if differ:
-        print(f"remake-tables: {len(differ)} of {len(chosen)} folder(s) differ from git: "
+        print(f"ran-remake: {len(differ)} of {len(chosen)} folder(s) differ from git: "
               f"{', '.join(differ)}", file=sys.stderr)
         sys.exit(1)
-    print(f"remake-tables: all {len(chosen)} folder(s) remade byte for byte")
+    print(f"ran-remake: all {len(chosen)} folder(s) remade byte for byte")
     return 0
 
 

@@ -91,7 +91,7 @@ def score(hyps, refs, metrics=METRICS, lowercase=False, literal_unk=False):
     return out
 
 
-@one_line_errors("evaluate")
+@one_line_errors("ran-evaluate")
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
@@ -113,7 +113,7 @@ def main(argv=None):
                              f"hypotheses and references of a test set")
         result = score(hyps, refs, args.metrics, args.lowercase, args.literal_unk)
     except ValueError as e:
-        sys.exit(f"evaluate: error: {e}")
+        sys.exit(f"ran-evaluate: error: {e}")
     if args.json:
         print(json.dumps({k: {"score": v[0], "signature": v[1]} for k, v in result.items()}))
     else:

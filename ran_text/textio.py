@@ -108,6 +108,9 @@ def atomic_write(path, write, binary=False, errors="strict"):
         except OSError:
             pass
         cause = _os_error_under(error)
+        if cause is not None and cause.filename is None and cause.errno is not None:
+            # a write that found no room (a full disk, a file-size limit) names no file: name it
+            raise OSError(cause.errno, cause.strerror or str(cause), os.fspath(path)) from None
         if cause is not None and cause is not error:  # torch.save's RuntimeError of a full disk
             raise cause from None
         raise
@@ -144,30 +147,63 @@ def write_json(path, obj, indent=2):
     write_text_atomic(path, json.dumps(obj, indent=indent) + "\n")
 
 
+# what any JSON file of the project may hold: the lab's largest (a results folder's results.json)
+# is well under a megabyte and six levels deep
+JSON_MAX_BYTES = 64 * 1024 * 1024
+JSON_MAX_DEPTH = 64
+
+
+def json_depth(value):
+    """How deeply lists and objects nest in ``value`` (0 for a number or a string), counted
+    without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                   else item))
+    return deepest
+
+
 def read_json(path, what="", fix="", shape=None):
     """The JSON value in ``path``. A file that is not valid JSON raises BadTextFile naming it,
     where the parser stopped, and ``fix`` (what to do; a default says to delete or restore it);
     ``what`` says what the file is. ``shape`` (``dict`` or ``list``): the value's type, else a
-    BadTextFile saying so."""
+    BadTextFile saying so. A file over :data:`JSON_MAX_BYTES`, or nested deeper than
+    :data:`JSON_MAX_DEPTH`, is a BadTextFile too: no file of the project is, and reading one would
+    take the memory or the stack of the process."""
+    kind = f" ({what})" if what else ""
+    fix = fix or "restore it, or delete it and make it again"
     with open(path, "rb") as f:
-        data = f.read()
+        data = f.read(JSON_MAX_BYTES + 1)
+    if len(data) > JSON_MAX_BYTES:
+        raise BadTextFile(f"{path}{kind} is larger than {JSON_MAX_BYTES // 2 ** 20} MiB, more "
+                          f"than any file of the project holds; it was edited or made by another "
+                          f"program: {fix}")
     try:
         value = json.loads(data.decode("utf-8-sig"))
-        if shape is not None and not isinstance(value, shape):
-            kind = f" ({what})" if what else ""
-            raise BadTextFile(f"{path}{kind} holds {json_kind(value)} where "
-                              f"{json_kind(shape())} belongs; it was edited or made by another "
-                              f"program: {fix or 'restore it, or delete it and make it again'}")
-        return value
+    except RecursionError:
+        value = None
+        deep = True
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        kind = f" ({what})" if what else ""
         where = (f"line {error.lineno} column {error.colno}: {error.msg}"
                  if isinstance(error, json.JSONDecodeError) else "not UTF-8")
         if not data.strip():
             where = "it is empty"
         raise BadTextFile(f"{path}{kind} is not valid JSON ({where}); it was cut short or "
-                          f"edited: {fix or 'restore it, or delete it and make it again'}") \
-            from None
+                          f"edited: {fix}") from None
+    else:
+        deep = json_depth(value) > JSON_MAX_DEPTH
+    if deep:
+        raise BadTextFile(f"{path}{kind} nests lists or objects more than {JSON_MAX_DEPTH} deep, "
+                          f"deeper than any file of the project; it was edited or made by "
+                          f"another program: {fix}")
+    if shape is not None and not isinstance(value, shape):
+        raise BadTextFile(f"{path}{kind} holds {json_kind(value)} where "
+                          f"{json_kind(shape())} belongs; it was edited or made by another "
+                          f"program: {fix}")
+    return value
 
 
 def json_kind(value):
@@ -180,6 +216,31 @@ def json_kind(value):
 
 
 # ---- one lock ----------------------------------------------------------------------------------
+
+class LinkRefused(FileFault):
+    """A file to write, or a folder on its way, is a symbolic link: writing would change what it
+    points to, outside the folder named; the message names the link."""
+
+
+def link_message(path):
+    return (f"{path} is a symbolic link: nothing is written through a link (the file it points "
+            f"to, outside the folder, would change); remove the link, or put a copy of the file "
+            f"in its place")
+
+
+def open_no_follow(path, mode="w", encoding="utf-8"):
+    """``path`` opened to write (``mode`` "w", "a", or "a+" to read and append) without following
+    a symbolic link: a link there is a :class:`LinkRefused` naming it."""
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | {
+        "w": os.O_WRONLY | os.O_TRUNC, "a": os.O_WRONLY | os.O_APPEND, "a+": os.O_RDWR}[mode]
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise LinkRefused(link_message(path)) from None
+        raise
+    return os.fdopen(fd, "r+" if mode == "a+" else mode, encoding=encoding)
+
 
 class LockedError(FileFault):
     """A folder is held by another process, or its lock file cannot be made; the message names
@@ -210,7 +271,9 @@ class FolderLock:
         folder, a full disk) is a :class:`LockedError` naming it."""
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            f = open(self.path, "a+", encoding="utf-8")
+            f = open_no_follow(self.path, "a+")
+        except LinkRefused as error:
+            raise LockedError(f"cannot lock {self.what} {self.folder}: {error}") from None
         except OSError as error:
             raise LockedError(f"cannot lock {self.what} {self.folder}: {os_error_line(error)}") \
                 from None

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ran_text import textio
+
 STAMP = "prepare-stamp.json"  # the name ran_text.prepare writes
 
 
@@ -31,13 +33,15 @@ def recorded_options(data_dir) -> dict:
     """The processing options recorded in ``data_dir/prepare-stamp.json``."""
     path = Path(data_dir) / STAMP
     try:
-        stamp = json.loads(path.read_text(encoding="utf-8"))
+        stamp = textio.read_json(path, "the data-bin's stamp")
         options = stamp["options"]
         options["src"], options["tgt"]  # noqa: B018  (both are required)
     except FileNotFoundError:
         raise NoRecordError(f"{path} not found: {data_dir} was not made by ran_text.prepare "
                             "(scripts/prepare-*.sh), so how its text was tokenized is not "
                             "recorded; pass fairseq's tokenizer flags yourself") from None
+    except textio.BadTextFile as e:
+        raise NoRecordError(f"{e}; rebuild the data-bin with ran_text.prepare --force") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise NoRecordError(f"{path} is unreadable or has no options ({e}); rebuild the data-bin "
                             "with ran_text.prepare --force") from None

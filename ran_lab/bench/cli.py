@@ -171,7 +171,7 @@ def parse_cli(argv, prog=None, command=None):
     return args
 
 
-@one_line_errors("bench")
+@one_line_errors("ran-bench")
 def main(argv=None, prog=None):
     """Run the benchmark; ``prog``: the program name usage and help show (default: the script's)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -185,7 +185,7 @@ def main(argv=None, prog=None):
             return worker_main(argv[1:])
         run_parent(parse_cli(argv, prog, command=prog or "ran-bench"))
     except BenchError as e:
-        sys.exit(f"bench.py: error: {e}")
+        sys.exit(f"{prog or 'ran-bench'}: error: {e}")
 
 
 if __name__ == "__main__":  # python -m ran_lab.bench.cli: as its console script

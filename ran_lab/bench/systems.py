@@ -2,11 +2,11 @@
 file (``--systems``) whose flags may not set what the harness sets, the systems ``--systems-only``
 names (the baseline always among them, in file order), and the training flags of a reproduction
 config (``--train-flags-of``)."""
-import json
 from pathlib import Path
 
 from ran_lab.common import LabError
 from ran_lab.common.flags import check_flags, flag_pairs
+from ran_lab.common.jsonio import load_json
 from ran_lab.common.systems import Systems, parse_systems, select_systems
 
 from .settings import NOT_BENCHED_FLAGS, RESERVED_FLAGS, BenchError
@@ -22,10 +22,8 @@ def read_systems(path) -> Systems:
     path = Path(path)
     if not path.is_file():
         raise BenchError(f"systems file {path} does not exist (--systems)")
-    try:
-        spec = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise BenchError(f"systems file {path} is not valid JSON: {e}") from e
+    spec = load_json(path, "systems file (--systems)", "fix the file (or take it again from the "
+                     "repository)", BenchError)
     if not (isinstance(spec, dict) and isinstance(spec.get("systems"), list) and spec["systems"]):
         raise BenchError(f"{path}: expected an object with a non-empty 'systems' list")
     check_bench_flags(spec.get("common_flags", []), f"{path}: common_flags")

@@ -33,7 +33,7 @@ def parse_refs(items):
         key, sep, path = item.partition("=")
         pair, sep2, subset = key.partition(":")
         if not (sep and sep2 and pair and subset and path):
-            raise SystemExit(f"claims: --refs takes PAIR:SUBSET=FILE, not {item!r}")
+            raise SystemExit(f"ran-claims: --refs takes PAIR:SUBSET=FILE, not {item!r}")
         refs[(pair, subset)] = path
     return refs
 
@@ -70,7 +70,7 @@ def _recheck(folders, seed, refs):
     return any(r.changed for r in done)
 
 
-@one_line_errors("claims")
+@one_line_errors("ran-claims")
 def main(argv=None):
     args = parser().parse_args(argv)  # --help prints without a checkout
     checkout.require("ran-claims")
@@ -111,7 +111,7 @@ def main(argv=None):
                     page.write_text(filled, encoding="utf-8")
                     print(page)
     except (ClaimsError, ResultsError, KeyError) as e:
-        sys.exit(f"claims: error: {e}")
+        sys.exit(f"ran-claims: error: {e}")
     if stale:
         sys.exit("claims: not what the engine computes (rerun without --check): " +
                  ", ".join(stale))

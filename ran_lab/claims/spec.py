@@ -33,11 +33,11 @@ The file holds ``paper`` (the paper, as the tables name it), ``paper_file`` (its
 - optionally ``checkpoints``: the results folder whose trained checkpoints a threshold claim's
   measure read: the tally counts it only for that folder (its budget).
 """
-import json
 from pathlib import Path
 from typing import List, Optional
 
 from ran_lab.common import schema
+from ran_text import textio
 
 from .rule import OPS, RELATIONS, SIZE_TESTS
 
@@ -246,16 +246,19 @@ def load(path, repo: Optional[Path] = None) -> Claims:
     paper's numbers where a claim names a column."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+        data = textio.read_json(path, "claims file", "fix the file (or take it again from the "
+                                "repository)")
+    except textio.BadTextFile as e:
+        raise ClaimsError(str(e)) from None
+    except OSError as e:
         raise ClaimsError(f"{path}: {e}") from None
     schema.check(data, schema.CLAIMS, path, ClaimsError, "claims file")
     paper_numbers = None
     if data.get("paper_file"):
         paper_path = Path(repo or Path.cwd()) / data["paper_file"]
         try:
-            paper_numbers = json.loads(paper_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
+            paper_numbers = textio.read_json(paper_path, "paper numbers")
+        except (OSError, textio.BadTextFile) as e:
             raise ClaimsError(f"{path}: paper_file: {e}") from None
     data = {**data, "claims": validate(data, str(path), paper_numbers)}
     return Claims(path, data)

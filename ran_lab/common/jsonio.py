@@ -9,6 +9,8 @@ from .errors import LabError
 def read_json(path, what, error=LabError):
     """The JSON value in ``path``; ``error`` naming ``what`` the file is when it does not exist."""
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{what} {path} is a folder; name a JSON file")
     if not path.is_file():
         raise error(f"{what} {path} does not exist")
     return load_json(path, what, "fix the file (or take it again from the repository)", error)

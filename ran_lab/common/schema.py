@@ -144,8 +144,11 @@ def Maybe(spec):
 
 
 class List(Spec):
-    def __init__(self, item, min_len=0, unique=False):
-        self.item, self.min_len, self.unique = item, min_len, unique
+    """A list of ``item``; ``unique``: no item twice; ``unique_by``: keys of its objects that no
+    two items share all of (a run's pair, system and seed)."""
+
+    def __init__(self, item, min_len=0, unique=False, unique_by=()):
+        self.item, self.min_len, self.unique, self.unique_by = item, min_len, unique, unique_by
         self.description = (f"a {'non-empty ' if min_len else ''}list of "
                             f"{plural(item.description)}")
 
@@ -156,6 +159,14 @@ class List(Spec):
             self.item.check(item, f"{key}[{i}]")
         if self.unique and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
             self.fail(key, value, self.description + ", each once")
+        seen = {}
+        for i, item in enumerate(value if self.unique_by else ()):
+            ident = json.dumps([item.get(k) for k in self.unique_by])
+            if ident in seen:
+                shown = " ".join(str(item.get(k)) for k in self.unique_by)
+                raise Invalid(f"{key}[{i}]", f"each ({', '.join(self.unique_by)}) once: "
+                                             f"{shown} is also {key}[{seen[ident]}]", item)
+            seen[ident] = i
         return value
 
 
@@ -235,7 +246,7 @@ STRINGS = List(Str())
 CONFIG = Obj(
     required={"systems": Str(nonempty=True), "paper": Str(nonempty=True),
               "pairs": List(Str(nonempty=True), min_len=1, unique=True),
-              "data": Str(nonempty=True), "prepare": OneOf(List(Str(), min_len=1), Null()),
+              "data": Str(nonempty=True), "prepare": Any(),  # ran_lab.reproduce.preparations checks it
               "test_set": Str(), "gen_subset": OneOf(Str(nonempty=True),
                                                      List(Str(nonempty=True), 1, unique=True)),
               "device": Str(choices=("cpu", "cuda")), "out": Str(nonempty=True),
@@ -255,7 +266,8 @@ CONFIG = Obj(
 SYSTEM = Obj(required={"name": Str(nonempty=True, line=True), "arch": Str(nonempty=True)},
              optional={"flags": FLAGS, "generate_flags": FLAGS, "tables": STRINGS,
                        "checkpoint_of": Maybe(Str(nonempty=True)),
-                       "postprocess": List(Str(), min_len=1), "notes": Str()},
+                       "postprocess": Any(),  # a step the engine checks
+                       "notes": Str()},
              extra=True, description="an object (a system)")
 SYSTEMS = Obj(required={"systems": List(SYSTEM, min_len=1)},
               optional={"baseline": Str(nonempty=True), "common_flags": FLAGS, "notes": Str()},
@@ -290,7 +302,8 @@ RESULT = Obj(
     extra=True)
 
 # a results folder's results.json: its rows are results
-RESULTS = Obj(optional={"results": List(RESULT), "settings": Obj(extra=True),
+RUN_KEY = ("pair", "system", "seed")
+RESULTS = Obj(optional={"results": List(RESULT, unique_by=RUN_KEY), "settings": Obj(extra=True),
                         "paper": Obj(extra=True)}, extra=True)
 
 # a checkpoint folder's train_finished.json
@@ -318,7 +331,7 @@ TABLE_DATA = Obj(
                                         "subsets": List(Str(), min_len=1),
                                         "not_run": Maybe(List(Str()))},
                               extra=True),
-              "results": List(TABLE_ROW)},
+              "results": List(TABLE_ROW, unique_by=RUN_KEY)},
     extra=True)
 
 # a paper's claims file (configs/PAPER/claims.json): its shape; ran_lab.claims.spec checks each
@@ -328,8 +341,14 @@ CLAIMS = Obj(required={"paper": Str(nonempty=True),
              optional={"paper_file": Str(nonempty=True), "defaults": Obj(extra=True)},
              extra=True)
 
-# results/REMAKE.json: the table folders and the reproduction command of each; ran_lab.remake
-# checks that each command is a paper's reproduction script
+# results/REMAKE.json: the table folders, each with the paper and the options that remake it;
+# ran_lab.remake checks the paper, the config and the names
 REMAKE = List(Obj(required={"folder": Str(nonempty=True, line=True),
-                            "argv": List(Str(), min_len=1)},
+                            "paper": Str(nonempty=True, line=True),
+                            "config": Str(nonempty=True, line=True),
+                            "pairs": List(Str(nonempty=True, line=True), min_len=1, unique=True),
+                            "systems": List(Str(nonempty=True, line=True), min_len=1,
+                                            unique=True),
+                            "seeds": List(Int(0, SEED_MAX), min_len=1, unique=True),
+                            "threads": Int(1), "jobs": Int(1)},
                   optional={"note": Str()}, description="an object (a table folder)"))

@@ -64,15 +64,25 @@ def _system(recipe, name):
 
 
 def _prepare_argv(recipe, pair):
-    """The data package's command line for the recipe's `prepare` (``ran-prepare ARGS``, as the
-    engine runs it), or [] when the recipe prepares nothing."""
+    """The data package's command line for the corpus the recipe's `prepare` names (one the
+    engine prepares in its process, :mod:`ran_lab.reproduce.preparations`), or [] when the
+    recipe prepares nothing."""
+    from ..reproduce import preparations
+    from ..reproduce.errors import ReproError
+
     prepare = recipe.get("prepare")
     if not prepare:
         return []
-    if prepare[0] != "ran-prepare":
-        raise LabError(f"a recipe's prepare must begin with ran-prepare; got {prepare[0]!r}")
+    try:
+        prepare = preparations.check(prepare, "a paper's recipe")
+    except ReproError as e:
+        raise LabError(str(e)) from None
     src, tgt = pair.split("-")
-    return ["-m", "ran_text.prepare", *(a.format(src=src, tgt=tgt) for a in prepare[1:])]
+    script, argv = preparations.command(prepare, src, tgt)
+    if script is not None:
+        raise LabError(f"a recipe's prepare must name a corpus on disk (multi30k, files), not "
+                       f"{prepare['corpus']!r}, which is downloaded")
+    return ["-m", "ran_text.prepare", *argv]
 
 
 def jobs(config, device, pair="de-en", data_bin=None):

@@ -21,7 +21,7 @@ from .launch.local import Local
 from .schedule import make_all
 from . import launch
 from .launch.jobs import check_jobs
-from .locks import lock_runs
+from .locks import lock_runs, refuse_links
 from .process import CHILDREN, prepare
 from .runs import Run
 from .store import check_stored, pairs_beside
@@ -110,6 +110,11 @@ def parse_cli(paper, argv, prog=None):
                         "decoding (generate.txt.gz), is postprocessed and scored again from it "
                         "without its checkpoint (e.g. another unknown-word replacement method); "
                         "its training and decoding figures are kept")
+    p.add_argument("--rescore", action="store_true",
+                   help="with --resume: score the finished runs against the references and the "
+                        "data-bin here even where one changed since they were scored (without "
+                        "it a changed input is refused, naming the file), and record their "
+                        "SHA-256")
     p.add_argument("--dry-run", action="store_true",
                    help="print the commands and run nothing")
     launch.add_arguments(p)  # --launcher and its options (ran_lab.reproduce.launch)
@@ -124,6 +129,8 @@ def parse_cli(paper, argv, prog=None):
         p.error("--redo-postprocess replaces stored results: give it with --resume --force")
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
+    if args.rescore and not args.resume:
+        p.error("--rescore scores finished runs again: give it with --resume")
     if args.threads is None:
         args.threads = max(1, available_cores() // args.jobs)
     if args.threads < 1:
@@ -155,6 +162,10 @@ def run_all(paper, args):
     args.checkpoints = Path(args.checkpoints or repo_path(config["checkpoints"])).resolve()
     data_template = args.data or str(repo_path(config["data"]))
     check_data_template(data_template, "--data" if args.data else f"{args.config}: \"data\"")
+    if args.data is None and config["prepare"] is None and not args.dry_run:
+        raise ReproError(f"config {args.config}: \"prepare\" is null (the engine prepares no "
+                         f"corpus for it): give --data the folder of a data-bin ({{src}} and "
+                         f"{{tgt}} replaced per pair)")
     runs = [Run(args, config, pair, system,
                 Path(data_template.format(src=pair[0], tgt=pair[1])).resolve(), seed)
             for pair in pairs for seed in seeds for system in systems]
@@ -172,6 +183,7 @@ def run_all(paper, args):
             if slurm is not None:
                 print(slurm.sbatch_script(run, args))
         return
+    refuse_links(runs, args.out, args.checkpoints)
     locks = lock_runs(runs)
     CHILDREN.stopped_by = None
     restore = (CHILDREN.install() if threading.current_thread() is threading.main_thread()
@@ -240,9 +252,13 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
 def main_for(key: str, argv: Optional[List[str]] = None):
     """The paper ``key``'s reproduction (:data:`.papers.PAPERS`) with ``argv``."""
     checkout.require(f"reproduce-{key}")
-    from .papers import PAPERS
+    from .papers import PAPERS, PaperFileError
 
-    run_paper(PAPERS[key], argv)
+    try:
+        paper = PAPERS[key]
+    except PaperFileError as e:
+        sys.exit(f"reproduce-{key}: error: {e}")
+    run_paper(paper, argv)
 
 
 def top_parser(papers) -> argparse.ArgumentParser:
@@ -252,8 +268,7 @@ def top_parser(papers) -> argparse.ArgumentParser:
         epilog = (f"papers: those of a checkout's configs/ (ran-reproduce reads configs/ and "
                   f"writes results/ there; outside a checkout, {checkout.HOW_TO_GET_ONE})")
     else:
-        epilog = "papers:\n" + "\n".join(f"  {key:<16} {paper.title}"
-                                          for key, paper in papers.items())
+        epilog = "papers:\n" + "\n".join(f"  {key:<16} {title(key)}" for key in papers)
     p = argparse.ArgumentParser(
         prog="ran-reproduce", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Reproduce the shape of a paper's tables: train, decode and score every "
@@ -272,16 +287,31 @@ def main(argv: Optional[List[str]] = None):
     if argv[:1] in (["-h"], ["--help"]) and not checkout.is_checkout():
         top_parser(None).parse_args(argv)  # the help, without the papers of a checkout
     checkout.require("ran-reproduce")
-    from .papers import OLD_NAMES, PAPERS
+    from .papers import PAPERS, PaperFileError, load_old_names
 
-    if argv and argv[0] in OLD_NAMES:
-        print(f"ran-reproduce: '{argv[0]}' is now called '{OLD_NAMES[argv[0]]}' (the name of its "
+    old_names = load_old_names()
+    if argv and argv[0] in old_names:
+        print(f"ran-reproduce: '{argv[0]}' is now called '{old_names[argv[0]]}' (the name of its "
               f"configs/ and results/ folders)", file=sys.stderr)
-        argv[0] = OLD_NAMES[argv[0]]
+        argv[0] = old_names[argv[0]]
     if not argv or argv[0] not in PAPERS:
         top_parser(PAPERS).parse_args(argv)  # the help, or an error naming the papers
     key = argv[0]
-    run_paper(PAPERS[key], argv[1:], prog=f"ran-reproduce {key}")
+    try:
+        paper = PAPERS[key]
+    except PaperFileError as e:
+        sys.exit(f"ran-reproduce: error: {e}")
+    run_paper(paper, argv[1:], prog=f"ran-reproduce {key}")
+
+
+def title(key):
+    """A paper's title for the list of papers (its file's error where it is broken)."""
+    from .papers import PAPERS, PaperFileError
+
+    try:
+        return PAPERS[key].title
+    except PaperFileError as e:
+        return f"(broken: {e})"
 
 
 if __name__ == "__main__":  # python -m ran_lab.reproduce.cli: as its console script

@@ -16,6 +16,7 @@ from ..common.paths import repo_path, slug
 from ..common.systems import parse_systems
 from ..common.systems import select_systems as common_select
 from .errors import ReproError
+from . import postprocessing, preparations
 from .runs import SELECT
 
 if TYPE_CHECKING:  # only for the annotation of Paper.measure
@@ -59,10 +60,6 @@ GENERATE_OWNED = dict(TRAIN_OWNED, **{
     "--results-path": "nothing (OUT/PAIR/SYSTEM/seedN/generate.txt)", "--quiet": "nothing",
     "--required-batch-size-multiple": "nothing (1: every sentence is translated)",
 })
-
-
-POSTPROCESS_FIELDS = ("generate", "output", "data", "src", "tgt", "raw_src", "raw_ref",
-                      "subset")
 
 
 @dataclass
@@ -136,7 +133,8 @@ def load_systems(path, arch_override=None):
         check_flags(system.get("generate_flags", []), GENERATE_OWNED,
                     f"{path}: system {name!r} generate_flags", ReproError)
         if system.get("postprocess") is not None:
-            check_postprocess(system["postprocess"], f"{path}: system {name!r} postprocess")
+            system["postprocess"] = postprocessing.template(system["postprocess"],
+                                                            f"{path}: system {name!r}")
 
     found = parse_systems(spec, path, ReproError, known=SYSTEM_KEYS, check=check)
     # the flags of every system: the same rules as each system's own
@@ -174,17 +172,6 @@ def load_systems(path, arch_override=None):
     return baseline, systems
 
 
-def check_postprocess(post, where):
-    if not (isinstance(post, list) and post and all(isinstance(p, str) for p in post)):
-        raise ReproError(f"{where} must be a non-empty list of strings: a python module and its "
-                         f"arguments")
-    for part in post:
-        for name in re.findall(r"{(\w+)}", part):
-            if name not in POSTPROCESS_FIELDS:
-                raise ReproError(f"{where}: unknown placeholder {{{name}}} (known: "
-                                 f"{', '.join('{' + f + '}' for f in POSTPROCESS_FIELDS)})")
-
-
 def read_config(path, seen=()):
     """A config's keys, those of the config it names as ``base`` (a path from the repository root)
     filled in under its own: a GPU config is its CPU config with ``device`` and ``out`` changed."""
@@ -215,6 +202,7 @@ def load_config(path):
     missing = sorted(k for k in CONFIG_KEYS if k not in config)
     if missing:
         raise ReproError(f"config {path} lacks {', '.join(missing)}")
+    config["prepare"] = preparations.check(config.get("prepare"), path)
     schema.check(config, schema.CONFIG, path, ReproError, "config, with its base")
     unknown = sorted(set(config) - CONFIG_KEYS - OPTIONAL_CONFIG_KEYS)
     if unknown:

@@ -10,6 +10,7 @@ from ran_text import textio
 from .. import portable
 from ..common import paths
 from ..common.jsonio import load_json, read_text_lines
+from . import inputs
 from .checkpoints import selected_checkpoint
 from .errors import ReproError
 from .logs import SPEED_RE
@@ -142,6 +143,7 @@ def score_output(run, subset, env, label):
     if tok is None:
         raise ReproError(f"{label}: {run.tok_ref[subset]} has {len(tok_refs)} lines for "
                          f"{len(hyps_tok)} hypotheses")
+    digests = inputs.hashes(run, subset)  # (before the decoding is gzip'd)
     if run.postprocess[subset]:
         keep_generate_output(run.output[subset], run.kept_output[subset])
     return {
@@ -150,6 +152,7 @@ def score_output(run, subset, env, label):
         "ref_unk_words": ref_unks, "ref_words": sum(len(line.split()) for line in tok_refs),
         "hyp_unk_words": sum(line.split().count("<unk>") for line in hyps_tok),
         "hyp_file": run.hyp_file[subset].name, "raw_ref": str(run.raw_ref[subset]),
+        "sha256": digests,
     }, post_record
 
 

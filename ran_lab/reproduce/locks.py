@@ -1,7 +1,9 @@
-"""The locks of the runs' folders: one engine at a time on a run."""
+"""The locks of the runs' folders: one engine at a time on a run; and the refusal of a link in
+the folders the engine writes (a results folder copied from elsewhere may hold one)."""
+import os
 from pathlib import Path
 
-from ran_text.textio import FolderLock, LockedError
+from ran_text.textio import FolderLock, LockedError, link_message
 from .errors import ReproError
 
 
@@ -47,3 +49,48 @@ def lock_runs(runs):
             lock.release()
         raise ReproError(str(e)) from None
     return locks
+
+
+# the files the engine writes directly in a table folder (--out)
+TABLE_FILES = ("results.json", "TABLE.md", "CLAIMS.md", ".table.lock")
+
+
+def link_below(root, folder):
+    """The first symbolic link on the way from ``root`` (not itself) down to ``folder``, or any
+    link inside ``folder`` and its subfolders; None if there is none."""
+    root, folder = Path(root), Path(folder)
+    try:
+        parts = folder.relative_to(root).parts
+    except ValueError:  # (a folder outside --out: the engine checks what is below it)
+        root, parts = folder, ()
+    path = root
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return path
+    for top, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(top, name)):
+                return Path(top) / name
+    return None
+
+
+def refuse_links(runs, out, checkpoints):
+    """A ReproError naming the first symbolic link the runs' writes would go through: a folder
+    between --out (--checkpoints) and a run's folder, a file or folder inside it (its
+    generate.txt, its lock file ``.seedN.lock``), or a file the table writes in --out. A link
+    there would carry a write outside the folder the engine names."""
+    found = [Path(out) / name for name in TABLE_FILES if (Path(out) / name).is_symlink()]
+    found += [Path(out) / name for name in (os.listdir(out) if Path(out).is_dir() else ())
+              if name.startswith("prepare.") and (Path(out) / name).is_symlink()]
+    for run in runs:
+        found.append(link_below(out, run.dir))
+        lock = run.dir.with_name(f".{run.dir.name}.lock")
+        found.append(lock if lock.is_symlink() else None)
+        if run.trains:
+            found.append(link_below(checkpoints, run.save_dir))
+            lock = run.save_dir.with_name(f".{run.save_dir.name}.lock")
+            found.append(lock if lock.is_symlink() else None)
+    link = next((path for path in found if path is not None), None)
+    if link is not None:
+        raise ReproError(f"{link_message(link)}; nothing was changed")

@@ -49,3 +49,9 @@ def unk_method(result):
     if "--method" in post[:-1]:
         return post[post.index("--method") + 1]
     return "dictionary" if "--dictionary" in post else "copy"
+
+
+# What a paper file may name (configs/PAPER/reproduce.json): its "measure", called after each
+# system is scored, and the "compute" of a table column; a new one is an entry here.
+MEASURES = {"pervasive": pervasive_measure}
+COLUMNS = {"unk_method": unk_method}

@@ -11,19 +11,27 @@ engine adds to the folder's scale configs (docs/adding-a-paper.md):
   under a bullet going on with it) are written under the table's legend;
 - ``columns`` (optional): extra table columns ``{"title", "field", "format"}``, each the result's
   ``field`` (formatted with the Python format spec ``format`` if given), or ``{"title",
-  "compute"}``, ``"module:function"`` called with the result and returning the cell's text;
-- ``measure`` (optional): ``"module:function"``, called as ``function(run, result)`` after each
-  system is scored, returning extra result fields (e.g. FLOPs or a plot's path);
+  "compute"}``, the name of a column of :data:`.measures.COLUMNS` (a function of the result
+  returning the cell's text);
+- ``measure`` (optional): the name of a measure of :data:`.measures.MEASURES`, called as
+  ``function(run, result)`` after each system is scored, returning extra result fields (e.g.
+  FLOPs or a plot's path);
 - ``old_names`` (optional): names the paper went by, which ``ran-reproduce`` still takes with a
   notice.
+
+A paper file is data: it names entries of the engine's registries and nothing is imported by its
+name. Papers are read when they are used, each on its own: a broken paper file is one line about
+that file, and the other papers run.
 """
-import importlib
-import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Dict, List
 
+from ran_text import textio
+
 from ran_text.textio import read_lines
 from ..common.paths import REPO
+from . import measures
 from .config import Column, FullSetting, Paper
 from .markdown import fmt
 
@@ -64,40 +72,25 @@ def _column(spec, where):
     return Column(spec["title"], lambda r: fmt(r.get(field), spec_format))
 
 
-# the packages whose functions a paper file may name (a paper file is data: it never makes the
-# engine import or call code from elsewhere)
-PROJECT_PACKAGES = ("ran_fairseq", "ran_lab")
-
-
-def _of_the_project(module: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in PROJECT_PACKAGES)
-
-
 def _measure(name, where, key="measure"):
-    module, _, function = str(name).partition(":")
-    if not _of_the_project(module) or not function.isidentifier() or function.startswith("_"):
-        raise PaperFileError(f"{where}: '{key}' {name!r} must name a public function of the "
-                             f"project's packages ({', '.join(PROJECT_PACKAGES)}) as "
-                             f"module:function; nothing else is imported")
-    try:
-        found = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise PaperFileError(f"{where}: '{key}' {name!r} is not an importable "
-                             f"module:function ({e})") from None
-    if not callable(found) or not _of_the_project(getattr(found, "__module__", None) or ""):
-        raise PaperFileError(f"{where}: '{key}' {name!r} is not a function defined in the "
-                             f"project's packages ({', '.join(PROJECT_PACKAGES)})")
-    return found
+    """The function of the registry ``key`` names (:data:`.measures.MEASURES` for ``measure``,
+    :data:`.measures.COLUMNS` for a column's ``compute``); one line listing the registry's names
+    for any other (a ``module:function``, as paper files held before, included)."""
+    registry = measures.MEASURES if key == "measure" else measures.COLUMNS
+    if isinstance(name, str) and name in registry:
+        return registry[name]
+    old = ("; a paper file names an entry of the engine, never a module or a function to "
+           "import (ran_lab/reproduce/measures.py)" if isinstance(name, str) and ":" in name
+           else "")
+    raise PaperFileError(f"{where}: '{key}' {name!r} is not a {key} of the engine; write one of: "
+                         f"{', '.join(registry)}{old}")
 
 
 def load_paper(folder: Path) -> Paper:
     """The paper of ``folder`` (``configs/KEY``), from its ``reproduce.json``."""
     folder = Path(folder)
     where = folder / PAPER_FILE
-    try:
-        data = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise PaperFileError(f"{where}: {e}") from None
+    data = _read(where)
     if not isinstance(data, dict) or not {"title", "cpu_config", "full"} <= set(data) \
             or set(data) - KEYS:
         raise PaperFileError(f"{where}: an object with title, cpu_config and full (and optionally "
@@ -128,23 +121,67 @@ def load_paper(folder: Path) -> Paper:
         raise PaperFileError(f"{where}: {e}") from None
 
 
+def _read(where):
+    """The JSON of a paper file (one line naming it when it cannot be read)."""
+    try:
+        return textio.read_json(where, "a paper file", "fix it as docs/adding-a-paper.md says")
+    except (OSError, textio.BadTextFile) as e:
+        raise PaperFileError(str(e) if isinstance(e, textio.BadTextFile)
+                             else f"{where}: {e}") from None
+
+
+class Papers(Mapping):
+    """The papers of ``configs`` by key (a folder holding a ``reproduce.json``), in the order of
+    the keys; each read and checked when it is first used (:func:`load_paper`), so that a broken
+    paper file is an error of that paper only."""
+
+    def __init__(self, configs: Path = REPO / "configs"):
+        self.configs, self._loaded = Path(configs), {}
+
+    def _keys(self):
+        return sorted(p.parent.name for p in self.configs.glob(f"*/{PAPER_FILE}"))
+
+    def __iter__(self):
+        return iter(self._keys())
+
+    def __len__(self):
+        return len(self._keys())
+
+    def __contains__(self, key):
+        return isinstance(key, str) and (self.configs / key / PAPER_FILE).is_file() \
+            and key in self._keys()
+
+    def __getitem__(self, key):
+        if key not in self:
+            raise KeyError(key)
+        if key not in self._loaded:
+            self._loaded[key] = load_paper(self.configs / key)
+        return self._loaded[key]
+
+
 def load_papers(configs: Path = REPO / "configs") -> Dict[str, Paper]:
-    """Every paper of ``configs``, by key (its folder's name), in the order of the keys."""
-    return {folder.name: load_paper(folder)
-            for folder in sorted(p.parent for p in Path(configs).glob(f"*/{PAPER_FILE}"))}
+    """Every paper of ``configs``, by key (its folder's name), in the order of the keys; the
+    first broken paper file is a :class:`PaperFileError`."""
+    found = Papers(configs)
+    return {key: found[key] for key in found}
 
 
 def load_old_names(configs: Path = REPO / "configs") -> Dict[str, str]:
-    """Names papers went by before -> their keys."""
+    """Names papers went by before -> their keys (a paper file that cannot be read has none
+    here: its own error comes when the paper is used)."""
     old = {}
     for path in sorted(Path(configs).glob(f"*/{PAPER_FILE}")):
-        for name in json.loads(path.read_text(encoding="utf-8")).get("old_names", []):
-            old[name] = path.parent.name
+        try:
+            names = _read(path).get("old_names", [])
+        except (PaperFileError, AttributeError):
+            continue
+        for name in names if isinstance(names, list) else []:
+            if isinstance(name, str):
+                old[name] = path.parent.name
     return old
 
 
-PAPERS = load_papers()
-OLD_NAMES = load_old_names()
+PAPERS = Papers()
 
 
 def paper_of(script):

@@ -1,5 +1,5 @@
-"""The processes the engine starts: fairseq's CLIs with their output in a log; and a config's
-prepare command, run here when it is the data package's own (``ran-prepare ...``)."""
+"""The processes the engine starts: fairseq's CLIs with their output in a log; and the
+preparation of the corpus a config names (:mod:`.preparations`)."""
 import contextlib
 import os
 import re
@@ -8,11 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ran_text import textio
 from .runguard import Children
 from .. import portable
 from ..common import paths
-from ..common.paths import repo_path
 from .errors import ReproError
+from . import preparations
 
 
 # The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
@@ -56,6 +57,14 @@ DISK_FULL_RE = re.compile(r"\[Errno 28\]|No space left on device|PytorchStreamWr
 FILE_RE = re.compile(r"\[Errno 28\][^\n']*'([^'\n]+)'")
 
 
+def open_log(path, mode):
+    """A log of the engine opened to write without following a link (one line naming it)."""
+    try:
+        return textio.open_no_follow(path, mode)
+    except textio.LinkRefused as e:
+        raise ReproError(str(e)) from None
+
+
 def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     """``python argv`` with stdout and stderr into ``log_path`` (appended to with ``append``, after a
     separator), through :data:`RUNNER` (``pass_fds``: open files it keeps, the run's locks, so
@@ -63,7 +72,7 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     cmd = [sys.executable, *argv]
     log_path = Path(log_path)
     offset = log_path.stat().st_size if append and log_path.is_file() else 0
-    with open(log_path, "a" if append else "w") as log:
+    with open_log(log_path, "a" if append else "w") as log:
         if offset:
             log.write(f"\n===== {what}: continued (--resume) =====\n")
             log.flush()
@@ -87,9 +96,6 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     return text
 
 
-# A config's prepare command that names this runs ran_text.prepare in the engine's process
-# (Multi30k, a corpus of files on disk); any other is a script of the checkout (a full corpus's
-# download, then the same pipeline).
 PREPARE_HERE = "ran-prepare"
 
 
@@ -98,7 +104,7 @@ def prepare_here(argv, log_path, what):
     relative paths, as a prepare script's, are the checkout's), its output into ``log_path``."""
     from ran_text.prepare.cli import main as prepare_main
 
-    with open(log_path, "w") as log, contextlib.redirect_stdout(log), \
+    with open_log(log_path, "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log), contextlib.chdir(paths.REPO), _multi30k_mirror():
         try:
             returncode = prepare_main(argv)
@@ -124,16 +130,16 @@ def _multi30k_mirror():
 
 
 def prepare(config, pair, log_path, env):
-    """The config's ``prepare`` command for ``pair`` ({src} and {tgt} replaced), its output
-    into ``log_path``."""
+    """The corpus the config's ``prepare`` names (:mod:`.preparations`), for ``pair``, its output
+    into ``log_path``: ``ran_text.prepare`` in this process, or the corpus's download script."""
     src, tgt = pair
-    cmd = [part.format(src=src, tgt=tgt) for part in config["prepare"]]
+    script, argv = preparations.command(config["prepare"], src, tgt)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    if cmd[0] == PREPARE_HERE:
-        prepare_here(cmd[1:], log_path, f"{src}-{tgt}")
+    if script is None:
+        prepare_here(argv, log_path, f"{src}-{tgt}")
         return
-    cmd[0] = str(repo_path(cmd[0]))
-    with open(log_path, "w") as log:
+    cmd = [str(paths.REPO / script), *argv]
+    with open_log(log_path, "w") as log:
         returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
                                   env=paths.multi30k_environment(env),
                                   cwd=paths.REPO)

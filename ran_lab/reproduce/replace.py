@@ -52,6 +52,18 @@ def discard(run):
         shutil.rmtree(aside, ignore_errors=True)
 
 
+def aside_note(runs):
+    """'; the finished run set aside ...' naming the folders of ``runs`` that wait aside (a
+    replacement under way or stopped), for a refusal: '' where none does."""
+    found = [aside for run in runs for _, aside in folders(run) if aside.exists()]
+    if not found:
+        return ""
+    listed = ", ".join(map(str, found[:3])) + (f" and {len(found) - 3} more" if len(found) > 3
+                                               else "")
+    return (f"; the finished run set aside by a replacement is kept at {listed} (put back when "
+            f"the replacement ends without a result)")
+
+
 def recover(run, name, waiting_for_job=False):
     """What a killed replacement of ``run`` left: its old folders put back where the new run has
     no result.json (and said), else removed. ``waiting_for_job``: the new run is a Slurm job
@@ -62,5 +74,6 @@ def recover(run, name, waiting_for_job=False):
         discard(run)
     elif not waiting_for_job and put_back(run):
         print(f"{name}: {run.pair} {run.system['name']} seed {run.seed}: a replacement of this "
-              f"finished run was stopped before it was whole; the finished run was put back",
+              f"finished run was stopped before it was whole; the finished run was put back "
+              f"from its folder set aside into {run.dir}",
               file=sys.stderr, flush=True)

@@ -27,6 +27,31 @@ def made_otherwise(run):
     return argv is not None and argv != run.train_argv
 
 
+def data_bin_files(run):
+    """The files of ``run``'s data-bin that its training (if it trains) and its decoding and
+    scoring of each subset read."""
+    src, tgt = run.src, run.tgt
+    splits = (["train", "valid"] if run.trains else []) + list(run.subsets)
+    names = [f"dict.{src}.txt", f"dict.{tgt}.txt"]
+    names += [f"{split}.{src}-{tgt}.{lang}.{ext}" for split in dict.fromkeys(splits)
+              for lang in (src, tgt) for ext in ("bin", "idx")]
+    names += [path.name for subset in run.subsets
+              for path in (run.raw_src[subset], run.raw_ref[subset], run.tok_ref[subset])]
+    return names
+
+
+def check_data_bin(run):
+    """Refuse, before anything is trained, a data-bin that lacks a file the run reads (a build
+    that was stopped, or a folder made by hand), naming what is missing."""
+    missing = [name for name in data_bin_files(run) if not (run.data / name).is_file()]
+    if missing:
+        listed = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4
+                                           else "")
+        raise ReproError(f"{run_label(run)}: the data-bin {run.data} is not whole: it lacks "
+                         f"{listed}; make it again (ran-prepare with --force), or leave --data out "
+                         f"to prepare the config's")
+
+
 def run_label(run):
     return f"{run.pair} {run.system['name']} seed {run.seed}"
 
@@ -77,7 +102,8 @@ def make_all(runs, args, launcher, env, name):
         if trainer is not None and trained is None:
             return None  # its checkpoint's training did not run
         try:
-            old, rescored = stored_result(run, args.force) if args.resume else (None, False)
+            old, rescored = (stored_result(run, args.force, getattr(args, "rescore", False))
+                             if args.resume else (None, False))
             if old is not None:
                 say(f"{run_label(run)}: done before, skipped (--resume)"
                     + (f"; rescored: sacreBLEU {old['sacrebleu']:.2f}" if rescored else ""))
@@ -96,6 +122,7 @@ def make_all(runs, args, launcher, env, name):
                     raise ReproError(f"{run_label(run)}: its data-bin {run.data} does not "
                                      f"exist: give --data the folder of a data-bin (ran-prepare "
                                      f"writes one), or leave --data out to prepare the config's")
+                check_data_bin(run)
                 launcher.check()  # (before any file is moved)
                 if not args.resume or (args.force and made_otherwise(run)):
                     # made again from the start (check_stored refused a finished run, or other

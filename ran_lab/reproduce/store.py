@@ -10,11 +10,12 @@ from .. import portable
 from ..common import paths, schema
 from ..common.flags import flag_pairs
 from ..common.jsonio import load_json, read_text_lines
-from ..common.paths import shown
+from ..common.paths import shown, slug
 from .config import parse_pairs
-from . import replace
+from . import inputs, replace
 from .errors import ReproError
 from .runs import Run
+from .scores import tokenized_bleu
 
 
 def device_free(commands):
@@ -72,10 +73,12 @@ def stored_train_argv(run):
     path = run.save_dir / "train_argv.json"
     if not path.is_file():
         return None
-    return portable.expand(load_json(
-        path, "the training command of the folder's checkpoints",
-        f"delete it if the checkpoints beside it were trained by this run's command "
-        f"({shown(run.save_dir)}), else delete the folder", ReproError, shape=list), paths.REPO)
+    fix = (f"delete it if the checkpoints beside it were trained by this run's command "
+           f"({shown(run.save_dir)}), else delete the folder")
+    what = "the training command of the folder's checkpoints"
+    argv = schema.check(load_json(path, what, fix, ReproError, shape=list), schema.FLAGS, path,
+                        ReproError, what, fix)
+    return portable.expand(argv, paths.REPO)
 
 
 def read_result(run):
@@ -87,7 +90,25 @@ def read_result(run):
         return None
     result = portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
                                                shape=dict), paths.REPO)
-    return schema.check(result, schema.RESULT, path, ReproError, "a run's result", FIX_RESULT)
+    schema.check(result, schema.RESULT, path, ReproError, "a run's result", FIX_RESULT)
+    check_place(run, result, path)
+    return result
+
+
+def check_place(run, result, path):
+    """Refuse a result.json whose pair, system (its folder name) and seed are not those of the
+    folder it lies in (PAIR/SYSTEM/seedN): edited, or copied into another run's folder, it would
+    move its row in the table (and take another run's place)."""
+    folder = run.dir
+    try:
+        says = (result["pair"], slug(result["system"]), f"seed{result['seed']}")
+    except ValueError:
+        says = (result["pair"], result["system"], f"seed{result['seed']}")
+    place = (folder.parent.parent.name, folder.parent.name, folder.name)
+    if says != place:
+        raise ReproError(f"{path} says it is the run {'/'.join(says)} but lies in "
+                         f"{'/'.join(place)}: a result belongs to its folder; restore it, or "
+                         f"{FIX_RESULT}")
 
 
 def previous_result(run, force=False):
@@ -101,18 +122,19 @@ def previous_result(run, force=False):
         if force:
             return None
         raise ReproError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
-                         f"kept: rerun with --force to replace it, or pick another --out")
+                         f"kept: rerun with --force to replace it, or pick another --out"
+                         f"{replace.aside_note([run])}")
     return old
 
 
-def stored_result(run, force=False):
+def stored_result(run, force=False, again=False):
     """(``run``'s stored result, rescored in place and on disk by :func:`rescore`, True if that
     changed it), or (None, False) where it has none (or, with ``force``, one made by other
     commands); error if made by other commands."""
     old = previous_result(run, force)
     if old is None:
         return None, False
-    rescored = rescore(run, old)
+    rescored = rescore(run, old, again)
     if rescored:
         textio.write_json(run.dir / "result.json", old)
     return old, rescored
@@ -186,7 +208,7 @@ def finished_beside(args, config, runs, data_template, name):
             print(f"{name}: {shown(run.dir / 'result.json')} left out of the table: made with "
                   f"other settings ({diff})", file=sys.stderr)
             continue
-        if rescore(run, old):
+        if rescore(run, old, getattr(args, "rescore", False)):
             textio.write_json(run.dir / "result.json", old)
         found.append((run, old))
     return found
@@ -222,7 +244,7 @@ def check_stored(args, config, runs, data_template, name):
         raise ReproError(f"nothing was changed: {listed} hold(s) a finished run of these "
                          f"commands. Rerun with --resume to keep it (it is skipped), or with "
                          f"--force to make it again (its files stay until the new ones are "
-                         f"whole)")
+                         f"whole){replace.aside_note(runs)}")
     if finished:
         print(f"{name}: --force: {', '.join(finished)} made again; the finished run's files "
               f"stay until the new ones are whole", file=sys.stderr, flush=True)
@@ -232,7 +254,8 @@ def check_stored(args, config, runs, data_template, name):
     listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else "")
     if not args.force:
         raise ReproError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
-                         f"another --out (and --checkpoints) to keep them")
+                         f"another --out (and --checkpoints) to keep them"
+                         f"{replace.aside_note(runs)}")
     print(f"{name}: --force: {listed}", file=sys.stderr, flush=True)
 
 
@@ -278,11 +301,22 @@ def check_table(args, config, runs, data_template):
                          f"--resume --force to leave the others out of this table")
 
 
-def rescore(run, old):
+def tokenized_output(run, subset):
+    """The decoding whose H- lines ``subset``'s tokenized BLEU was computed from (None where the
+    run folder does not keep it)."""
+    path = run.post_output[subset] if run.postprocess[subset] else run.output[subset]
+    return path if path.is_file() else None
+
+
+def rescore(run, old, again=False):
     """Recompute a stored result's sacreBLEU, chrF and TER from its hypotheses with this checkout's
     scoring (so a fix to scoring reaches finished runs through ``--resume``), in place; True if a
-    value changed. A subset whose hypotheses or references are not here keeps its scores."""
-    from ran_text.evaluate import score
+    value changed. A subset whose hypotheses or references are not here keeps its scores. Each
+    subset's inputs are checked against the SHA-256 it records (:mod:`.inputs`): a changed one
+    is an error naming it, unless ``again`` (``--rescore``): the subset is then scored against the
+    files here, its tokenized BLEU too, and their SHA-256 recorded. A subset that records none (a
+    result made before they were recorded) gains them."""
+    from ran_text.evaluate import read_generate_output, score
 
     changed = False
     for subset, scores in old.get("subsets", {}).items():
@@ -295,12 +329,30 @@ def rescore(run, old):
                              f"{len(ref_lines)} references of {refs}: it was cut short or "
                              f"edited; delete the run's result.json: --resume then decodes and "
                              f"scores the run again (its training is kept)")
+        recorded = scores.get("sha256")
+        if isinstance(recorded, dict) and not again:
+            inputs.refuse_changed(run, subset, recorded)
         new = score(lines, ref_lines)
         values = {"sacrebleu": new["bleu"][0], "chrf": new["chrf"][0], "ter": new["ter"][0]}
         if any(scores.get(k) is None or abs(scores[k] - v) > 1e-9 for k, v in values.items()):
             scores.update(values, signatures={k: v[1] for k, v in new.items()})
             changed = True
+        now = inputs.hashes(run, subset)
+        if again and isinstance(recorded, dict) and recorded.get("tok_refs") != now["tok_refs"]:
+            output = tokenized_output(run, subset)
+            if output is None:
+                raise ReproError(f"{run.tok_ref[subset]} changed since {run.pair} "
+                                 f"{run.system['name']} seed {run.seed} was scored, and its "
+                                 f"tokenized BLEU needs the run's decoding, which its folder no "
+                                 f"longer keeps: delete {run.dir / 'result.json'} and rerun with "
+                                 f"--resume (the run is decoded again)")
+            scores["tok_bleu"] = tokenized_bleu(read_generate_output(output, prefix="H"),
+                                                read_text_lines(run.tok_ref[subset], ReproError))
+        if recorded != now:
+            scores["sha256"] = now
+            changed = True
     main = old.get("subsets", {}).get(run.subsets[0])
     if changed and main is not None:
-        old.update({k: main[k] for k in ("sacrebleu", "chrf", "ter", "signatures")})
+        old.update({k: main[k] for k in ("tok_bleu", "sacrebleu", "chrf", "ter", "signatures")
+                    if k in main})
     return changed

@@ -183,7 +183,7 @@ def _prepare(splits, out_dir, opts, work_dir, workers, force, corpus) -> bool:
     stamp = _make_stamp(splits, opts, corpus)
     extra = tuple(k for k in EXTRA_TESTS if splits.get(k))
     outputs = _output_names(opts, extra)
-    old = _read_stamp(out_dir)
+    old = _read_stamp(out_dir, force)
     if not force and old is not None \
             and {k: v for k, v in old.items() if k not in _STAMP_RESULTS} == stamp \
             and all((out_dir / n).exists() for n in outputs):

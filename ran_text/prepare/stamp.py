@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence
 from ..corpora import Part
 from .langid import LANGID_PACKAGE
 from .options import SPLITS, Options, PrepareError, say
+from .. import textio
 
 STAMP = "prepare-stamp.json"
 # written before a build touches the data-bin, removed once its stamp is: a data-bin that holds it
@@ -64,11 +65,45 @@ def _make_stamp(splits: Dict[str, List[Part]], opts: Options, corpus: str) -> di
     }
 
 
-def _read_stamp(out_dir: Path) -> Optional[dict]:
-    try:
-        return json.loads((out_dir / STAMP).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+# the stamp's shape: its keys and the type of each (what a build, and a later check, read of it)
+_STAMP_SHAPE = {"version": int, "corpus": str, "options": dict, "splits": dict, "inputs": dict,
+                "tools": dict}
+
+
+def _stamp_problem(stamp) -> Optional[str]:
+    """What a stamp read from disk lacks (None if it has the stamp's shape)."""
+    if not isinstance(stamp, dict):
+        return f"it holds {textio.json_kind(stamp)}, not an object"
+    for key, kind in _STAMP_SHAPE.items():
+        if not isinstance(stamp.get(key), kind) or isinstance(stamp.get(key), bool):
+            return f'its "{key}" is missing or not {textio.json_kind(kind())}'
+    outputs = stamp.get("outputs", [])
+    if not (isinstance(outputs, list) and all(isinstance(n, str) for n in outputs)):
+        return 'its "outputs" is not a list of file names'
+    return None
+
+
+def _read_stamp(out_dir: Path, force: bool = False) -> Optional[dict]:
+    """The stamp of ``out_dir`` (None if it has none). One that cannot be read (not JSON, too
+    large or too deep, not of the stamp's shape) is a one-line PrepareError naming it, unless
+    ``force`` (the data-bin is rebuilt: the stamp is then taken as absent)."""
+    path = out_dir / STAMP
+    if not path.is_file():
         return None
+    fix = "rebuild the data-bin with --force"
+    try:
+        stamp = textio.read_json(path, "the data-bin's stamp", fix)
+        problem = _stamp_problem(stamp)
+    except textio.BadTextFile as e:
+        stamp, problem = None, str(e)
+    if problem is None:
+        return stamp
+    if force:
+        return None
+    if str(path) in problem:
+        raise PrepareError(problem)
+    raise PrepareError(f"{path} (the data-bin's stamp) is not one this tool writes ({problem}); "
+                       f"it was edited or made by another program: {fix}")
 
 
 def _prepare_out_dir(out_dir: Path, outputs: List[str], old: Optional[dict], force: bool) -> None:

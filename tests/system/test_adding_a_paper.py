@@ -59,13 +59,12 @@ def toy_paper(root, raw):
         "status": "Table 1 as printed.",
         "columns": [{"key": "bleu", "title": "paper BLEU (Table 1)",
                      "values": {"baseline": 12.5, "ran": 13.5}}]})
-    prefixes = [x for split in ("train", "valid", "test")
-                for x in (f"--{split}-prefix", str(raw / split))]
     write_json(folder / "cpu.json", {
         "systems": "configs/toy/systems.json", "paper": "configs/toy/paper.json",
         "pairs": ["de-en"], "data": "data-bin/toy.{src}-{tgt}",
-        "prepare": ["ran-prepare", "custom", "--src", "{src}", "--tgt", "{tgt}", *prefixes,
-                    "--bpe-merges", "0", "--workers", "1", "--out", "data-bin/toy.{src}-{tgt}"],
+        "prepare": {"corpus": "files", **{split: str(raw / split)
+                                          for split in ("train", "valid", "test")},
+                    "bpe_merges": 0, "out": "data-bin/toy.{src}-{tgt}"},
         "bpe": None, "test_set": "the toy's test set", "gen_subset": "test", "device": "cpu",
         "out": "results/toy", "checkpoints": "checkpoints/toy", "select": "last",
         "train_flags": ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500",

@@ -190,7 +190,7 @@ def test_runs_start_in_the_order_systems_names_them(config):
     ({"extra_system": {"name": "X", "arch": "ran_transformer_small",
                        "generate_flags": ["--path", "x.pt"]}}, "sets --path"),
     ({"extra_system": {"name": "X", "arch": "ran_transformer_small",
-                       "postprocess": ["m", "{hyp}"]}}, "unknown placeholder {hyp}"),
+                       "postprocess": ["m", "{hyp}"]}}, "names a step of the engine"),
 ])
 def test_systems_file_errors_name_the_problem(tmp_path, change, message):
     from ran_lab.reproduce.config import load_systems
@@ -343,10 +343,10 @@ def test_full_configs_carry_the_papers_settings(name, steps, update_freq):
     assert train["--dropout"] == "0.1" and train["--positional-attention-dropout"] == "0.2"
     assert train["--max-update"] == steps and train["--update-freq"] == update_freq
     assert generate["--beam"] == "4" and generate["--lenpen"] == "0.6"
-    prepare = helpers.flag_pairs(cfg["prepare"][cfg["prepare"].index("--bpe-merges"):])
-    assert prepare["--clean-max-len"] == "256" and prepare["--clean-on"] == "tok"
-    assert prepare["--bpe-merges"] == {"wmt14-base.json": "40000",
-                                       "wmt17-en-tr-base.json": "32000"}[name]
+    prepare = cfg["prepare"]
+    assert prepare["clean_max_len"] == 256 and prepare["clean_on"] == "tok"
+    assert prepare["bpe_merges"] == {"wmt14-base.json": 40000,
+                                     "wmt17-en-tr-base.json": 32000}[name]
 
 
 # --- engine: significance, selection, seeds, subsets, resume of a finished training ------------
@@ -1104,26 +1104,25 @@ def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_
 
 
 def test_the_engine_prepares_with_the_data_package_in_its_own_process(tmp_path):
-    """A config's ``prepare`` that starts with ``ran-prepare`` runs ran_text.prepare in
-    the engine's process (no shell script in between), its output in the log; a bad flag fails
-    naming the log."""
+    """A config's ``prepare`` naming a corpus of files on disk runs ran_text.prepare in the
+    engine's process (no shell script in between), its output in the log; a failed preparation
+    names the log."""
     from ran_lab.reproduce import process
     from ran_lab.reproduce.errors import ReproError
 
     raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=8, n_test=8)
-    config = {"prepare": ["ran-prepare", "custom", "--src", "{src}", "--tgt", "{tgt}",
-                          *(x for split in ("train", "valid", "test")
-                            for x in (f"--{split}-prefix", str(raw / split))),
-                          "--bpe-merges", "0", "--workers", "1",
-                          "--out", str(tmp_path / "bin.{src}-{tgt}")]}
+    config = {"prepare": {"corpus": "files", "train": str(raw / "train"),
+                          "valid": str(raw / "valid"), "test": str(raw / "test"),
+                          "bpe_merges": 0, "out": str(tmp_path / "bin.{src}-{tgt}")}}
     log = tmp_path / "logs" / "prepare.de-en.log"
     process.prepare(config, ("de", "en"), log, env={})
     assert (tmp_path / "bin.de-en" / "test.de-en.de.bin").is_file()
     assert "prepare:" in log.read_text()
     with pytest.raises(ReproError, match=r"(?s)preparing de-en failed: ran-prepare custom "
-                                         r"--no-such-flag\n.*prepare\.de-en\.log.*error"):
-        process.prepare({"prepare": ["ran-prepare", "custom", "--no-such-flag"]}, ("de", "en"),
-                        log, env={})
+                                         r".*\n.*prepare\.de-en\.log"):
+        process.prepare({"prepare": {"corpus": "files", "train": str(raw / "none"),
+                                     "valid": str(raw / "valid"), "test": str(raw / "test")}},
+                        ("de", "en"), log, env={})
 
 
 def test_an_old_paper_name_runs_the_paper_with_a_one_line_notice(capsys):

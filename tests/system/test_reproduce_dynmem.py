@@ -199,10 +199,9 @@ def test_configs_agree():
             assert cpu_flags.get(flag, "missing") == value, flag
     assert int(cpu_flags["--max-epoch"]) <= int(recipe["--max-epoch"])
     # section 3.1: pairs not in German/English removed (after Jean et al. 2014); two test sets
-    assert "--lang-filter" in full["prepare"] and full["gen_subset"] == ["test", "test1"]
+    assert full["prepare"]["lang_filter"] is True and full["gen_subset"] == ["test", "test1"]
     for config in (cpu, full):
-        assert config["bpe"] is None and "--bpe-merges" in config["prepare"]
-        assert config["prepare"][config["prepare"].index("--bpe-merges") + 1] == "0"
+        assert config["bpe"] is None and config["prepare"]["bpe_merges"] == 0
     # the benchmark's training flags are the recipe's
     bench = json.loads((helpers.REPO / "configs" / "bench" / "dynmem.json").read_text())
     for flag, value in helpers.flag_pairs(bench["common_flags"]).items():

@@ -181,8 +181,8 @@ def test_configs_agree_with_the_paper():
     assert full_config["select"] == "loss" and len(full_config["seeds"]) == 5
     generate = helpers.flag_pairs(full_config["generate_flags"])
     assert generate["--beam"] == "5" and "--unnormalized" in generate
-    prepare = helpers.flag_pairs(full_config["prepare"])
-    assert prepare["--test-sets"] == "elbayad2018" and prepare["--bpe-merges"] == "14000"
+    prepare = full_config["prepare"]
+    assert prepare["test_sets"] == "elbayad2018" and prepare["bpe_merges"] == 14000
     # every full-size system's training flags parse (a scheduler's flags go with that scheduler)
     from fairseq import options
 

@@ -83,6 +83,12 @@ def data(tmp_path):
         for name in (f"{subset}.raw.en", f"{subset}.tok.en"):
             (folder / name).write_text("".join(r + "\n" for r in refs))
         (folder / f"{subset}.raw.de").write_text("".join(f"quelle {i}\n" for i in range(12)))
+    # what fairseq reads (the stand-in reads none of it): the engine checks it is there
+    for name in ["dict.de.txt", "dict.en.txt"] + [f"{split}.de-en.{lang}.{ext}"
+                                                  for split in ("train", "valid", "test")
+                                                  for lang in ("de", "en")
+                                                  for ext in ("bin", "idx")]:
+        (folder / name).touch()
     return str(tmp_path / "bin.{src}-{tgt}")
 
 

@@ -278,12 +278,14 @@ def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ('[{"folder": "results/ran/short", "argv": "scripts/reproduce-ran.sh"}]',
-     '"[0].argv": expected a non-empty list of strings'),
-    ('[{"folder": "results/ran/short\\nx", "argv": ["scripts/reproduce-ran.sh"]}]',
+    ('[{"folder": "results/ran/short", "paper": "ran", "config": "configs/ran/cpu.json", '
+     '"pairs": "de-en", "systems": ["x"], "seeds": [1], "threads": 1, "jobs": 1}]',
+     '"[0].pairs": expected a non-empty list of non-empty strings'),
+    ('[{"folder": "results/ran/short\\nx", "paper": "ran", "config": "configs/ran/cpu.json", '
+     '"pairs": ["de-en"], "systems": ["x"], "seeds": [1], "threads": 1, "jobs": 1}]',
      '"[0].folder": expected a non-empty string on one line'),
     ('{"folder": "results/ran/short"}', "the file: expected a list"),
-], ids=["argv-string", "folder-newline", "an-object"])
+], ids=["pairs-string", "folder-newline", "an-object"])
 def test_a_remake_manifest_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
     from ran_lab.remake import ManifestError, load_manifest
 

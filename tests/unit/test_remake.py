@@ -34,34 +34,28 @@ def engine_tables():
     return found
 
 
-def flag(argv, name):
-    return argv[argv.index(name) + 1] if name in argv else None
-
-
 def test_every_engine_table_has_one_manifest_entry():
     folders = [e.folder for e in remake.load_manifest(MANIFEST)]
     assert sorted(folders) == sorted(engine_tables())
 
 
-@pytest.mark.parametrize("entry", remake.load_manifest(MANIFEST), ids=lambda e: e.folder)
+@pytest.mark.parametrize("entry", remake.load_manifest(MANIFEST, REPO), ids=lambda e: e.folder)
 def test_manifest_command_is_the_tables(entry, capsys):
-    """The engine's own parser accepts the command (--dry-run: its config, pairs, systems and
-    seeds resolve), it trains nothing new, and it names the config, pairs, systems, seeds,
-    threads and jobs the folder's results.json records."""
+    """The engine's own parser accepts the command the entry stands for (--dry-run: its config,
+    pairs, systems and seeds resolve), it trains nothing new, and it names the config, pairs,
+    systems, seeds, threads and jobs the folder's results.json records."""
     argv = entry.argv
-    assert "--resume" in argv and not {"--stop-after", "--force", "--dry-run"} & set(argv)
+    assert "--resume" in argv
     run_paper(paper_of(argv[0]), argv[1:] + ["--dry-run"])
     assert "fairseq-generate" in capsys.readouterr().out
     settings = json.loads((REPO / entry.folder / "results.json").read_text())["settings"]
-    assert flag(argv, "--config") == settings["config"]
+    assert entry.config == settings["config"]
     # the engine tabulates every finished run of the folder beside the command's (another pair's
     # too), so the command's pairs, systems and seeds are among the table's
-    pairs = flag(argv, "--pairs").split(",")
-    assert pairs == [p for p in settings["pairs"] if p in pairs]
-    assert set(flag(argv, "--systems").split(",")) <= set(settings["systems"])
-    assert {int(s) for s in flag(argv, "--seeds").split(",")} <= set(settings["seeds"])
-    assert int(flag(argv, "--threads")) == settings["threads"]
-    assert int(flag(argv, "--jobs")) == settings["jobs"]
+    assert entry.pairs == [p for p in settings["pairs"] if p in entry.pairs]
+    assert set(entry.systems) <= set(settings["systems"])
+    assert set(entry.seeds) <= set(settings["seeds"])
+    assert entry.threads == settings["threads"] and entry.jobs == settings["jobs"]
     config = json.loads((REPO / settings["config"]).read_text())
     while "out" not in config:
         config = json.loads((REPO / config["base"]).read_text())
@@ -75,7 +69,8 @@ def test_manifest_command_is_the_tables(entry, capsys):
 STAND_IN = """\
 import sys, time
 from pathlib import Path
-folder, text = Path(sys.argv[1]), sys.argv[2]
+options = dict(a[2:].split("=", 1) for a in sys.argv[1:] if "=" in a)
+folder, text = Path(*Path(options["config"]).parent.parts[2:]), options["systems"]
 if text == "train":
     print("reproduce-x: de-en baseline seed 1 ...", file=sys.stderr, flush=True)
     time.sleep(60)
@@ -100,6 +95,8 @@ def repo(tmp_path):
     (tmp_path / "scripts" / "reproduce-t.sh").write_text('"$PYTHON" scripts/table.py "$@"\n')
     (tmp_path / "configs" / "t").mkdir(parents=True)
     (tmp_path / "configs" / "t" / "reproduce.json").write_text("{}\n")
+    for folder in ("configs/t/results/t", "configs/t/results/t/inner"):
+        (tmp_path / folder).mkdir(parents=True)
     for folder in ("results/t", "results/t/inner"):
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "TABLE.md").write_text("the table\n")
@@ -110,11 +107,16 @@ def repo(tmp_path):
     return tmp_path
 
 
+def entry(folder, text, **changed):
+    """A manifest entry of the paper "t" whose stand-in writes into ``folder`` and does what
+    ``text`` says (the stand-in reads them from --config and --systems)."""
+    return dict({"folder": folder, "paper": "t", "config": f"configs/t/{folder}/c.json",
+                 "pairs": ["de-en"], "systems": [text], "seeds": [1], "threads": 1, "jobs": 1,
+                 "note": ""}, **changed)
+
+
 def write_manifest(root, outer_text):
-    entries = [{"folder": "results/t", "argv": ["scripts/reproduce-t.sh", "results/t", outer_text],
-                "note": ""},
-               {"folder": "results/t/inner",
-                "argv": ["scripts/reproduce-t.sh", "results/t/inner", "same"], "note": ""}]
+    entries = [entry("results/t", outer_text), entry("results/t/inner", "same")]
     (root / "results" / "REMAKE.json").write_text(json.dumps(entries))
 
 
@@ -176,16 +178,19 @@ def test_uncommitted_changes_are_not_remade(repo, capsys):
 
 def test_list_and_unknown_folder(repo, capsys):
     assert check(repo, "--list") == 0
-    assert "scripts/reproduce-t.sh results/t same" in capsys.readouterr().out
+    assert ("scripts/reproduce-t.sh --config=configs/t/results/t/c.json --pairs=de-en "
+            "--systems=same --seeds=1 --resume --threads=1 --jobs=1") in capsys.readouterr().out
     assert "not in the manifest: results/x" in str(check(repo, "--only", "results/x"))
 
 
 @pytest.mark.parametrize("text, message", [
     ('{"folder": "results/t"}', "a list of"),
-    ('[{"folder": "results/t", "argv": []}]', r'"\[0\]\.argv": expected a non-empty list of strings'),
-    ('[{"folder": "/abs", "argv": ["scripts/reproduce-ran.sh"]}]', "'folder' must be"),
-    ('[{"folder": "a", "argv": ["scripts/reproduce-ran.sh"]}, '
-     '{"folder": "a/", "argv": ["scripts/reproduce-ran.sh"]}]', "listed twice"),
+    ('[{"folder": "results/t", "paper": "ran", "config": "configs/ran/cpu.json", "pairs": [], '
+     '"systems": ["x"], "seeds": [1], "threads": 1, "jobs": 1}]',
+     r'"\[0\]\.pairs": expected a non-empty list'),
+    (json.dumps([entry("/abs", "x", paper="ran")]), "'folder' must be"),
+    (json.dumps([entry("a", "x", paper="ran", config="configs/ran/cpu.json"),
+                 entry("a/", "x", paper="ran", config="configs/ran/cpu.json")]), "listed twice"),
 ])
 def test_a_malformed_manifest_is_refused(tmp_path, text, message):
     path = tmp_path / "REMAKE.json"
@@ -265,22 +270,41 @@ def test_results_folders_are_named_for_what_they_hold_and_indexed():
 MARKER = "ran-remake-ran-foreign-code"
 
 
-@pytest.mark.parametrize("argv", [
-    ["-c", f"open('{MARKER}', 'w')"],  # Python's -c
-    ["../elsewhere/run.py"],  # a script outside the checkout
-    ["scripts/table.py", "results/t", "same"],  # a script of the checkout that is not a command
-    ["scripts/reproduce-x.sh"],  # a reproduction script of no paper
-    ["-m", "ran_lab.remake"],
+@pytest.mark.parametrize("changed, message", [
+    ({"paper": "x"}, "not a paper of configs/"),  # a reproduction script of no paper
+    ({"paper": "../t"}, "not the name of a paper"),
+    ({"config": "/etc/c.json"}, "not a config of the paper"),
+    ({"config": "configs/t/../../elsewhere.json"}, "not a config of the paper"),
+    ({"systems": ["--help"]}, "'systems' '--help' is not the name of a system"),
+    ({"systems": ["x,--dry-run"]}, "is not the name of a system"),
+    ({"pairs": ["--dry-run"]}, "'pairs' '--dry-run' is not a language pair"),
 ])
-def test_a_manifest_runs_nothing_but_a_reproduction_command(repo, capsys, argv):
-    """A manifest is data: whatever its argv, only a paper's reproduction script runs (a ``-c``
-    or relative-path manifest must not run its code and then report the folders remade)."""
+def test_a_manifest_entry_that_cannot_remake_is_refused(repo, changed, message):
+    """An entry names a paper and the values of its options: one that names another paper, a
+    config outside the paper's folder, or a value the engine would take as an option (--help,
+    --dry-run: the command then remakes nothing, and the folder stays as committed) is refused
+    before anything runs."""
     (repo / "scripts" / "reproduce-x.sh").write_text(f"touch {MARKER}\n")
+    manifest = repo / "foreign.json"
+    manifest.write_text(json.dumps([entry("results/t", "same", **changed)]))
+    status = check(repo, "--manifest", "foreign.json")
+    assert status not in (0, None) and "nothing was run" in str(status)
+    assert message in str(status)
+    assert not (repo / MARKER).exists()
+    with pytest.raises(remake.ManifestError, match="nothing was run"):
+        remake.run_command(repo, remake.Entry(**entry("results/t", "same", **changed)),
+                           sys.executable, remake.Outcome("results/t"))
+    assert not (repo / MARKER).exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["-c", f"open('{MARKER}', 'w')"], ["scripts/reproduce-t.sh", "--dry-run"],
+    ["scripts/reproduce-t.sh", "--help"],
+])
+def test_a_manifest_entry_is_never_a_command(repo, argv):
+    """A manifest of commands (as manifests held before) is one line saying what to write."""
     manifest = repo / "foreign.json"
     manifest.write_text(json.dumps([{"folder": "results/t", "argv": argv, "note": ""}]))
     status = check(repo, "--manifest", "foreign.json")
-    assert status not in (0, None) and "nothing was run" in str(status)
-    assert not (repo / MARKER).exists()
-    with pytest.raises(remake.ManifestError, match="not"):
-        remake.run_command(repo, argv, sys.executable, remake.Outcome("results/t"))
-    assert not (repo / MARKER).exists()
+    assert "not a command ('argv'); write {\"folder\"" in str(status), status
+    assert "\n" not in str(status) and not (repo / MARKER).exists()

@@ -252,7 +252,8 @@ def failure(run, job_id, state):
     why = (f"ended {state[0]}" + (f" (exit code {state[1]})" if state[1] else "")
            if state else "ended without a result (cancelled or killed; gone from Slurm)")
     job = submitit.SlurmJob(folder=run.dir / "slurm", job_id=job_id)
-    last = last_error_line(job.paths.stderr)
+    # the job writes its stderr into its stdout (sbatch_parameters: stderr_to_stdout)
+    last = last_error_line(job.paths.stdout) or last_error_line(job.paths.stderr)
     if last:
         why += f": {last[:300]}"
     return why + f"; log {paths.shown(job.paths.stdout)}"
