@@ -9,6 +9,7 @@ import inspect
 import json
 import os
 import random
+import re
 import select
 import shutil
 import signal
@@ -289,3 +290,30 @@ def bad_checkpoints(root):
     data = (root / "good.pt").read_bytes()
     (root / "cut.pt").write_bytes(data[:len(data) // 2])
     return root
+
+
+# ---- the documentation's command blocks -----------------------------------------------------------
+
+# a block the documentation test does not run is marked on the line before it, with the reason
+SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s*\((?P<reason>.*\S.*)\)\s*-->\s*$")
+
+
+def blocks(path):
+    """``[(line, tag, code, skip_reason or None)]`` of the fenced blocks of ``path``."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    found, i = [], 0
+    while i < len(lines):
+        m = re.match(r"^```\s*(\S*)\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines) and not lines[end].startswith("```"):
+            end += 1
+        assert end < len(lines), f"{path.name}:{i + 1}: unclosed code block"
+        prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        skip = SKIP.match(prev.strip())
+        found.append((i + 1, m.group(1).lower(), "\n".join(lines[i + 1:end]),
+                      skip.group("reason").strip() if skip else None))
+        i = end + 1
+    return found

@@ -39,9 +39,7 @@ def averaging_block():
     """The command block of docs/averaging.md: its command lines (continuations joined), the
     number of checkpoints it averages and the folder it reads, checked against its training
     line's flags."""
-    from test_docs_commands import blocks
-
-    found = [code for _, tag, code, _ in blocks(AVERAGING)
+    found = [code for _, tag, code, _ in helpers.blocks(AVERAGING)
              if tag == "bash" and "ran_fairseq.checkpoint_average" in code]
     assert len(found) == 1, "docs/averaging.md shows checkpoint averaging in one command block"
     lines = [line for line in found[0].replace("\\\n", " ").splitlines() if line.strip()]

@@ -28,34 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, make_synthetic_corpus
+from helpers import REPO, SKIP, blocks, make_synthetic_corpus
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUN_TAGS = {"bash": "bash", "sh": "bash", "python": "python"}
-SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s*\((?P<reason>.*\S.*)\)\s*-->\s*$")
 MARKER = re.compile(r"^\s*<!--\s*docs-test")
 MULTI30K = Path(os.environ.get("MULTI30K_DIR") or REPO.parent / "shared" / "data" / "multi30k")
-
-
-def blocks(path):
-    """``[(line, tag, code, skip_reason or None)]`` of the fenced blocks of ``path``."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    found, i = [], 0
-    while i < len(lines):
-        m = re.match(r"^```\s*(\S*)\s*$", lines[i])
-        if not m:
-            i += 1
-            continue
-        end = i + 1
-        while end < len(lines) and not lines[end].startswith("```"):
-            end += 1
-        assert end < len(lines), f"{path.name}:{i + 1}: unclosed code block"
-        prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
-        skip = SKIP.match(prev.strip())
-        found.append((i + 1, m.group(1).lower(), "\n".join(lines[i + 1:end]),
-                      skip.group("reason").strip() if skip else None))
-        i = end + 1
-    return found
 
 
 def substitute(code):

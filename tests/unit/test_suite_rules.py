@@ -26,13 +26,13 @@ SHARED = ["conftest.py", "helpers.py", "corpora.py", "systems.py", "cli_server.p
           "ddp_worker.py", "kill_during_copy.py"]
 # the test files whose subject is the plugin (ran_fairseq) alone
 PLUGIN = ["unit/test_attention_entropy.py", "unit/test_checkpoint_average.py",
-          "unit/test_conformance_selfcheck.py", "unit/test_data_bin.py",
+          "unit/test_data_bin.py",
           "unit/test_dynamic_memory_attention.py", "unit/test_epoch_anneal.py",
           "unit/test_options.py", "unit/test_pervasive_attention.py",
           "unit/test_pervasive_outputs.py", "unit/test_positional_attention.py",
           "unit/test_recurrent_cross_attention.py", "unit/test_saved_tensors.py",
           "unit/test_saved_tensors_recurrent_cross.py", "integration/test_checkpoint_loading.py",
-          "integration/test_conformance.py", "integration/test_decoding_inputs.py",
+          "integration/test_conformance.py", "integration/test_conformance_selfcheck.py", "integration/test_decoding_inputs.py",
           "integration/test_hub.py", "integration/test_resume.py",
           "integration/test_workflow_decoding.py", "integration/test_workflow_hydra.py"]
 
@@ -130,3 +130,28 @@ def test_the_work_item_rule_catches_names_docstrings_and_comments():
 def test_names_docstrings_and_comments_say_what_is_tested(path):
     found = work_items(path.read_text(encoding="utf-8"))
     assert not found, (path.name, [text[:200] for text in found])
+
+
+def imported_test_modules(source):
+    """The test modules ``source`` imports (``from test_x import ...``, ``import test_x``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [n for n in names if n.startswith("test_")]
+    return found
+
+
+def test_a_test_file_imports_test_modules_of_its_own_tier_only():
+    """A tier runs on its own (``pytest tests/unit``): a test module of another tier's folder is
+    not importable there, so what several tiers share lives in the shared modules."""
+    assert imported_test_modules("from test_engine import a\nimport test_x\nfrom helpers import b\n") == \
+        ["test_engine", "test_x"]
+    crossing = {}
+    for path in FILES:
+        if path.parent == TESTS:
+            continue
+        for name in imported_test_modules(path.read_text(encoding="utf-8")):
+            if not (path.parent / f"{name}.py").is_file():
+                crossing.setdefault(str(path.relative_to(TESTS)), []).append(name)
+    assert not crossing, f"test modules imported from another tier's folder: {crossing}"
