@@ -240,25 +240,47 @@ def test_a_yaml_run_resumes_with_flags_and_the_resume_check_reads_its_config(joi
         "optimizer_history"][-1]["num_updates"] == 4
 
 
-def test_a_checkpoint_of_options_version_1_resumes(tmp_path):
-    """tests/data/options_v1 (its cfg.model an argparse.Namespace) resumes under fairseq-train
-    with the flags it recorded."""
-    import importlib.util
+OPTIONS_DATA = Path(__file__).resolve().parents[1] / "data"
 
-    v1 = Path(__file__).resolve().parents[1] / "data" / "options_v1"
-    spec = importlib.util.spec_from_file_location("options_v1_make", v1 / "make.py")
-    make = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make)
-    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=4, n_test=4)
+
+@pytest.fixture(scope="module")
+def options_databin(tmp_path_factory):
+    """The synthetic corpus binarized with the dictionaries of tests/data/options_v1."""
+    tmp = tmp_path_factory.mktemp("options_data")
+    v1 = OPTIONS_DATA / "options_v1"
+    raw = helpers.make_synthetic_corpus(tmp / "raw", n_train=40, n_valid=4, n_test=4)
     helpers.run_cli("preprocess", ["-s", "de", "-t", "en", "--trainpref", raw / "train",
-                                   "--validpref", raw / "valid", "--destdir", tmp_path / "bin",
+                                   "--validpref", raw / "valid", "--destdir", tmp / "bin",
                                    "--srcdict", v1 / "dict.de.txt", "--tgtdict",
                                    v1 / "dict.en.txt", "--workers", "1"])
-    arch, flags = make.CHECKPOINTS["ran_transformer"]
-    saved = torch.load(v1 / "ran_transformer.pt", map_location="cpu", weights_only=True)
-    assert isinstance(saved["cfg"]["model"], argparse.Namespace)
+    return tmp / "bin"
+
+
+def _make_module(version):
+    import importlib.util
+
+    path = OPTIONS_DATA / f"options_v{version}" / "make.py"
+    spec = importlib.util.spec_from_file_location(f"options_v{version}_make", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("name", ["ran_transformer", "ran_transformer_ffn",
+                                  "recurrent_cross_transformer", "rnnsearch_dynmem",
+                                  "pervasive_attention"])
+def test_a_checkpoint_of_an_earlier_options_version_resumes(version, name, options_databin,
+                                                            tmp_path):
+    """tests/data/options_v1 (cfg.model an argparse.Namespace) and options_v2 (cfg.model a dict)
+    resume under fairseq-train with the flags they recorded."""
+    make = _make_module(version)
+    path = OPTIONS_DATA / f"options_v{version}" / f"{name}.pt"
+    arch, flags = make.CHECKPOINTS[name]
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    assert isinstance(saved["cfg"]["model"], argparse.Namespace if version == 1 else dict)
     updates = saved["optimizer_history"][-1]["num_updates"]
-    args = helpers.train_args(tmp_path / "bin", tmp_path / "ck", arch, flags,
+    args = helpers.train_args(options_databin, tmp_path / "ck", arch, flags,
                               max_update=updates + 1)
-    proc = helpers.run_cli("train", [*args, "--restore-file", v1 / "ran_transformer.pt"])
+    proc = helpers.run_cli("train", [*args, "--restore-file", path])
     assert f"num_updates={updates + 1}" in proc.stdout + proc.stderr

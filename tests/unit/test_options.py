@@ -21,6 +21,7 @@ from ran_fairseq.models import (
 )
 
 V1 = Path(__file__).resolve().parents[1] / "data" / "options_v1"
+V2 = V1.parent / "options_v2"
 sys.path.insert(0, str(V1))
 import make  # noqa: E402  (the checkpoints' names and the fixed batch)
 
@@ -30,9 +31,13 @@ MODULES = {"ran_transformer": ran_transformer,
 
 
 def load(path, **overrides):
-    models, _ = checkpoint_utils.load_model_ensemble([str(path)],
-                                                     arg_overrides={"data": str(V1), **overrides})
-    return models[0]
+    return load_with_task(path, **overrides)[0]
+
+
+def load_with_task(path, **overrides):
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(path)], arg_overrides={"data": str(V1), **overrides})
+    return models[0], task
 
 
 @pytest.mark.parametrize("name", sorted(make.CHECKPOINTS))
@@ -42,6 +47,25 @@ def test_a_version_1_checkpoint_loads_with_its_outputs(name):
     model = load(V1 / f"{name}.pt")
     torch.testing.assert_close(make.outputs(model), torch.load(V1 / f"{name}.out.pt"))
     assert int(model.state_dict()["options_version"][0]) == 2
+
+
+@pytest.mark.parametrize("name", sorted(make.CHECKPOINTS))
+def test_a_version_2_checkpoint_loads_and_decodes_as_it_did(name):
+    """tests/data/options_v2: saved with cfg.model as a dict, by the code of options version 2;
+    its outputs and beam search's hypotheses are those the code that saved it computed."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("options_v2_make", V2 / "make.py")
+    v2 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(v2)
+    saved = torch.load(V2 / f"{name}.pt", map_location="cpu", weights_only=True)
+    assert isinstance(saved["cfg"]["model"], dict)
+    assert int(saved["model"]["options_version"][0]) == 2
+    model, task = load_with_task(V2 / f"{name}.pt")
+    torch.testing.assert_close(make.outputs(model), torch.load(V2 / f"{name}.out.pt"))
+    expected = torch.load(V2 / f"{name}.hyp.pt")
+    got = v2.hypotheses(model, task)
+    assert [h.tolist() for h in got] == [h.tolist() for h in expected]
 
 
 def test_a_current_checkpoint_records_its_version_and_loads_again(tmp_path):
