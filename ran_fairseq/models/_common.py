@@ -47,6 +47,12 @@ def fill(args, **values):
             setattr(args, dest, value)
 
 
+def current_options(args):
+    """Record in a namespace that a named architecture fills (a new one: a checkpoint's is
+    upgraded first) that its options are of the current version."""
+    fill(args, **{VERSION: PluginModel.OPTIONS_VERSION})
+
+
 @dataclass
 class PluginConfig(FairseqDataclass):
     options_version: Optional[int] = field(default=None, metadata={

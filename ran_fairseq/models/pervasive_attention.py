@@ -44,7 +44,16 @@ from fairseq.modules import PositionalEmbedding
 
 from ..modules.aggregators import AGGREGATORS, SourceAggregator
 from ..modules.densenet2d import GATINGS, DenseNet2d
-from ._common import PluginConfig, PluginModel, fill, positive, probability, require, saved_version
+from ._common import (
+    PluginConfig,
+    PluginModel,
+    current_options,
+    fill,
+    positive,
+    probability,
+    require,
+    saved_version,
+)
 
 POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
 # Training memory grows with |s| × |t| (the grid); above this many cells per pair we warn at the
@@ -258,6 +267,7 @@ class PervasiveAttentionConfig(PluginConfig):
 
 def base_architecture(args):
     """The paper's sizes (``--arch pervasive_attention``)."""
+    current_options(args)
     fill(args, num_layers=24, growth_rate=32, kernel_size=5, encoder_embed_dim=128,
          decoder_embed_dim=128)
 
@@ -346,6 +356,7 @@ class PervasiveAttentionModel(PluginModel, FairseqEncoderDecoderModel):
 
 @register_model_architecture("pervasive_attention", "pervasive_attention_small")
 def pervasive_attention_small(args):
+    current_options(args)
     fill(args, num_layers=8, growth_rate=16, kernel_size=3, encoder_embed_dim=64,
          decoder_embed_dim=64)
     base_architecture(args)

@@ -67,6 +67,7 @@ from ..modules.positional_attention import (
     build_positional_matrices,
 )
 from ._common import (
+    current_options,
     PluginModel,
     TransformerFlags,
     check_transformer_flags,
@@ -335,10 +336,12 @@ class RanTransformerModel(PluginModel, TransformerModel):
 
 @register_model_architecture("ran_transformer", "ran_transformer_iwslt_de_en")
 def ran_transformer_iwslt_de_en(args):
+    current_options(args)
     transformer_iwslt_de_en(args)
 
 
 @register_model_architecture("ran_transformer", "ran_transformer_small")
 def ran_transformer_small(args):
+    current_options(args)
     small_transformer(args)
     base_architecture(args)

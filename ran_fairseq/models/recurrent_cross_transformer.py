@@ -46,6 +46,7 @@ from ..modules.recurrent_cross_attention import (
     RecurrentCrossAttention,
 )
 from ._common import (
+    current_options,
     PluginModel,
     TransformerFlags,
     check_transformer_flags,
@@ -210,10 +211,12 @@ class RecurrentCrossTransformerModel(PluginModel, TransformerModel):
 @register_model_architecture("recurrent_cross_transformer",
                              "recurrent_cross_transformer_iwslt_de_en")
 def recurrent_cross_transformer_iwslt_de_en(args):
+    current_options(args)
     transformer_iwslt_de_en(args)
 
 
 @register_model_architecture("recurrent_cross_transformer", "recurrent_cross_transformer_small")
 def recurrent_cross_transformer_small(args):
+    current_options(args)
     small_transformer(args)
     base_architecture(args)

@@ -37,7 +37,15 @@ from fairseq.models.lstm import Embedding, LSTMCell, LSTMEncoder, Linear
 from fairseq.modules import FairseqDropout
 
 from ..modules.dynamic_memory_attention import AttentionRows, DynamicMemoryAttention
-from ._common import PluginConfig, PluginModel, fill, positive, probability, require
+from ._common import (
+    PluginConfig,
+    PluginModel,
+    current_options,
+    fill,
+    positive,
+    probability,
+    require,
+)
 
 UNLIMITED_POSITIONS = 100000  # an RNN has no position limit (fairseq's lstm default bound)
 
@@ -226,6 +234,7 @@ class RNNSearchDynamicMemoryConfig(PluginConfig):
 
 def rnnsearch_dynmem(args):
     """The paper's sizes (``--arch rnnsearch_dynmem``): embeddings and LSTMs 1000, memory 500."""
+    current_options(args)
     fill(args, encoder_embed_dim=1000, encoder_hidden_size=1000, decoder_embed_dim=1000,
          decoder_hidden_size=1000, decoder_out_embed_dim=1000, dynamic_memory_dim=500)
     fill(args, attention_dim=args.decoder_hidden_size)
@@ -300,6 +309,7 @@ class RNNSearchDynamicMemoryModel(PluginModel, FairseqEncoderDecoderModel):
 @register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem_small")
 def rnnsearch_dynmem_small(args):
     """A CPU size: embeddings and LSTMs 256, memory 128."""
+    current_options(args)
     fill(args, encoder_embed_dim=256, encoder_hidden_size=256, decoder_embed_dim=256,
          decoder_hidden_size=256, decoder_out_embed_dim=256, dynamic_memory_dim=128)
     rnnsearch_dynmem(args)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from fairseq import options
 from fairseq.data import Dictionary
 
-from ran_fairseq.models.ran_transformer import RanTransformerModel, ran_base_architecture
+from ran_fairseq.models.ran_transformer import RanTransformerModel
 from ran_fairseq.modules.positional_attention import (
     FeedForwardTransition,
     GaussianAttentionMatrices,
@@ -808,9 +808,9 @@ def test_variant_flags_select_each_sides_attention():
 
 
 def test_named_archs_sizes():
-    def parse(arch):
-        return options.parse_args_and_arch(options.get_training_parser(),
-                                           ["unused-data", "--arch", arch, "--task", "translation"])
+    def parse(arch):  # the namespace the model builds from
+        return RanTransformerModel.resolve_args(options.parse_args_and_arch(
+            options.get_training_parser(), ["unused-data", "--arch", arch, "--task", "translation"]))
 
     small, iwslt, base = (parse(f"ran_transformer{suffix}")
                           for suffix in ("_small", "_iwslt_de_en", ""))
@@ -851,10 +851,11 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
     """A saved namespace without ran_initial_init and ran_ffn_dim builds the model it was trained
     as (N(0, n^-1/2) and the 4n-wide ffn transition), and its weights load into it."""
     trained = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
-    args = options.parse_args_and_arch(options.get_training_parser(),
-                                       ["unused-data", "--arch", "ran_transformer", "--task",
-                                        "translation", *SMALL, "--ran-transition", "ffn"])
-    del args.ran_initial_init, args.ran_ffn_dim, args.options_version  # options version 1
+    args = RanTransformerModel.resolve_args(options.parse_args_and_arch(
+        options.get_training_parser(), ["unused-data", "--arch", "ran_transformer", "--task",
+                                        "translation", *SMALL, "--ran-transition", "ffn"]))
+    for dest in ("ran_initial_init", "ran_ffn_dim", "options_version"):  # options version 1
+        args.__dict__.pop(dest, None)
     old = RanTransformerModel.build_model(args, FakeTask())
     assert (args.ran_initial_init, args.ran_ffn_dim) == ("normal", None)
     old.load_state_dict(trained.state_dict())  # strict: every shape as trained
@@ -871,8 +872,9 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
                                            ["unused-data", "--arch", "ran_transformer", "--task",
                                             "translation", *SMALL, *flags])
 
-    saved = parsed()
-    del saved.ran_initial_init, saved.ran_ffn_dim, saved.ran_transition
+    saved = RanTransformerModel.resolve_args(parsed())  # every option, as a checkpoint saves them
+    for dest in ("ran_initial_init", "ran_ffn_dim", "ran_transition"):
+        saved.__dict__.pop(dest, None)
     assert changed_flags(RanTransformerModel, saved, parsed()) == []
     assert changed_flags(RanTransformerModel, saved, parsed("--ran-initial-init", "xavier")) == [
         ("--ran-initial-init", "normal", "xavier")]
@@ -894,19 +896,16 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
         args = options.parse_args_and_arch(options.get_training_parser(),
                                            ["unused-data", "--arch", "ran_transformer",
                                             "--task", "translation", *flags])
-        del args.ran_decoder_initial, args.ran_transition, args.options_version
-        RanTransformerModel.upgrade_args(args)
-        ran_base_architecture(args)
-        return args
+        for dest in ("ran_decoder_initial", "ran_transition", "options_version"):
+            args.__dict__.pop(dest, None)
+        return RanTransformerModel.resolve_args(args)
 
     old = saved()
     assert (old.ran_decoder_initial, old.ran_transition) == ("full", "paper")
     assert saved("--decoder-self-attention", "dot").ran_decoder_initial == "lower-triangle"
     new = saved()
     new.ran_decoder_initial = "lower-triangle"  # saved after the option existed: kept
-    RanTransformerModel.upgrade_args(new)
-    ran_base_architecture(new)
-    assert new.ran_decoder_initial == "lower-triangle"
+    assert RanTransformerModel.resolve_args(new).ran_decoder_initial == "lower-triangle"
 
 
 # ---- kernels of a training step --------------------------------------------------------------
