@@ -219,11 +219,14 @@ class PluginModel:
 
     @classmethod
     def add_args(cls, parser):
-        """The flags of the config class, without argparse defaults: the named architecture, then
-        the config class, fill what a command line leaves out. A parsed namespace records the
-        options version (a checkpoint's of version 1 records none)."""
+        """The flags of the config class, with its defaults; those it leaves to the named
+        architecture (None) have none, for the architecture function to fill. A parsed namespace
+        records the options version (a checkpoint's of version 1 records none)."""
         gen_parser_from_dataclass(parser, cls.config_class()(), delete_default=True)
-        parser.set_defaults(**{VERSION: cls.OPTIONS_VERSION})
+        defaults = {f.name: _default(f) for f in dataclasses.fields(cls.config_class())
+                    if not f.name.startswith("_")}
+        parser.set_defaults(**{dest: value for dest, value in defaults.items()
+                               if value is not None}, **{VERSION: cls.OPTIONS_VERSION})
 
     @classmethod
     def namespace_of(cls, cfg) -> argparse.Namespace:

@@ -111,6 +111,7 @@ def test_the_ran_cases_are_the_recipes_ran_all_at_its_sizes():
     the sizes of ran_transformer_small (ran-cpu) or ran_transformer (ran-paper); every case has
     a padded twin and a peer with a clone spec."""
     from fairseq import options
+    from fairseq.models import MODEL_REGISTRY
 
     from ran_lab import plugin
 
@@ -125,6 +126,7 @@ def test_the_ran_cases_are_the_recipes_ran_all_at_its_sizes():
         case = peers.CASES[name]
         args = options.parse_args_and_arch(options.get_training_parser(),
                                            ["unused-data", "--task", "translation", "--arch", arch])
+        args = MODEL_REGISTRY["ran_transformer"].resolve_args(args)  # as the model builds
         for side in ("encoder", "decoder"):
             assert (getattr(args, f"{side}_layers"), getattr(args, f"{side}_embed_dim"),
                     getattr(args, f"{side}_ffn_embed_dim"),

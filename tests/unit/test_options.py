@@ -4,6 +4,7 @@ named architectures, the validation and the docs' option tables. Checkpoints of 
 (tests/data/options_v2, saved as dicts) load with the outputs the code that saved them
 computed."""
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -105,8 +106,13 @@ def test_the_flags_and_defaults_come_from_the_config_dataclass(model):
     parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
     cls.add_args(parser)
     parsed = parser.parse_args([])
-    # no argparse default (the architecture and the dataclass give them) but the options version
-    assert vars(parsed) == {"options_version": 2}
+    # the dataclass's defaults; those it leaves to the architecture (None) are left out
+    defaults = {f.name: f.default for f in dataclasses.fields(config)
+                if not f.name.startswith("_") and f.default is not None}
+    assert {k: getattr(parsed, k) for k in defaults} == defaults
+    assert parsed.options_version == 2
+    assert not any(getattr(parsed, f.name, None) is None for f in dataclasses.fields(config)
+                   if hasattr(parsed, f.name))
     fields = option_tables.own_fields(model)
     assert fields and all(f.metadata.get("help") for f in fields)
     args = cls.resolve_args(parsed)
