@@ -1,7 +1,7 @@
 """ran_fairseq: recurrent and pervasive attention architectures as a fairseq ``--user-dir`` plugin.
 
 Importing the package imports fairseq and registers the plugin's models, architectures,
-criterions, optimizer and the ``ter`` scorer. It also makes the default fixes of
+criterions, learning-rate scheduler and the ``ter`` scorer. It also makes the default fixes of
 ``ran_fairseq.fixes.FIXES``, those the four architectures' users need (fairseq checkpoints under
 torch's weights-only loading, multi-process training and resume on CPUs, length errors that name
 the flag, the resume check of architecture flags, ``--bf16`` off a TPU), and the opt-in fixes
@@ -13,5 +13,5 @@ from . import fixes
 
 fixes.apply()
 
-from . import criterions, models, optim  # noqa: E402,F401  (register with fairseq)
+from . import criterions, lr_scheduler, models  # noqa: E402,F401  (register with fairseq)
 from .scoring import ter  # noqa: E402,F401  (--scoring ter)

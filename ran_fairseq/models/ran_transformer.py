@@ -58,12 +58,12 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from ..compat import PositionLimit
 from ..modules.positional_attention import (
     RAN_DECODER_INITIAL,
     RAN_INITIAL_INIT,
     RAN_TRANSITIONS,
     PositionalSelfAttention,
+    PositionLimit,
     build_positional_matrices,
 )
 from ._common import (

@@ -50,7 +50,13 @@ step).
 """
 from typing import Optional
 
-from .common import RAN_DECODER_INITIAL, RAN_INITIAL_INIT, RAN_TRANSITIONS, STEP_BLOCK
+from .common import (
+    RAN_DECODER_INITIAL,
+    RAN_INITIAL_INIT,
+    RAN_TRANSITIONS,
+    STEP_BLOCK,
+    PositionLimit,
+)
 from .gaussian import GaussianAttentionMatrices
 from .layer import PositionalSelfAttention
 from .matrices import PositionalAttentionMatrices
@@ -60,7 +66,7 @@ from .synthesizer import RandomSynthesizerMatrices
 
 __all__ = [
     "RAN_DECODER_INITIAL", "RAN_INITIAL_INIT", "RAN_TRANSITIONS", "STEP_BLOCK",
-    "FeedForwardTransition", "GaussianAttentionMatrices",
+    "FeedForwardTransition", "GaussianAttentionMatrices", "PositionLimit",
     "PositionalAttentionMatrices", "PositionalSelfAttention", "RandomSynthesizerMatrices",
     "RecurrentAttentionMatrices", "_PaperRecurrence", "build_positional_matrices",
 ]
