@@ -145,10 +145,10 @@ def test_the_plugin_builds_ran_all_with_the_authors_choices_from_a_ran_case():
     for side in (model.encoder, model.decoder):
         matrices = side.self_attn_matrices
         assert type(matrices).__name__ == "RecurrentAttentionMatrices"
-        assert matrices.transition_type == "ffn" and matrices.initial_init == "xavier"
+        assert matrices.ran_transition == "ffn" and matrices.ran_initial_init == "xavier"
         assert matrices.transition.fc1.out_features == 1024 and matrices.max_positions == 256
         assert side.layers[0].self_attn.dropout == 0
-    assert model.decoder.self_attn_matrices.decoder_initial == "full"
+    assert model.decoder.self_attn_matrices.ran_decoder_initial == "full"
 
 
 def test_the_commit_of_a_clone_is_that_of_its_own_git_tree(tmp_path):

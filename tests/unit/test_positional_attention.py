@@ -8,14 +8,24 @@ import torch.nn.functional as F
 from fairseq import options
 from fairseq.data import Dictionary
 
-from ran_fairseq.models.ran_transformer import RanTransformerModel
+from ran_fairseq.models.ran_transformer import RanTransformerConfig, RanTransformerModel
 from ran_fairseq.modules.positional_attention import (
     FeedForwardTransition,
     GaussianAttentionMatrices,
     PositionalSelfAttention,
     RandomSynthesizerMatrices,
-    RecurrentAttentionMatrices,
 )
+from ran_fairseq.modules.positional_attention import ran as ran_module
+
+# the RAN options at ran_transformer's defaults (its config holds them)
+RAN_DEFAULTS = {dest: getattr(RanTransformerConfig(), dest) for dest in
+                ("ran_transition", "ran_decoder_initial", "ran_initial_init", "ran_ffn_dim")}
+
+
+def RecurrentAttentionMatrices(*args, **options):
+    """The RAN matrix source with ``options`` and otherwise the model's defaults."""
+    return ran_module.RecurrentAttentionMatrices(*args, **{**RAN_DEFAULTS, **options})
+
 
 N = 12  # positions
 HEADS, LAYERS, DIM = 2, 3, 8
@@ -113,7 +123,7 @@ def test_ran_gradients_reach_initial_matrices_and_transition_unless_fixed():
 RAN_VARIANTS = {  # id: constructor options
     "paper": {},
     "no-ln-res": {"layernorm_residual": False},
-    "ffn": {"transition": "ffn"},
+    "ffn": {"ran_transition": "ffn"},
 }
 
 
@@ -149,7 +159,7 @@ def naive_rows(matrices, lower_triangle):
             m = i + 1 if lower_triangle else N
             row = matrices.initial[k, i, :m]
             for layer in range(LAYERS):
-                if matrices.transition_type == "ffn":
+                if matrices.ran_transition == "ffn":
                     fc1, fc2 = matrices.transition.fc1, matrices.transition.fc2
                     hidden = torch.relu(fc1.weight[:, :m] @ row + fc1.bias)
                     row = fc2.weight[:m] @ hidden + fc2.bias[:m] + row
@@ -172,7 +182,7 @@ def all_logits(matrices, rows=N):
 
 @pytest.mark.parametrize("variant", ["paper", "no-ln-res"])
 def test_ran_decoder_full_is_the_whole_row_recurrence_bit_for_bit(variant):
-    matrices = ran_matrices(True, decoder_initial="full", **RAN_VARIANTS[variant])
+    matrices = ran_matrices(True, ran_decoder_initial="full", **RAN_VARIANTS[variant])
     with torch.no_grad():
         assert torch.equal(all_logits(matrices), whole_row_reference(matrices))
         expected = whole_row_reference(matrices)[1].masked_fill(
@@ -202,7 +212,7 @@ def test_ran_recurrence_matches_its_naive_per_row_definition(variant, side):
 def test_ran_decoder_future_of_a0_reaches_visible_logits_only_with_full(variant):
     future = torch.ones(N, N, dtype=torch.bool).triu(1)
     for decoder_initial in ("lower-triangle", "full"):
-        matrices = ran_matrices(True, decoder_initial=decoder_initial, **RAN_VARIANTS[variant])
+        matrices = ran_matrices(True, ran_decoder_initial=decoder_initial, **RAN_VARIANTS[variant])
         with torch.no_grad():
             before = all_logits(matrices).clone()
             probs = matrices.causal_probs(2, N, torch.float32).clone()
@@ -220,7 +230,7 @@ def test_ran_decoder_future_of_a0_reaches_visible_logits_only_with_full(variant)
 
 
 def test_ran_ffn_transition_parameters_and_gradients():
-    matrices = RecurrentAttentionMatrices(LAYERS, HEADS, N, causal=True, transition="ffn",
+    matrices = RecurrentAttentionMatrices(LAYERS, HEADS, N, causal=True, ran_transition="ffn",
                                           freeze_initial=True)
     transition = matrices.transition
     assert isinstance(transition, FeedForwardTransition) and matrices.layer_norm is None
@@ -238,15 +248,15 @@ def test_ran_ffn_transition_parameters_and_gradients():
 def test_ran_options_are_checked():
     with pytest.raises(ValueError, match="layernorm_residual=False .* the ffn transition"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, layernorm_residual=False,
-                                   transition="ffn")
+                                   ran_transition="ffn")
     with pytest.raises(ValueError, match="transition must be one of paper, ffn"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="gru")
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_transition="gru")
     with pytest.raises(ValueError, match="decoder_initial must be one of"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, decoder_initial="upper")
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_decoder_initial="upper")
 
 
 def test_ran_initial_matrices_normal_by_default_or_xavier_as_the_authors_code():
-    """§2.2's "randomly initialized" A_0: N(0, n^-1/2) by default; with initial_init="xavier",
+    """§2.2's "randomly initialized" A_0: N(0, n^-1/2) by default; with ran_initial_init="xavier",
     Xavier-uniform over the whole (h, n, n) tensor (fan-in n·n, fan-out h·n), as the authors'
     released code: a standard deviation of about 0.0054 at h = 8, n = 256."""
     heads, n = 8, 256
@@ -255,7 +265,7 @@ def test_ran_initial_matrices_normal_by_default_or_xavier_as_the_authors_code():
     assert normal.std().item() == pytest.approx(n ** -0.5, rel=0.02)
     for causal in (False, True):
         torch.manual_seed(0)
-        xavier = RecurrentAttentionMatrices(1, heads, n, causal, initial_init="xavier").initial
+        xavier = RecurrentAttentionMatrices(1, heads, n, causal, ran_initial_init="xavier").initial
         torch.manual_seed(0)
         expected = torch.nn.init.xavier_uniform_(torch.empty(heads, n, n))
         assert torch.equal(xavier, expected)
@@ -265,7 +275,7 @@ def test_ran_initial_matrices_normal_by_default_or_xavier_as_the_authors_code():
         assert xavier.std().item() == pytest.approx(0.0054, abs=0.0001)
     # the initialization applies to frozen matrices too (Table 3's "fixed" rows keep it)
     fixed = RecurrentAttentionMatrices(1, heads, 32, False, freeze_initial=True,
-                                       initial_init="xavier").initial
+                                       ran_initial_init="xavier").initial
     assert not fixed.requires_grad and fixed.abs().max() <= math.sqrt(6 / (32 * 32 + heads * 32))
 
 
@@ -274,7 +284,7 @@ def test_ran_ffn_transition_width(causal):
     """ffn_dim sets the hidden width m of the feed-forward transition (default 4n); the
     recurrence is the same per-row definition at any width."""
     assert FeedForwardTransition(N).fc1.out_features == 4 * N
-    matrices = ran_matrices(causal, transition="ffn", ffn_dim=7)
+    matrices = ran_matrices(causal, ran_transition="ffn", ran_ffn_dim=7)
     transition = matrices.transition
     assert (transition.fc1.weight.shape, transition.fc2.weight.shape) == ((7, N), (N, 7))
     assert sum(p.numel() for p in transition.parameters()) == 2 * 7 * N + 7 + N
@@ -289,12 +299,12 @@ def test_ran_ffn_transition_width(causal):
 
 def test_ran_initialization_and_width_options_are_checked():
     with pytest.raises(ValueError, match="initial_init must be one of normal, xavier"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, initial_init="uniform")
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_initial_init="uniform")
     with pytest.raises(ValueError, match="ffn_dim sets the hidden width of the ffn "
                                          "transition"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ffn_dim=16)
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_ffn_dim=16)
     with pytest.raises(ValueError, match="hidden width must be positive, got 0"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="ffn", ffn_dim=0)
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_transition="ffn", ran_ffn_dim=0)
 
 
 # ---- layers use softmax(A_l[:T, :T]) · V ------------------------------------------------------
@@ -530,7 +540,7 @@ def autograd_recurrence(matrices, rows):
 def test_ran_recurrence_gradients_equal_autograds(side, rows):
     """The recurrence's backward is written out (one autograd node for all layers): its
     gradients are those of the plain autograd computation, for every parameter."""
-    options = {"decoder_initial": "full"} if side == "decoder-full" else {}
+    options = {"ran_decoder_initial": "full"} if side == "decoder-full" else {}
     matrices = ran_matrices(side != "encoder", **options)
     upstream = torch.randn(LAYERS, HEADS, rows, N, dtype=torch.float64)
     (autograd_recurrence(matrices, rows) * upstream).sum().backward()
@@ -777,7 +787,7 @@ SMALL = ("--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim"
 def test_default_arch_is_ran_all_with_its_limits():
     model = build("ran_transformer", *SMALL)
     for side in (model.encoder, model.decoder):
-        assert isinstance(side.self_attn_matrices, RecurrentAttentionMatrices)
+        assert isinstance(side.self_attn_matrices, ran_module.RecurrentAttentionMatrices)
         assert all(isinstance(layer.self_attn, PositionalSelfAttention) for layer in side.layers)
         assert all(layer.self_attn.dropout == 0.2 for layer in side.layers)
     assert model.decoder.self_attn_matrices.causal and not model.encoder.self_attn_matrices.causal
@@ -830,11 +840,11 @@ def test_ran_initialization_and_width_flags_reach_the_matrices_and_are_checked()
     for side in (model.encoder, model.decoder):
         matrices = side.self_attn_matrices
         assert matrices.transition.fc1.weight.shape == (24, 20)
-        assert matrices.initial_init == "xavier"
+        assert matrices.ran_initial_init == "xavier"
         assert matrices.initial.abs().max() <= math.sqrt(6 / (20 * 20 + 2 * 20))
     default = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
     assert default.encoder.self_attn_matrices.transition.fc1.weight.shape == (80, 20)  # 4n
-    assert default.decoder.self_attn_matrices.initial_init == "normal"
+    assert default.decoder.self_attn_matrices.ran_initial_init == "normal"
     with pytest.raises(ValueError, match="--ran-ffn-dim sets the hidden width of "
                                          "--ran-transition ffn; --ran-transition is paper"):
         build("ran_transformer", *SMALL, "--ran-ffn-dim", "24")
@@ -883,12 +893,12 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
 def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
     model = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
     encoder, decoder = model.encoder.self_attn_matrices, model.decoder.self_attn_matrices
-    assert (encoder.transition_type, decoder.transition_type) == ("ffn", "ffn")
-    assert decoder.decoder_initial == "lower-triangle" and decoder.masks_future
+    assert (encoder.ran_transition, decoder.ran_transition) == ("ffn", "ffn")
+    assert decoder.ran_decoder_initial == "lower-triangle" and decoder.masks_future
     assert not encoder.masks_future
     full = build("ran_transformer", *SMALL, "--ran-decoder-initial", "full")
-    assert full.decoder.self_attn_matrices.decoder_initial == "full"
-    assert full.encoder.self_attn_matrices.transition_type == "paper"
+    assert full.decoder.self_attn_matrices.ran_decoder_initial == "full"
+    assert full.encoder.self_attn_matrices.ran_transition == "paper"
 
     def saved(*flags):
         """A model namespace as a checkpoint stores it, from before --ran-decoder-initial (options

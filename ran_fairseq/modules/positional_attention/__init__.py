@@ -15,8 +15,8 @@ The sources:
   A_0 per head and one transition shared by all heads and layers,
   A_l = LN(tanh(A_{l-1} Wᵀ + b)) + A_{l-1} (Eqs. 3-4), W acting along the key axis of every row;
   in a decoder, only the lower triangle of each matrix takes part in the transition (§2.2) unless
-  ``decoder_initial="full"``; ``transition="ffn"`` is the feed-forward transition of the authors'
-  released code (theirs where its hidden width ``ffn_dim`` is 1,024), ``initial_init="xavier"``
+  ``ran_decoder_initial="full"``; ``ran_transition="ffn"`` is the feed-forward transition of the authors'
+  released code (theirs where its hidden width ``ran_ffn_dim`` is 1,024), ``ran_initial_init="xavier"``
   their initialization of A_0.
 - :class:`RandomSynthesizerMatrices` (Tay et al. 2020): a learned (h, n, n) matrix per layer.
 - :class:`GaussianAttentionMatrices` (HC-SA, You et al. 2020): fixed logits -(j - i - c_k)² / 2σ²,
@@ -73,20 +73,19 @@ __all__ = [
 
 
 def build_positional_matrices(kind: str, num_layers: int, num_heads: int, max_positions: int,
-                              causal: bool, freeze_initial: bool = False,
-                              layernorm_residual: bool = True,
-                              gaussian_std: float = 1.0, ran_transition: str = "paper",
-                              ran_decoder_initial: str = "lower-triangle",
-                              ran_initial_init: str = "normal", ran_ffn_dim: Optional[int] = None
+                              causal: bool, *, freeze_initial: bool, layernorm_residual: bool,
+                              gaussian_std: float, ran_transition: str, ran_decoder_initial: str,
+                              ran_initial_init: str, ran_ffn_dim: Optional[int]
                               ) -> PositionalAttentionMatrices:
-    """The matrix source for ``kind`` in {"ran", "synthesizer", "gaussian"}."""
+    """The matrix source for ``kind`` in {"ran", "synthesizer", "gaussian"}; the other arguments
+    are the model's options of the same names (``ran_transformer``'s config holds the defaults)."""
     if kind == "ran":
         return RecurrentAttentionMatrices(num_layers, num_heads, max_positions, causal,
-                                          freeze_initial=freeze_initial,
-                                          layernorm_residual=layernorm_residual,
-                                          transition=ran_transition,
-                                          decoder_initial=ran_decoder_initial,
-                                          initial_init=ran_initial_init, ffn_dim=ran_ffn_dim)
+                                          ran_transition=ran_transition,
+                                          ran_decoder_initial=ran_decoder_initial,
+                                          ran_initial_init=ran_initial_init,
+                                          ran_ffn_dim=ran_ffn_dim, freeze_initial=freeze_initial,
+                                          layernorm_residual=layernorm_residual)
     if kind == "synthesizer":
         return RandomSynthesizerMatrices(num_layers, num_heads, max_positions, causal)
     if kind == "gaussian":
