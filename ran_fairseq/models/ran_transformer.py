@@ -1,40 +1,13 @@
 """``ran_transformer``: fairseq's transformer with input-independent self-attention (Zeng et al.
 2021, "Recurrent Attention for Neural Machine Translation") and its baselines.
 
-The self-attention of each side is chosen by ``--encoder-self-attention`` and
-``--decoder-self-attention``:
-
-- ``ran``: Recurrent Attention, learned initial matrices A_0 and a recurrent transition per side
-  (Eqs. 2-4), see :mod:`ran_fairseq.modules.positional_attention`;
-- ``synthesizer``: Random Synthesizer (Tay et al. 2020), a learned matrix per layer;
-- ``gaussian``: HC-SA (You et al. 2020), fixed Gaussians around i-1 and i+1 (decoder: i-1 and i);
-- ``dot``: fairseq's multi-head dot-product attention, unchanged.
-
-``--arch ran_transformer`` is RAN-ALL: ``ran`` on both sides, transformer-base sizes (6+6 layers,
-512/2048, 8 heads), attention dropout 0.2 on the input-independent attention
-(``--positional-attention-dropout``), n = 256 positions (``--max-attention-positions``). The
-paper's systems are flag settings of it: TransF (dot, dot), HC-SA (gaussian, gaussian), Syn-R
-(synthesizer, synthesizer), RAN-E (ran, dot), RAN-D (dot, ran), RAN-ALL (ran, ran); Table 2
-drops positional embeddings per side (``--no-encoder-positional-embeddings``,
-``--no-decoder-positional-embeddings``); Table 3 freezes A_0 (``--ran-fixed-initial-matrices``)
-or removes the transition's LN and residual (``--ran-no-layernorm-residual``). Two RAN options go
-beyond the paper's systems: ``--ran-decoder-initial`` (``lower-triangle``, the default and §2.2's
-reading: the decoder's transition sees only the lower triangle of each matrix; ``full``: whole rows,
-the causal mask at the softmax only, as before this option existed and in the authors' code) and
-``--ran-transition`` (``paper``, Eqs. 3-4, the default; ``ffn``: the feed-forward transition of
-the authors' released code, n → m → n with ReLU and a residual, m = ``--ran-ffn-dim``, default 4n;
-the authors' m is 1,024 whatever n, so ``ffn`` is their transition where m = 1,024). A_0 is
-"randomly initialized" (§2.2): ``--ran-initial-init normal`` (default, N(0, n^-1/2)) or ``xavier``
-(Xavier-uniform over the (h, n, n) tensor, as the authors' code). Checkpoints saved before
-``--ran-decoder-initial`` existed load with ``full``, the computation they were trained with;
-those saved before ``--ran-initial-init`` and ``--ran-ffn-dim`` load with ``normal`` and 4n.
-``ran_transformer_iwslt_de_en`` has transformer_iwslt_de_en's sizes (512/1024, 4 heads) and
-``ran_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
-
-Sentences longer than n are filtered or capped by fairseq, since ``max_positions()`` reports at
-most n on each side that uses input-independent attention. The encoder and decoder expose their
-matrix source as ``self_attn_matrices`` (None for dot-product): ``probs(layer, length)`` gives a
-layer's (heads, length, length) weights for a sentence of that length, for analyses.
+``--encoder-self-attention`` and ``--decoder-self-attention`` choose each side's: ``ran``
+(Eqs. 2-4, :mod:`ran_fairseq.modules.positional_attention`), ``synthesizer``, ``gaussian``
+(HC-SA) or ``dot`` (fairseq's). ``--arch ran_transformer`` is RAN-ALL at transformer-base sizes;
+the paper's systems are flag settings of it (docs/ran_transformer.md); ``*_iwslt_de_en`` and
+``*_small`` are other sizes. :class:`RanTransformerConfig` holds every option and its default.
+Sentences longer than n = ``--max-attention-positions`` are filtered or capped by fairseq, since
+``max_positions()`` reports at most n on a side with input-independent attention.
 """
 import contextlib
 import logging

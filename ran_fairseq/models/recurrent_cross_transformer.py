@@ -1,26 +1,14 @@
 """``recurrent_cross_transformer``: fairseq's transformer whose encoder-decoder attention sees its
 own earlier decisions (Rosendahl et al. 2021, "Recurrent Attention for the Transformer").
 
-Encoder, embeddings, self-attention and feed-forward blocks are fairseq's; only the decoder
-layers' encoder-decoder attention is replaced by
-:class:`~ran_fairseq.modules.recurrent_cross_attention.RecurrentCrossAttention`, chosen by
-``--cross-attention`` (Eqs. 1-10), ``--kv-variant`` (which extra key/value pair ``expand-kv``
-builds, Eqs. 5-8; 1 and 2 build it from the layer's full previous context, the attention output
-of step i-1, heads concatenated, then the output projection, §3.1), ``--rescale-lambda`` and
-``--rescale-window`` (λ and k of Eqs. 9, 10) and ``--recurrent-cross-layers`` (the decoder layers
-that use the variant, 0-based as in ``decoder.layers.N``, or ``all``; the others use plain
-dot-product attention, Eq. 1). :class:`RecurrentCrossTransformerConfig` declares them, with their defaults (the paper's
-values).
-
-Checkpoints saved with the former ``--cross-attention-recurrence`` option load: ``eager`` was the
-only recurrence and is what runs; ``compile`` loads as eager with a one-line notice (the same
-outputs and gradients; CHANGELOG.md says why the option went).
-
-``--arch recurrent_cross_transformer`` has transformer-base sizes (6+6 layers, 512/2048, 8 heads),
-``recurrent_cross_transformer_iwslt_de_en`` transformer_iwslt_de_en's (512/1024, 4 heads) and
-``recurrent_cross_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
-The recurrence runs from the first target position, so targets must be right-padded (fairseq's
-default; ``--left-pad-target`` is refused).
+Only the decoder layers' encoder-decoder attention changes:
+:class:`~ran_fairseq.modules.recurrent_cross_attention.RecurrentCrossAttention` with
+``--cross-attention`` (Eqs. 1-10), ``--kv-variant`` (Eqs. 5-8), ``--rescale-lambda`` and
+``--rescale-window`` (λ and k of Eqs. 9, 10), in the layers of ``--recurrent-cross-layers``
+(0-based, or ``all``; the others use Eq. 1). :class:`RecurrentCrossTransformerConfig` holds every
+option and its default (the paper's values). ``--arch recurrent_cross_transformer`` has
+transformer-base sizes; ``*_iwslt_de_en`` and ``*_small`` are other sizes. The recurrence runs from
+the first target position, so targets must be right-padded (``--left-pad-target`` is refused).
 """
 import logging
 import math
