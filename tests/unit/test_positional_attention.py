@@ -16,6 +16,8 @@ from ran_fairseq.modules.positional_attention import (
     RandomSynthesizerMatrices,
 )
 from ran_fairseq.modules.positional_attention import ran as ran_module
+from ran_fairseq.modules.positional_attention import recurrence as recurrence_module
+from ran_fairseq.modules.positional_attention.recurrence import paper_recurrence_eager
 
 # the RAN options at ran_transformer's defaults (its config holds them)
 RAN_DEFAULTS = {dest: getattr(RanTransformerConfig(), dest) for dest in
@@ -510,29 +512,39 @@ def test_gradients_flow_through_incremental_steps():
 
 
 def autograd_recurrence(matrices, rows):
-    """A_1..A_L of the paper's transition by autograd in float64, §2.2's layer norm over the
-    visible entries written out directly (masked mean and biased variance)."""
-    weight, bias = matrices.transition.weight.double(), matrices.transition.bias.double()
+    """A_1..A_L of the paper's transition by autograd in float64 (the module's eager
+    reference)."""
     norm = matrices.layer_norm
-    gain, shift = norm.weight.double(), norm.bias.double()
-    a = matrices.initial[:, :rows].double()
     future = torch.ones(N, N, dtype=torch.bool).triu(1)[:rows] if matrices.masks_future else None
-    if future is not None:
-        a = a.masked_fill(future, 0.0)
-    layers = []
-    for _ in range(LAYERS):
-        x = torch.tanh(F.linear(a, weight, bias))
-        if future is None:
-            y = F.layer_norm(x, (N,), gain, shift, norm.eps)
-        else:
-            count = (~future).sum(-1, keepdim=True).double()
-            x = x.masked_fill(future, 0.0)
-            centred = (x - x.sum(-1, keepdim=True) / count).masked_fill(future, 0.0)
-            variance = centred.pow(2).sum(-1, keepdim=True) / count
-            y = (centred * torch.rsqrt(variance + norm.eps) * gain + shift).masked_fill(future, 0.0)
-        a = y + a
-        layers.append(a)
-    return torch.stack(layers)
+    return paper_recurrence_eager(
+        matrices.initial[:, :rows].double(), matrices.transition.weight.double(),
+        matrices.transition.bias.double(), norm.weight.double(), norm.bias.double(), LAYERS,
+        norm.eps, future)
+
+
+def test_the_eager_recurrence_is_the_paper_s_equations_row_by_row():
+    """The eager reference against Eqs. 3-4 written per row (naive_rows), so that the written-out
+    recurrence is checked against the equations, not only against the reference."""
+    for causal in (False, True):
+        matrices = ran_matrices(causal)
+        with torch.no_grad():
+            torch.testing.assert_close(autograd_recurrence(matrices, N).float(),
+                                       naive_rows(matrices, lower_triangle=causal),
+                                       rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder-lower-triangle"])
+def test_the_module_switch_selects_the_eager_recurrence(side, monkeypatch):
+    matrices = ran_matrices(side != "encoder")
+    fast = matrices._compute_logits(N)
+    calls = []
+    monkeypatch.setattr(ran_module, "paper_recurrence_eager",
+                        lambda *a: calls.append(1) or paper_recurrence_eager(*a))
+    monkeypatch.setattr(recurrence_module, "USE_EAGER", True)
+    eager = matrices._compute_logits(N)
+    assert calls and eager.grad_fn is not None
+    assert "PaperRecurrence" not in type(eager.grad_fn).__name__
+    torch.testing.assert_close(eager, fast, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows", [N, 5], ids=["all-rows", "5-rows"])

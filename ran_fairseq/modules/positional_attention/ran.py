@@ -12,7 +12,8 @@ from .common import (
     RAN_TRANSITIONS,
 )
 from .matrices import PositionalAttentionMatrices
-from .recurrence import _PaperRecurrence
+from . import recurrence
+from .recurrence import _PaperRecurrence, paper_recurrence_eager
 
 
 class FeedForwardTransition(nn.Module):
@@ -124,9 +125,11 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
         triangle = self._triangle(rows, a.device) if self.masks_future else None
         if self.ran_transition == "paper" and self.layer_norm is not None:  # Eqs. 3-4
             norm = self.layer_norm
-            return _PaperRecurrence.apply(
-                a, self.transition.weight.float(), self.transition.bias.float(),
-                norm.weight.float(), norm.bias.float(), self.num_layers, norm.eps, triangle)
+            inputs = (a, self.transition.weight.float(), self.transition.bias.float(),
+                      norm.weight.float(), norm.bias.float(), self.num_layers, norm.eps)
+            if recurrence.USE_EAGER:
+                return paper_recurrence_eager(*inputs, None if triangle is None else triangle["future"])
+            return _PaperRecurrence.apply(*inputs, triangle)
         if triangle is not None:
             # §2.2: row i (query position i) keeps its keys j <= i; the rest is zero in every A_l
             a = a * triangle["visible"]
