@@ -14,5 +14,5 @@ from . import fixes
 
 fixes.apply()
 
-from . import criterions, models, optim  # noqa: E402,F401  (register with fairseq)
+from . import criterions, lr_scheduler, models  # noqa: E402,F401  (register with fairseq)
 from .scoring import ter  # noqa: E402,F401  (--scoring ter)

@@ -260,23 +260,6 @@ def _started_by_torchrun():
     return all(k in os.environ for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"))
 
 
-class PositionLimit(int):
-    """A model's maximum sentence length that remembers the flag that sets it (a model's
-    ``max_positions()`` may return one); it prints as ``256 (--max-attention-positions)`` in
-    fairseq's messages and pickles as a plain int."""
-
-    def __new__(cls, value, flag):
-        limit = super().__new__(cls, value)
-        limit.flag = flag
-        return limit
-
-    def __repr__(self):
-        return f"{int(self)} ({self.flag})"
-
-    def __reduce__(self):
-        return int, (int(self),)
-
-
 def named_length_errors():
     """A sentence longer than the model takes stops fairseq-generate, fairseq-interactive and the
     hub's ``translate`` with fairseq's "Size of sample #0 is invalid ... max_positions=(256, 256)".

@@ -12,8 +12,6 @@ Options given by the caller win; a data-bin the pipeline did not make gets fairs
 import logging
 import os
 
-from fairseq.models import BaseFairseqModel
-
 from ran_text.tokenization import NoRecordError, recorded_options, translation_options, unreproduced
 
 logger = logging.getLogger(__name__)
@@ -71,20 +69,54 @@ def _checked(method):
     return call
 
 
-def _from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
-                     **kwargs):
+def known_keywords(config_class):
+    """The keywords ``from_pretrained`` passes on: the model's options (``config_class``),
+    fairseq's own (every group of ``FairseqConfig``, its tasks', tokenizers', BPEs' and other
+    registered components' options, the groups' names) and ``hub_utils.from_pretrained``'s."""
+    import dataclasses
+    import inspect
+
+    from fairseq import hub_utils
+    from fairseq.dataclass.configs import FairseqConfig
+    from fairseq.registry import REGISTRIES
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    classes = [config_class, *TASK_DATACLASS_REGISTRY.values()]
+    classes += [c for registry in REGISTRIES.values()
+                for c in registry["dataclass_registry"].values()]
+    names = {f.name for f in dataclasses.fields(FairseqConfig)}
+    for group in dataclasses.fields(FairseqConfig):
+        if dataclasses.is_dataclass(group.type):
+            classes.append(group.type)
+    for cls in classes:
+        names |= {f.name for f in dataclasses.fields(cls)}
+    names |= set(inspect.signature(hub_utils.from_pretrained).parameters)
+    return {name for name in names if not name.startswith("_")} | {"arch"}
+
+
+def from_pretrained(cls, fairseq_from_pretrained, model_name_or_path, checkpoint_file,
+                    data_name_or_path, kwargs):
+    """``fairseq_from_pretrained`` (fairseq's ``BaseFairseqModel.from_pretrained``) for the model
+    class ``cls``, refusing a keyword that is no option (fairseq would pass it on as an override
+    no one reads), with DATA's recorded tokenization as the default, and a hub whose
+    ``translate`` and ``sample`` take a sentence or a list of them."""
+    import difflib
+
+    known = known_keywords(cls.config_class())
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        own = sorted(f for f in cls.config_class().__dataclass_fields__ if not f.startswith("_"))
+
+        def named(key):
+            close = difflib.get_close_matches(key, own, n=1) \
+                or difflib.get_close_matches(key, sorted(known), n=1)
+            return repr(key) + (f" (did you mean {close[0]!r}?)" if close else "")
+
+        raise TypeError(f"{cls.__name__}.from_pretrained() got a keyword that is no option of "
+                        f"the model or of fairseq: {', '.join(map(named, unknown))}")
     kwargs = with_data_bin_defaults(model_name_or_path, data_name_or_path, kwargs)
-    hub = BaseFairseqModel.from_pretrained.__func__(
-        cls, model_name_or_path, checkpoint_file=checkpoint_file,
-        data_name_or_path=data_name_or_path, **kwargs)
+    hub = fairseq_from_pretrained(cls, model_name_or_path, checkpoint_file=checkpoint_file,
+                                  data_name_or_path=data_name_or_path, **kwargs)
     for name in ("translate", "sample"):  # a sentence or a list of them, never bytes or ""
         setattr(hub, name, _checked(getattr(hub, name)))
     return hub
-
-
-def add_data_bin_defaults(cls):
-    """Give ``cls`` a ``from_pretrained`` that applies ``with_data_bin_defaults`` first."""
-    method = classmethod(_from_pretrained)
-    method.__func__.__doc__ = __doc__
-    cls.from_pretrained = method
-    return cls

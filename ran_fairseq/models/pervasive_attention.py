@@ -24,7 +24,7 @@ size (L = 8, g = 16, d = 64, k = 3). :meth:`PervasiveAttentionModel.complexity` 
 and multiply-adds for given sentence lengths (paper Table 2).
 """
 import logging
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 import torch
@@ -32,27 +32,27 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.models import (
     FairseqEncoder,
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
+    register_model,
     register_model_architecture,
 )
 from fairseq.modules import PositionalEmbedding
 
 from ..modules.aggregators import AGGREGATORS, SourceAggregator
 from ..modules.densenet2d import GATINGS, DenseNet2d
-from .options import (
-    Option,
-    Options,
+from ._common import (
+    PluginConfig,
     PluginModel,
-    add_version_buffer,
-    configured,
-    flag_of,
+    current_options,
+    fill,
     positive,
     probability,
+    require,
     saved_version,
-    upgrade_state_dict,
 )
 
 POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
@@ -219,12 +219,64 @@ class PervasiveAttentionDecoder(FairseqIncrementalDecoder):
         return min(self.max_target_positions, self.embed_positions.max_positions)
 
 
+def _option(default, help, **metadata):
+    return field(default=default, metadata={"help": help, **metadata})
+
+
+SET_BY_ARCH = "; set by --arch"
+
+
+@dataclass
+class PervasiveAttentionConfig(PluginConfig):
+    """``pervasive_attention``'s options; the sizes that are None are the named architecture's."""
+
+    aggregator: Optional[ChoiceEnum(AGGREGATORS)] = _option(
+        "max", "pooling over the source axis: max (Eq. 2), avg (Eq. 3, 1/sqrt|s|), attn (Eqs. "
+               "8-9) or max-attn (both, concatenated)")
+    num_layers: Optional[int] = _option(None, "DenseNet layers" + SET_BY_ARCH)
+    growth_rate: Optional[int] = _option(
+        None, "channels each DenseNet layer adds (its 1x1 bottleneck has 4G)" + SET_BY_ARCH)
+    kernel_size: Optional[int] = _option(
+        None, "odd size k of the masked convolution: k source columns x ceil(k/2) target rows "
+              "(the current one and k//2 before it)" + SET_BY_ARCH)
+    gated_convolutions: Optional[ChoiceEnum(GATINGS)] = _option(
+        "none", "gated linear units in each DenseNet layer: 'masked' (the value when the flag is "
+                "given alone) gates the masked k x k convolution, which matches the paper's "
+                "Table 1 count (9.64M); 'both' gates the 1x1 convolution too, as the paper's "
+                "text says", argparse_const="masked")
+    memory_efficient_densenet: Optional[bool] = _option(
+        False, "recompute each layer's concatenation, batch norms, ReLUs and 1x1 convolution "
+               "(all before the masked convolution) in the backward pass instead of storing them")
+    encoder_embed_dim: Optional[int] = _option(None, "source embedding size d_s" + SET_BY_ARCH)
+    decoder_embed_dim: Optional[int] = _option(None, "target embedding size d_t" + SET_BY_ARCH)
+    share_decoder_input_output_embed: Optional[bool] = _option(
+        False, "tie the output projection to the target embeddings (the pooled features are "
+               "projected to d_t first)")
+    positional_embeddings: Optional[ChoiceEnum(POSITIONAL_EMBEDDINGS)] = _option(
+        "none", "positional embeddings added to both sides' token embeddings (not in the paper)")
+    dropout: Optional[float] = _option(0.2, "dropout after each masked convolution")
+    embedding_dropout: Optional[float] = _option(0.2, "dropout on the source and target embeddings")
+    output_dropout: Optional[float] = _option(0.2, "dropout on the pooled features before E")
+    recompute_grid: Optional[bool] = _option(
+        False, "incremental decoding recomputes the whole grid at every step instead of one row "
+               "per layer (a speed baseline)")
+    # the task's length limits, which the model reads too (the grid's size, positions)
+    max_source_positions: Optional[int] = _option(1024, "the longest source sentence (tokens) trained on")
+    max_target_positions: Optional[int] = _option(1024, "the longest target sentence (tokens) trained on")
+
+
+def base_architecture(args):
+    """The paper's sizes (``--arch pervasive_attention``)."""
+    current_options(args)
+    fill(args, num_layers=24, growth_rate=32, kernel_size=5, encoder_embed_dim=128,
+         decoder_embed_dim=128)
+
+
+@register_model("pervasive_attention", dataclass=PervasiveAttentionConfig)
 class PervasiveAttentionModel(PluginModel, FairseqEncoderDecoderModel):
     """Pervasive Attention (Elbayad et al. 2018); see the module docstring."""
 
-    @staticmethod
-    def add_args(parser):
-        OPTIONS.add_args(parser)
+    base_architecture = staticmethod(base_architecture)
 
     @classmethod
     def upgrade_args(cls, args):
@@ -233,6 +285,14 @@ class PervasiveAttentionModel(PluginModel, FairseqEncoderDecoderModel):
         if saved_version(args) < 2 and isinstance(getattr(args, "gated_convolutions", None),
                                                    bool):
             args.gated_convolutions = "both" if args.gated_convolutions else "none"
+
+    @classmethod
+    def check_args(cls, args):
+        positive(args, "num_layers", "growth_rate", "encoder_embed_dim", "decoder_embed_dim",
+                 "max_source_positions", "max_target_positions")
+        require(args, "kernel_size", lambda v: v >= 1 and v % 2 == 1,
+                "must be odd (the masked convolution is centred on the source axis)")
+        probability(args, "dropout", "embedding_dropout", "output_dropout")
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -245,12 +305,8 @@ class PervasiveAttentionModel(PluginModel, FairseqEncoderDecoderModel):
             source_dim=args.encoder_embed_dim)
         model = cls(encoder, decoder)
         model.training_length_cap = (args.max_source_positions, args.max_target_positions)
-        add_version_buffer(model, OPTIONS.version)
+        model.add_version_buffer()
         return model
-
-    def upgrade_state_dict_named(self, state_dict, name):
-        upgrade_state_dict(state_dict, name, OPTIONS.version)
-        super().upgrade_state_dict_named(state_dict, name)
 
     def train(self, mode: bool = True):
         """As nn.Module.train; the first switch to training mode warns when the longest
@@ -298,87 +354,9 @@ class PervasiveAttentionModel(PluginModel, FairseqEncoderDecoderModel):
         return {"parameters": params, "multiply_adds": macs, "flops": 2 * macs}
 
 
-def _odd(value):
-    return None if value >= 1 and value % 2 == 1 else \
-        "must be odd (the masked convolution is centred on the source axis)"
-
-
-def _check_positions(args):
-    for dest in POSITION_LIMITS:
-        if getattr(args, dest) < 1:
-            raise ValueError(f"{flag_of(dest)} must be positive, got {getattr(args, dest)}")
-
-
-OPTIONS = Options(version=2, rules=(_check_positions,), options=(
-    Option("aggregator", "max", choices=AGGREGATORS,
-           help="pooling over the source axis: max (Eq. 2), avg (Eq. 3, 1/sqrt|s|), attn (Eqs. "
-                "8-9) or max-attn (both, concatenated)"),
-    Option("num_layers", 24, type=int, metavar="L", check=positive, help="DenseNet layers"),
-    Option("growth_rate", 32, type=int, metavar="G", check=positive,
-           help="channels each DenseNet layer adds (its 1x1 bottleneck has 4G)"),
-    Option("kernel_size", 5, type=int, metavar="K", check=_odd,
-           help="odd size k of the masked convolution: k source columns x ceil(k/2) target rows "
-                "(the current one and k//2 before it)"),
-    Option("gated_convolutions", "none", choices=GATINGS, nargs="?", const="masked",
-           metavar="WHICH",
-           help="gated linear units in each DenseNet layer: 'masked' (the value when the flag is "
-                "given alone) gates the masked k x k convolution, which matches the paper's "
-                "Table 1 count (9.64M); 'both' gates the 1x1 convolution too, as the paper's "
-                "text says"),
-    Option("memory_efficient_densenet", False,
-           help="recompute each layer's concatenation, batch norms, ReLUs and 1x1 convolution "
-                "(all before the masked convolution) in the backward pass instead of storing "
-                "them"),
-    Option("encoder_embed_dim", 128, type=int, metavar="D_S", check=positive,
-           help="source embedding size d_s"),
-    Option("decoder_embed_dim", 128, type=int, metavar="D_T", check=positive,
-           help="target embedding size d_t"),
-    Option("share_decoder_input_output_embed", False,
-           help="tie the output projection to the target embeddings (the pooled features are "
-                "projected to d_t first)"),
-    Option("positional_embeddings", "none", choices=POSITIONAL_EMBEDDINGS,
-           help="positional embeddings added to both sides' token embeddings (not in the "
-                "paper)"),
-    Option("dropout", 0.2, type=float, metavar="D", check=probability,
-           help="dropout after each masked convolution"),
-    Option("embedding_dropout", 0.2, type=float, metavar="D", check=probability,
-           help="dropout on the source and target embeddings"),
-    Option("output_dropout", 0.2, type=float, metavar="D", check=probability,
-           help="dropout on the pooled features before E"),
-    Option("recompute_grid", False,
-           help="incremental decoding recomputes the whole grid at every step instead of one "
-                "row per layer (a speed baseline)"),
-))
-
-SMALL = {"num_layers": 8, "growth_rate": 16, "kernel_size": 3, "encoder_embed_dim": 64,
-         "decoder_embed_dim": 64}
-
-
-# The task's length limits, which the model reads too (the grid's size, positional embeddings).
-POSITION_LIMITS = ("max_source_positions", "max_target_positions")
-DEFAULT_POSITIONS = 1024
-
-# fairseq's config of the model (fairseq-hydra-train's model.<option>): the table above and the
-# length limits
-PervasiveAttentionConfig = OPTIONS.config_dataclass(
-    "PervasiveAttentionConfig", module=__name__,
-    inherited=[(dest, Optional[int], field(default=None, metadata={
-        "help": f"the longest {side} sentence (tokens) trained on; default {DEFAULT_POSITIONS}"}))
-        for dest, side in zip(POSITION_LIMITS, ("source", "target"))])
-
-
-def base_architecture(args, **defaults):
-    """The paper's sizes (``--arch pervasive_attention``)."""
-    OPTIONS.fill(args, **defaults)
-    for dest in POSITION_LIMITS:
-        if getattr(args, dest, None) is None:
-            setattr(args, dest, DEFAULT_POSITIONS)
-
-
-PervasiveAttentionModel = configured("pervasive_attention", OPTIONS, PervasiveAttentionConfig,
-                                     base_architecture)(PervasiveAttentionModel)
-
-
 @register_model_architecture("pervasive_attention", "pervasive_attention_small")
 def pervasive_attention_small(args):
-    base_architecture(args, **SMALL)
+    current_options(args)
+    fill(args, num_layers=8, growth_rate=16, kernel_size=3, encoder_embed_dim=64,
+         decoder_embed_dim=64)
+    base_architecture(args)

@@ -1,46 +1,22 @@
 """``ran_transformer``: fairseq's transformer with input-independent self-attention (Zeng et al.
 2021, "Recurrent Attention for Neural Machine Translation") and its baselines.
 
-The self-attention of each side is chosen by ``--encoder-self-attention`` and
-``--decoder-self-attention``:
-
-- ``ran``: Recurrent Attention, learned initial matrices A_0 and a recurrent transition per side
-  (Eqs. 2-4), see :mod:`ran_fairseq.modules.positional_attention`;
-- ``synthesizer``: Random Synthesizer (Tay et al. 2020), a learned matrix per layer;
-- ``gaussian``: HC-SA (You et al. 2020), fixed Gaussians around i-1 and i+1 (decoder: i-1 and i);
-- ``dot``: fairseq's multi-head dot-product attention, unchanged.
-
-``--arch ran_transformer`` is RAN-ALL: ``ran`` on both sides, transformer-base sizes (6+6 layers,
-512/2048, 8 heads), attention dropout 0.2 on the input-independent attention
-(``--positional-attention-dropout``), n = 256 positions (``--max-attention-positions``). The
-paper's systems are flag settings of it: TransF (dot, dot), HC-SA (gaussian, gaussian), Syn-R
-(synthesizer, synthesizer), RAN-E (ran, dot), RAN-D (dot, ran), RAN-ALL (ran, ran); Table 2
-drops positional embeddings per side (``--no-encoder-positional-embeddings``,
-``--no-decoder-positional-embeddings``); Table 3 freezes A_0 (``--ran-fixed-initial-matrices``)
-or removes the transition's LN and residual (``--ran-no-layernorm-residual``). Two RAN options go
-beyond the paper's systems: ``--ran-decoder-initial`` (``lower-triangle``, the default and §2.2's
-reading: the decoder's transition sees only the lower triangle of each matrix; ``full``: whole rows,
-the causal mask at the softmax only, as before this option existed and in the authors' code) and
-``--ran-transition`` (``paper``, Eqs. 3-4, the default; ``ffn``: the feed-forward transition of
-the authors' released code, n → m → n with ReLU and a residual, m = ``--ran-ffn-dim``, default 4n;
-the authors' m is 1,024 whatever n, so ``ffn`` is their transition where m = 1,024). A_0 is
-"randomly initialized" (§2.2): ``--ran-initial-init normal`` (default, N(0, n^-1/2)) or ``xavier``
-(Xavier-uniform over the (h, n, n) tensor, as the authors' code). Checkpoints saved before
-``--ran-decoder-initial`` existed load with ``full``, the computation they were trained with;
-those saved before ``--ran-initial-init`` and ``--ran-ffn-dim`` load with ``normal`` and 4n.
-``ran_transformer_iwslt_de_en`` has transformer_iwslt_de_en's sizes (512/1024, 4 heads) and
-``ran_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
-
-Sentences longer than n are filtered or capped by fairseq, since ``max_positions()`` reports at
-most n on each side that uses input-independent attention. The encoder and decoder expose their
-matrix source as ``self_attn_matrices`` (None for dot-product): ``probs(layer, length)`` gives a
-layer's (heads, length, length) weights for a sentence of that length, for analyses.
+``--encoder-self-attention`` and ``--decoder-self-attention`` choose each side's: ``ran``
+(Eqs. 2-4, :mod:`ran_fairseq.modules.positional_attention`), ``synthesizer``, ``gaussian``
+(HC-SA) or ``dot`` (fairseq's). ``--arch ran_transformer`` is RAN-ALL at transformer-base sizes;
+the paper's systems are flag settings of it (docs/ran_transformer.md); ``*_iwslt_de_en`` and
+``*_small`` are other sizes. :class:`RanTransformerConfig` holds every option and its default.
+Sentences longer than n = ``--max-attention-positions`` are filtered or capped by fairseq, since
+``max_positions()`` reports at most n on a side with input-independent attention.
 """
 import contextlib
 import logging
+from dataclasses import dataclass, field
+from typing import Optional
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model_architecture
+from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
     TransformerDecoderBase,
@@ -55,36 +31,77 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from ..compat import PositionLimit
 from ..modules.positional_attention import (
     RAN_DECODER_INITIAL,
     RAN_INITIAL_INIT,
     RAN_TRANSITIONS,
     PositionalSelfAttention,
+    PositionLimit,
     build_positional_matrices,
 )
 from ._common import (
-    SIZES_SET_BY_ARCHITECTURES,
-    check_transformer_flags,
-    small_transformer_sizes,
-)
-from .options import (
-    Option,
-    Options,
+    current_options,
     PluginModel,
-    above_zero,
-    add_version_buffer,
-    configured,
+    TransformerFlags,
+    check_transformer_flags,
     positive,
     probability,
+    require,
     saved_version,
-    transformer_fields,
-    upgrade_state_dict,
+    small_transformer,
 )
 
 logger = logging.getLogger(__name__)
 
 SELF_ATTENTION_TYPES = ("dot", "ran", "gaussian", "synthesizer")
+MAX_POSITIONS_FLAG = "--max-attention-positions"
+
+
+@dataclass
+class RanTransformerConfig(TransformerFlags):
+    """``ran_transformer``'s options: fairseq's transformer options and these."""
+
+    encoder_self_attention: Optional[ChoiceEnum(SELF_ATTENTION_TYPES)] = field(default="ran", metadata={
+        "help": "encoder self-attention: dot, ran, gaussian (HC-SA) or synthesizer (Random "
+                "Synthesizer)"})
+    decoder_self_attention: Optional[ChoiceEnum(SELF_ATTENTION_TYPES)] = field(default="ran", metadata={
+        "help": "decoder self-attention, as --encoder-self-attention"})
+    max_attention_positions: Optional[int] = field(default=256, metadata={
+        "help": "positions n covered by the input-independent attention matrices (n×n per "
+                "head); longer sentences are rejected"})
+    positional_attention_dropout: Optional[float] = field(default=0.2, metadata={
+        "help": "dropout on the input-independent attention weights (ran, synthesizer, "
+                "gaussian)"})
+    ran_fixed_initial_matrices: Optional[bool] = field(default=False, metadata={
+        "help": "RAN: keep the initial attention matrices at their random initialization "
+                "(Table 3 'fixed')"})
+    ran_no_layernorm_residual: Optional[bool] = field(default=False, metadata={
+        "help": "RAN: transition A_l = tanh(W A_{l-1} + b), without layer normalization and "
+                "residual (Table 3 'w/o LN&RES')"})
+    ran_decoder_initial: Optional[ChoiceEnum(RAN_DECODER_INITIAL)] = field(
+        default="lower-triangle", metadata={
+            "help": "RAN decoder: lower-triangle (§2.2, 'only the lower triangular matrix of "
+                    "each Initial Attention Matrix is leveraged'): row i of every matrix is "
+                    "transitioned and layer-normalized over keys j <= i only, the rest kept at "
+                    "zero; full: the whole row is transitioned and the future masked only at the "
+                    "softmax (the authors' code)"})
+    ran_transition: Optional[ChoiceEnum(RAN_TRANSITIONS)] = field(default="paper", metadata={
+        "help": "RAN transition: paper (Eqs. 3-4, LN(tanh(W A + b)) + A) or ffn (the authors' "
+                "released code's: A + W2 ReLU(W1 A + b1) + b2, n -> m -> n with m = "
+                "--ran-ffn-dim, no layer norm; §2.3 names FFNs as an option)"})
+    ran_ffn_dim: Optional[int] = field(default=None, metadata={
+        "help": "RAN: hidden width m of --ran-transition ffn (n = --max-attention-positions; "
+                "the authors' code uses 1024 whatever n); default 4n"})
+    ran_initial_init: Optional[ChoiceEnum(RAN_INITIAL_INIT)] = field(default="normal", metadata={
+        "help": "RAN: random initialization of the initial matrices A_0 (§2.2 says 'randomly "
+                "initialized'): normal (N(0, n^-1/2)) or xavier (Xavier-uniform over the "
+                "(heads, n, n) tensor, as the authors' released code)"})
+    gaussian_attention_std: Optional[float] = field(default=1.0, metadata={
+        "help": "standard deviation of the HC-SA Gaussians"})
+    no_encoder_positional_embeddings: Optional[bool] = field(default=False, metadata={
+        "help": "no positional embeddings on the encoder input (Table 2)"})
+    no_decoder_positional_embeddings: Optional[bool] = field(default=False, metadata={
+        "help": "no positional embeddings on the decoder input (Table 2)"})
 
 
 def side_matrices(cfg, side):
@@ -100,7 +117,7 @@ def side_matrices(cfg, side):
         gaussian_std=cfg.gaussian_attention_std, ran_transition=cfg.ran_transition,
         ran_decoder_initial=cfg.ran_decoder_initial, ran_initial_init=cfg.ran_initial_init,
         ran_ffn_dim=cfg.ran_ffn_dim)
-    matrices.limit_name = (OPTIONS["max_attention_positions"].flag, TOO_LONG_ADVICE)
+    matrices.limit_name = (MAX_POSITIONS_FLAG, TOO_LONG_ADVICE)
     return matrices
 
 
@@ -162,7 +179,7 @@ def _attention_limit(limit, matrices):
     carrying its flag into fairseq's messages."""
     if matrices is None or limit < matrices.max_positions:
         return limit
-    return PositionLimit(matrices.max_positions, OPTIONS["max_attention_positions"].flag)
+    return PositionLimit(matrices.max_positions, MAX_POSITIONS_FLAG)
 
 
 def _scope(matrices, incremental_state=None):
@@ -227,18 +244,12 @@ class RanTransformerDecoder(TransformerDecoderBase):
         return _attention_limit(super().max_positions(), self.self_attn_matrices)
 
 
+@register_model("ran_transformer", dataclass=RanTransformerConfig)
 class RanTransformerModel(PluginModel, TransformerModel):
     """Transformer with Recurrent Attention (Zeng et al. 2021) or another self-attention per side;
     see the module docstring for the flags and the default (RAN-ALL)."""
 
-    @classmethod
-    def hub_models(cls):
-        return {}
-
-    @classmethod
-    def add_args(cls, parser):
-        super().add_args(parser)
-        OPTIONS.add_args(parser)
+    base_architecture = staticmethod(base_architecture)  # fairseq's transformer-base sizes
 
     @classmethod
     def upgrade_args(cls, args):
@@ -252,14 +263,38 @@ class RanTransformerModel(PluginModel, TransformerModel):
             args.ran_decoder_initial = "full"
 
     @classmethod
+    def check_args(cls, args):
+        positive(args, "max_attention_positions", "ran_ffn_dim")
+        probability(args, "positional_attention_dropout")
+        require(args, "gaussian_attention_std", lambda v: v > 0, "must be positive")
+        if args.cross_self_attention and args.decoder_self_attention != "dot":
+            raise ValueError("--cross-self-attention needs --decoder-self-attention dot")
+        if args.ran_transition == "ffn" and args.ran_no_layernorm_residual:
+            raise ValueError("--ran-no-layernorm-residual removes the layer norm and residual of "
+                             "the paper's transition (Eqs. 3-4); --ran-transition ffn has no "
+                             "layer norm: use --ran-transition paper with it")
+        if args.ran_ffn_dim is not None and args.ran_transition != "ffn":
+            raise ValueError(f"--ran-ffn-dim sets the hidden width of --ran-transition ffn; "
+                             f"--ran-transition is {args.ran_transition}")
+        defaults = RanTransformerConfig()
+        ran_side = "ran" in (args.encoder_self_attention, args.decoder_self_attention)
+        for dest in ("ran_transition", "ran_initial_init"):
+            value = getattr(args, dest)
+            if value != getattr(defaults, dest) and not ran_side:
+                raise ValueError(f"--{dest.replace('_', '-')} {value} needs RAN on a side: "
+                                 f"--encoder-self-attention ran or --decoder-self-attention ran")
+        if args.ran_decoder_initial != defaults.ran_decoder_initial \
+                and args.decoder_self_attention != "ran":
+            raise ValueError(f"--ran-decoder-initial {args.ran_decoder_initial} applies to a RAN "
+                             f"decoder only; --decoder-self-attention is "
+                             f"{args.decoder_self_attention}")
+        check_transformer_flags(args)
+
+    @classmethod
     def build_model(cls, cfg, task):
         model = super().build_model(cls.checked_args(cfg), task)
-        add_version_buffer(model, OPTIONS.version)
+        model.add_version_buffer()
         return model
-
-    def upgrade_state_dict_named(self, state_dict, name):
-        upgrade_state_dict(state_dict, name, OPTIONS.version)
-        super().upgrade_state_dict_named(state_dict, name)
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
@@ -272,100 +307,14 @@ class RanTransformerModel(PluginModel, TransformerModel):
                                      no_encoder_attn=cfg.no_cross_attention)
 
 
-def _check_combinations(args):
-    """The options' combinations, each error naming its flags."""
-    if args.cross_self_attention and args.decoder_self_attention != "dot":
-        raise ValueError("--cross-self-attention needs --decoder-self-attention dot")
-    if args.ran_transition == "ffn" and args.ran_no_layernorm_residual:
-        raise ValueError("--ran-no-layernorm-residual removes the layer norm and residual of the "
-                         "paper's transition (Eqs. 3-4); --ran-transition ffn has no layer "
-                         "norm: use --ran-transition paper with it")
-    if args.ran_ffn_dim is not None and args.ran_transition != "ffn":
-        raise ValueError(f"--ran-ffn-dim sets the hidden width of --ran-transition ffn; "
-                         f"--ran-transition is {args.ran_transition}")
-    ran_side = "ran" in (args.encoder_self_attention, args.decoder_self_attention)
-    for dest in ("ran_transition", "ran_initial_init"):
-        value = getattr(args, dest)
-        if value != OPTIONS[dest].default and not ran_side:
-            raise ValueError(f"{OPTIONS[dest].flag} {value} needs RAN on a side: "
-                             f"--encoder-self-attention ran or --decoder-self-attention ran")
-    if args.ran_decoder_initial != OPTIONS["ran_decoder_initial"].default \
-            and args.decoder_self_attention != "ran":
-        raise ValueError(f"--ran-decoder-initial {args.ran_decoder_initial} applies to a RAN "
-                         f"decoder only; --decoder-self-attention is "
-                         f"{args.decoder_self_attention}")
-
-
-OPTIONS = Options(version=2, rules=(_check_combinations, check_transformer_flags), options=(
-    Option("encoder_self_attention", "ran", choices=SELF_ATTENTION_TYPES,
-           help="encoder self-attention: dot, ran, gaussian (HC-SA) or synthesizer (Random "
-                "Synthesizer)"),
-    Option("decoder_self_attention", "ran", choices=SELF_ATTENTION_TYPES,
-           help="decoder self-attention, as --encoder-self-attention"),
-    Option("max_attention_positions", 256, type=int, metavar="N", check=positive,
-           help="positions n covered by the input-independent attention matrices (n×n per "
-                "head); longer sentences are rejected"),
-    Option("positional_attention_dropout", 0.2, type=float, metavar="D", check=probability,
-           help="dropout on the input-independent attention weights (ran, synthesizer, "
-                "gaussian)"),
-    Option("ran_fixed_initial_matrices", False,
-           help="RAN: keep the initial attention matrices at their random initialization "
-                "(Table 3 'fixed')"),
-    Option("ran_no_layernorm_residual", False,
-           help="RAN: transition A_l = tanh(W A_{l-1} + b), without layer normalization and "
-                "residual (Table 3 'w/o LN&RES')"),
-    Option("ran_decoder_initial", "lower-triangle", choices=RAN_DECODER_INITIAL,
-           help="RAN decoder: lower-triangle (§2.2, 'only the lower triangular matrix of each "
-                "Initial Attention Matrix is leveraged'): row i of every matrix is transitioned "
-                "and layer-normalized over keys j <= i only, the rest kept at zero; full: the "
-                "whole row is transitioned and the future masked only at the softmax (the "
-                "authors' code)"),
-    # resuming a checkpoint saved before these two options existed compares its (absent) value
-    # with argparse's default
-    Option("ran_transition", "paper", choices=RAN_TRANSITIONS, parser_default=True,
-           help="RAN transition: paper (Eqs. 3-4, LN(tanh(W A + b)) + A) or ffn (the authors' "
-                "released code's: A + W2 ReLU(W1 A + b1) + b2, n -> m -> n with m = "
-                "--ran-ffn-dim, no layer norm; §2.3 names FFNs as an option)"),
-    Option("ran_ffn_dim", None, type=int, metavar="M", check=positive, default_text="4n",
-           help="RAN: hidden width m of --ran-transition ffn (n = --max-attention-positions); "
-                "the authors' code uses 1024 whatever n"),
-    Option("ran_initial_init", "normal", choices=RAN_INITIAL_INIT, parser_default=True,
-           help="RAN: random initialization of the initial matrices A_0 (§2.2 says 'randomly "
-                "initialized'): normal (N(0, n^-1/2)) or xavier (Xavier-uniform over the "
-                "(heads, n, n) tensor, as the authors' released code)"),
-    Option("gaussian_attention_std", 1.0, type=float, metavar="S", check=above_zero,
-           help="standard deviation of the HC-SA Gaussians"),
-    Option("no_encoder_positional_embeddings", False,
-           help="no positional embeddings on the encoder input (Table 2)"),
-    Option("no_decoder_positional_embeddings", False,
-           help="no positional embeddings on the decoder input (Table 2)"),
-))
-
-
-# fairseq's config of the model (fairseq-hydra-train's model.<option>): fairseq's transformer
-# options and the table above
-RanTransformerConfig = OPTIONS.config_dataclass(
-    "RanTransformerConfig", inherited=transformer_fields(SIZES_SET_BY_ARCHITECTURES),
-    module=__name__)
-
-
-def ran_base_architecture(args):
-    """The transformer-base sizes (``--arch ran_transformer``)."""
-    OPTIONS.fill(args)
-    base_architecture(args)
-
-
-RanTransformerModel = configured("ran_transformer", OPTIONS, RanTransformerConfig,
-                                 ran_base_architecture)(RanTransformerModel)
-
-
 @register_model_architecture("ran_transformer", "ran_transformer_iwslt_de_en")
 def ran_transformer_iwslt_de_en(args):
+    current_options(args)
     transformer_iwslt_de_en(args)
-    ran_base_architecture(args)
 
 
 @register_model_architecture("ran_transformer", "ran_transformer_small")
 def ran_transformer_small(args):
-    small_transformer_sizes(args)
-    ran_base_architecture(args)
+    current_options(args)
+    small_transformer(args)
+    base_architecture(args)

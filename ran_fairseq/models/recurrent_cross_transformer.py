@@ -1,31 +1,23 @@
 """``recurrent_cross_transformer``: fairseq's transformer whose encoder-decoder attention sees its
 own earlier decisions (Rosendahl et al. 2021, "Recurrent Attention for the Transformer").
 
-Encoder, embeddings, self-attention and feed-forward blocks are fairseq's; only the decoder
-layers' encoder-decoder attention is replaced by
-:class:`~ran_fairseq.modules.recurrent_cross_attention.RecurrentCrossAttention`, chosen by
-``--cross-attention`` (Eqs. 1-10), ``--kv-variant`` (which extra key/value pair ``expand-kv``
-builds, Eqs. 5-8; 1 and 2 build it from the layer's full previous context, the attention output
-of step i-1, heads concatenated, then the output projection, §3.1), ``--rescale-lambda`` and
-``--rescale-window`` (λ and k of Eqs. 9, 10) and ``--recurrent-cross-layers`` (the decoder layers
-that use the variant, 0-based as in ``decoder.layers.N``, or ``all``; the others use plain
-dot-product attention, Eq. 1). :data:`OPTIONS` declares them, with their defaults (the paper's
-values).
-
-Checkpoints saved with the former ``--cross-attention-recurrence`` option load: ``eager`` was the
-only recurrence and is what runs; ``compile`` loads as eager with a one-line notice (the same
-outputs and gradients; CHANGELOG.md says why the option went).
-
-``--arch recurrent_cross_transformer`` has transformer-base sizes (6+6 layers, 512/2048, 8 heads),
-``recurrent_cross_transformer_iwslt_de_en`` transformer_iwslt_de_en's (512/1024, 4 heads) and
-``recurrent_cross_transformer_small`` is a CPU size (3+3 layers, 256/1024, 4 heads).
-The recurrence runs from the first target position, so targets must be right-padded (fairseq's
-default; ``--left-pad-target`` is refused).
+Only the decoder layers' encoder-decoder attention changes:
+:class:`~ran_fairseq.modules.recurrent_cross_attention.RecurrentCrossAttention` with
+``--cross-attention`` (Eqs. 1-10), ``--kv-variant`` (Eqs. 5-8), ``--rescale-lambda`` and
+``--rescale-window`` (λ and k of Eqs. 9, 10), in the layers of ``--recurrent-cross-layers``
+(0-based, or ``all``; the others use Eq. 1). :class:`RecurrentCrossTransformerConfig` holds every
+option and its default (the paper's values). ``--arch recurrent_cross_transformer`` has
+transformer-base sizes; ``*_iwslt_de_en`` and ``*_small`` are other sizes. The recurrence runs from
+the first target position, so targets must be right-padded (``--left-pad-target`` is refused).
 """
 import logging
+import math
+from dataclasses import dataclass, field
+from typing import Optional
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model_architecture
+from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
     TransformerDecoderBase,
@@ -42,20 +34,13 @@ from ..modules.recurrent_cross_attention import (
     RecurrentCrossAttention,
 )
 from ._common import (
-    SIZES_SET_BY_ARCHITECTURES,
-    check_transformer_flags,
-    small_transformer_sizes,
-)
-from .options import (
-    Option,
-    Options,
+    current_options,
     PluginModel,
-    add_version_buffer,
-    configured,
-    finite,
+    TransformerFlags,
+    check_transformer_flags,
+    require,
     saved_version,
-    transformer_fields,
-    upgrade_state_dict,
+    small_transformer,
 )
 
 LAYERS_FLAG = "--recurrent-cross-layers"
@@ -63,6 +48,30 @@ LAYERS_FLAG = "--recurrent-cross-layers"
 REMOVED_RECURRENCE = "cross_attention_recurrence"
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RecurrentCrossTransformerConfig(TransformerFlags):
+    """``recurrent_cross_transformer``'s options: fairseq's transformer options and these (the
+    paper's values as defaults)."""
+
+    cross_attention: Optional[ChoiceEnum(CROSS_ATTENTION_VARIANTS)] = field(
+        default="prev-weight", metadata={
+            "help": "encoder-decoder attention: dot (Eq. 1), prev-context (Eq. 2), prev-weight "
+                    "(Eq. 3), prev-accum-weight (Eq. 4), expand-kv (Eqs. 5-8), continuous "
+                    "(Eq. 9) or coverage (Eq. 10)"})
+    kv_variant: Optional[int] = field(default=1, metadata={
+        "help": "expand-kv: extra key/value from the layer's full previous context (all heads "
+                "concatenated, then the output projection, §3.1) with the shared W_k/W_v (1), "
+                "with separate matrices (2), from the head's own context with separate "
+                "matrices (3), key transformed and value not (4)"})
+    rescale_lambda: Optional[float] = field(default=0.5, metadata={
+        "help": "λ of continuous (Eq. 9, in (0, 1]) and coverage (Eq. 10, >= 0)"})
+    rescale_window: Optional[int] = field(default=5, metadata={
+        "help": "continuous: the window j-k..j+k of Eq. 9"})
+    recurrent_cross_layers: Optional[str] = field(default="all", metadata={
+        "help": "decoder layers (0-based, comma-separated) whose encoder-decoder attention is "
+                "--cross-attention, or 'all'; the others use dot"})
 
 
 def layer_variants(cfg, num_layers):
@@ -120,18 +129,12 @@ class RecurrentCrossTransformerDecoder(TransformerDecoderBase):
         return fsdp_wrap(layer, min_num_params=min_params)
 
 
+@register_model("recurrent_cross_transformer", dataclass=RecurrentCrossTransformerConfig)
 class RecurrentCrossTransformerModel(PluginModel, TransformerModel):
     """Transformer with recurrent encoder-decoder attention (Rosendahl et al. 2021); see the
     module docstring for the flags."""
 
-    @classmethod
-    def hub_models(cls):
-        return {}
-
-    @classmethod
-    def add_args(cls, parser):
-        super().add_args(parser)
-        OPTIONS.add_args(parser)
+    base_architecture = staticmethod(base_architecture)  # fairseq's transformer-base sizes
 
     @classmethod
     def upgrade_args(cls, args):
@@ -141,6 +144,30 @@ class RecurrentCrossTransformerModel(PluginModel, TransformerModel):
             logger.warning("this checkpoint was trained with --cross-attention-recurrence "
                            "compile, which no longer exists: it loads with the eager recurrence "
                            "(the same outputs and gradients)")
+
+    @classmethod
+    def check_args(cls, args):
+        require(args, "kv_variant", lambda v: v in KV_VARIANTS,
+                f"must be one of {', '.join(map(str, KV_VARIANTS))}")
+        require(args, "rescale_lambda", math.isfinite, "must be finite")
+        require(args, "rescale_window", lambda v: not isinstance(v, bool) and isinstance(v, int)
+                and v >= 0, "(k, the window j-k..j+k of Eq. 9) must be an integer >= 0")
+        lam = args.rescale_lambda  # its range depends on the variant (Eqs. 9 and 10)
+        if args.cross_attention == "continuous" and not 0 < lam <= 1:
+            raise ValueError(f"--cross-attention continuous mixes new and previous energies with "
+                             f"weights λ and 1-λ: --rescale-lambda must be in (0, 1], got {lam}")
+        if args.cross_attention == "coverage" and lam < 0:
+            raise ValueError(f"--cross-attention coverage subtracts λ times the attention already "
+                             f"paid: --rescale-lambda must be >= 0, got {lam}")
+        # expand-kv 1 feeds the decoder-side context through the shared W_k/W_v (Eq. 5)
+        if args.cross_attention == "expand-kv" and args.kv_variant == 1 \
+                and args.encoder_embed_dim != args.decoder_embed_dim:
+            raise ValueError(f"--kv-variant 1 feeds the decoder-side context (size "
+                             f"{args.decoder_embed_dim}) through the shared W_k and W_v, which "
+                             f"take encoder states (size {args.encoder_embed_dim}): it needs "
+                             f"--encoder-embed-dim equal to --decoder-embed-dim; use "
+                             f"--kv-variant 2, 3 or 4")
+        check_transformer_flags(args)
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -153,12 +180,8 @@ class RecurrentCrossTransformerModel(PluginModel, TransformerModel):
                              "from the first target position, so targets must be right-padded; "
                              "drop --left-pad-target")
         model = super().build_model(args, task)
-        add_version_buffer(model, OPTIONS.version)
+        model.add_version_buffer()
         return model
-
-    def upgrade_state_dict_named(self, state_dict, name):
-        upgrade_state_dict(state_dict, name, OPTIONS.version)
-        super().upgrade_state_dict_named(state_dict, name)
 
     def set_beam_size(self, beam_size):
         """Called by fairseq's beam search (``EnsembleModel.set_decoder_beam_size``): the
@@ -173,81 +196,15 @@ class RecurrentCrossTransformerModel(PluginModel, TransformerModel):
                                                 no_encoder_attn=cfg.no_cross_attention)
 
 
-def _check_lambda(args):
-    """λ's range depends on the variant (Eqs. 9 and 10)."""
-    lam = args.rescale_lambda
-    if args.cross_attention == "continuous" and not 0 < lam <= 1:
-        raise ValueError(f"--cross-attention continuous mixes new and previous energies with "
-                         f"weights λ and 1-λ: --rescale-lambda must be in (0, 1], got {lam}")
-    if args.cross_attention == "coverage" and lam < 0:
-        raise ValueError(f"--cross-attention coverage subtracts λ times the attention already "
-                         f"paid: --rescale-lambda must be >= 0, got {lam}")
-
-
-def _check_kv_sizes(args):
-    """expand-kv 1 feeds the decoder-side context through the shared W_k/W_v (Eq. 5)."""
-    if args.cross_attention == "expand-kv" and args.kv_variant == 1 \
-            and args.encoder_embed_dim != args.decoder_embed_dim:
-        raise ValueError(f"--kv-variant 1 feeds the decoder-side context (size "
-                         f"{args.decoder_embed_dim}) through the shared W_k and W_v, which take "
-                         f"encoder states (size {args.encoder_embed_dim}): it needs "
-                         f"--encoder-embed-dim equal to --decoder-embed-dim; use --kv-variant 2, "
-                         f"3 or 4")
-
-
-def _integer_window(value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return "(k, the window j-k..j+k of Eq. 9) must be an integer >= 0"
-    return None
-
-
-RULES = (_check_lambda, _check_kv_sizes, check_transformer_flags)
-OPTIONS = Options(version=2, rules=RULES, options=(
-    Option("cross_attention", "prev-weight", choices=CROSS_ATTENTION_VARIANTS,
-           help="encoder-decoder attention: dot (Eq. 1), prev-context (Eq. 2), prev-weight "
-                "(Eq. 3), prev-accum-weight (Eq. 4), expand-kv (Eqs. 5-8), continuous (Eq. 9) "
-                "or coverage (Eq. 10)"),
-    Option("kv_variant", 1, type=int, choices=KV_VARIANTS,
-           help="expand-kv: extra key/value from the layer's full previous context (all heads "
-                "concatenated, then the output projection, §3.1) with the shared W_k/W_v (1), "
-                "with separate matrices (2), from the head's own context with separate "
-                "matrices (3), key transformed and value not (4)"),
-    Option("rescale_lambda", 0.5, type=float, metavar="L", check=finite,
-           help="λ of continuous (Eq. 9, in (0, 1]) and coverage (Eq. 10, >= 0)"),
-    Option("rescale_window", 5, type=int, metavar="K", check=_integer_window,
-           help="continuous: the window j-k..j+k of Eq. 9"),
-    Option("recurrent_cross_layers", "all", metavar="LAYERS",
-           help="decoder layers (0-based, comma-separated) whose encoder-decoder attention is "
-                "--cross-attention, or 'all'; the others use dot"),
-))
-
-
-# fairseq's config of the model (fairseq-hydra-train's model.<option>): fairseq's transformer
-# options and the table above
-RecurrentCrossTransformerConfig = OPTIONS.config_dataclass(
-    "RecurrentCrossTransformerConfig", inherited=transformer_fields(SIZES_SET_BY_ARCHITECTURES),
-    module=__name__)
-
-
-def recurrent_cross_base_architecture(args):
-    """The transformer-base sizes (``--arch recurrent_cross_transformer``)."""
-    OPTIONS.fill(args)
-    base_architecture(args)
-
-
-RecurrentCrossTransformerModel = configured(
-    "recurrent_cross_transformer", OPTIONS, RecurrentCrossTransformerConfig,
-    recurrent_cross_base_architecture)(RecurrentCrossTransformerModel)
-
-
 @register_model_architecture("recurrent_cross_transformer",
                              "recurrent_cross_transformer_iwslt_de_en")
 def recurrent_cross_transformer_iwslt_de_en(args):
+    current_options(args)
     transformer_iwslt_de_en(args)
-    recurrent_cross_base_architecture(args)
 
 
 @register_model_architecture("recurrent_cross_transformer", "recurrent_cross_transformer_small")
 def recurrent_cross_transformer_small(args):
-    small_transformer_sizes(args)
-    recurrent_cross_base_architecture(args)
+    current_options(args)
+    small_transformer(args)
+    base_architecture(args)

@@ -21,29 +21,30 @@ the top encoder layer in every decoder layer, with zero cell states and a zero i
 s̃_j. The model has no length limit of its own: the task's ``--max-source-positions`` /
 ``--max-target-positions`` filter training data only.
 """
+from dataclasses import dataclass, field
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.models import (
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
+    register_model,
     register_model_architecture,
 )
 from fairseq.models.lstm import Embedding, LSTMCell, LSTMEncoder, Linear
 from fairseq.modules import FairseqDropout
 
 from ..modules.dynamic_memory_attention import AttentionRows, DynamicMemoryAttention
-from .options import (
-    Option,
-    Options,
+from ._common import (
+    PluginConfig,
     PluginModel,
-    above_zero,
-    add_version_buffer,
-    configured,
-    non_negative,
+    current_options,
+    fill,
     positive,
     probability,
-    upgrade_state_dict,
+    require,
 )
 
 UNLIMITED_POSITIONS = 100000  # an RNN has no position limit (fairseq's lstm default bound)
@@ -191,13 +192,80 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         self.need_attn = need_attn
 
 
+def _option(default, help):
+    return field(default=default, metadata={"help": help})
+
+
+SET_BY_ARCH = "; set by --arch"
+
+
+@dataclass
+class RNNSearchDynamicMemoryConfig(PluginConfig):
+    """``rnnsearch_dynmem``'s options; the sizes that are None are the named architecture's."""
+
+    dropout: Optional[float] = _option(0.2, "dropout on embeddings, encoder outputs, between LSTM layers "
+                                  "and on the attentional output s̃")
+    encoder_embed_dim: Optional[int] = _option(None, "source embedding size" + SET_BY_ARCH)
+    encoder_hidden_size: Optional[int] = _option(
+        None, "encoder LSTM size per direction (annotations are twice this)" + SET_BY_ARCH)
+    encoder_layers: Optional[int] = _option(1, "bidirectional encoder LSTM layers")
+    decoder_embed_dim: Optional[int] = _option(None, "target embedding size" + SET_BY_ARCH)
+    decoder_hidden_size: Optional[int] = _option(None, "decoder LSTM size" + SET_BY_ARCH)
+    decoder_layers: Optional[int] = _option(1, "decoder LSTM layers")
+    decoder_out_embed_dim: Optional[int] = _option(
+        None, "size of the attentional output s̃_j (Eq. 8)" + SET_BY_ARCH)
+    attention_dim: Optional[int] = _option(
+        None, "size of the additive attention's hidden layer (v_a); default --decoder-hidden-size")
+    dynamic_memory_window: Optional[int] = _option(
+        5, "half-width k of the previous-attention window fed to each source word's memory "
+           "(2k+1 values; paper: 0 and 5)")
+    dynamic_memory_dim: Optional[int] = _option(
+        None, "size of each source word's memory LSTM (paper: 500)" + SET_BY_ARCH)
+    no_dynamic_memory: Optional[bool] = _option(False, "plain RNNSearch attention (Eq. 5) without the "
+                                             "memory")
+    init_range: Optional[float] = _option(0.1, "every parameter starts uniform in [-R, R] (paper: 0.1)")
+    share_decoder_input_output_embed: Optional[bool] = _option(
+        False, "tie W_2 to the target embeddings (needs --decoder-out-embed-dim = "
+               "--decoder-embed-dim)")
+    share_all_embeddings: Optional[bool] = _option(
+        False, "one embedding matrix for source, target and W_2 (needs a joined dictionary and "
+               "equal embedding sizes)")
+
+
+def rnnsearch_dynmem(args):
+    """The paper's sizes (``--arch rnnsearch_dynmem``): embeddings and LSTMs 1000, memory 500."""
+    current_options(args)
+    fill(args, encoder_embed_dim=1000, encoder_hidden_size=1000, decoder_embed_dim=1000,
+         decoder_hidden_size=1000, decoder_out_embed_dim=1000, dynamic_memory_dim=500)
+    fill(args, attention_dim=args.decoder_hidden_size)
+
+
+@register_model("rnnsearch_dynmem", dataclass=RNNSearchDynamicMemoryConfig)
 class RNNSearchDynamicMemoryModel(PluginModel, FairseqEncoderDecoderModel):
     """RNNSearch with the dynamic-memory attention of Yang et al. 2017 (see the module docstring);
     ``--no-dynamic-memory`` gives plain RNNSearch."""
 
-    @staticmethod
-    def add_args(parser):
-        OPTIONS.add_args(parser)
+    base_architecture = staticmethod(rnnsearch_dynmem)
+
+    @classmethod
+    def check_args(cls, args):
+        probability(args, "dropout")
+        positive(args, "encoder_embed_dim", "encoder_hidden_size", "encoder_layers",
+                 "decoder_embed_dim", "decoder_hidden_size", "decoder_layers",
+                 "decoder_out_embed_dim", "attention_dim")
+        require(args, "dynamic_memory_window", lambda v: v >= 0, "must be >= 0")
+        require(args, "init_range", lambda v: v > 0, "must be positive")
+        if not args.no_dynamic_memory and args.dynamic_memory_dim < 1:
+            raise ValueError(f"--dynamic-memory-dim must be positive, got "
+                             f"{args.dynamic_memory_dim} (--no-dynamic-memory turns the memory "
+                             f"off)")
+        if args.share_all_embeddings and args.encoder_embed_dim != args.decoder_embed_dim:
+            raise ValueError("--share-all-embeddings needs --encoder-embed-dim = "
+                             "--decoder-embed-dim")
+        if (args.share_decoder_input_output_embed or args.share_all_embeddings) \
+                and args.decoder_out_embed_dim != args.decoder_embed_dim:
+            raise ValueError("--share-decoder-input-output-embed (and --share-all-embeddings) "
+                             "need --decoder-out-embed-dim = --decoder-embed-dim")
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -224,12 +292,8 @@ class RNNSearchDynamicMemoryModel(PluginModel, FairseqEncoderDecoderModel):
                                    args.share_decoder_input_output_embed)
         model = cls(encoder, decoder)
         model.init_uniform_(args.init_range)
-        add_version_buffer(model, OPTIONS.version)
+        model.add_version_buffer()
         return model
-
-    def upgrade_state_dict_named(self, state_dict, name):
-        upgrade_state_dict(state_dict, name, OPTIONS.version)
-        super().upgrade_state_dict_named(state_dict, name)
 
     def init_uniform_(self, bound):
         """Every parameter uniform in [-bound, bound] (paper: 0.1), padding embeddings zero."""
@@ -242,79 +306,10 @@ class RNNSearchDynamicMemoryModel(PluginModel, FairseqEncoderDecoderModel):
                 embed.weight[embed.padding_idx].zero_()
 
 
-def _check_memory(args):
-    if not args.no_dynamic_memory and args.dynamic_memory_dim < 1:
-        raise ValueError(f"--dynamic-memory-dim must be positive, got {args.dynamic_memory_dim} "
-                         f"(--no-dynamic-memory turns the memory off)")
-
-
-def _check_shared_sizes(args):
-    if args.share_all_embeddings and args.encoder_embed_dim != args.decoder_embed_dim:
-        raise ValueError("--share-all-embeddings needs --encoder-embed-dim = --decoder-embed-dim")
-    if (args.share_decoder_input_output_embed or args.share_all_embeddings) \
-            and args.decoder_out_embed_dim != args.decoder_embed_dim:
-        raise ValueError("--share-decoder-input-output-embed (and --share-all-embeddings) need "
-                         "--decoder-out-embed-dim = --decoder-embed-dim")
-
-
-OPTIONS = Options(version=2, rules=(_check_memory, _check_shared_sizes), options=(
-    Option("dropout", 0.2, type=float, metavar="D", check=probability,
-           help="dropout on embeddings, encoder outputs, between LSTM layers and on the "
-                "attentional output s̃"),
-    Option("encoder_embed_dim", 1000, type=int, metavar="N", check=positive,
-           help="source embedding size"),
-    Option("encoder_hidden_size", 1000, type=int, metavar="N", check=positive,
-           help="encoder LSTM size per direction (annotations are twice this)"),
-    Option("encoder_layers", 1, type=int, metavar="N", check=positive,
-           help="bidirectional encoder LSTM layers"),
-    Option("decoder_embed_dim", 1000, type=int, metavar="N", check=positive,
-           help="target embedding size"),
-    Option("decoder_hidden_size", 1000, type=int, metavar="N", check=positive,
-           help="decoder LSTM size"),
-    Option("decoder_layers", 1, type=int, metavar="N", check=positive,
-           help="decoder LSTM layers"),
-    Option("decoder_out_embed_dim", 1000, type=int, metavar="N", check=positive,
-           help="size of the attentional output s̃_j (Eq. 8)"),
-    Option("attention_dim", None, type=int, metavar="N", check=positive,
-           default_text="--decoder-hidden-size",
-           help="size of the additive attention's hidden layer (v_a)"),
-    Option("dynamic_memory_window", 5, type=int, metavar="K", check=non_negative,
-           help="half-width k of the previous-attention window fed to each source word's memory "
-                "(2k+1 values; paper: 0 and 5)"),
-    Option("dynamic_memory_dim", 500, type=int, metavar="N",
-           help="size of each source word's memory LSTM (paper: 500)"),
-    Option("no_dynamic_memory", False,
-           help="plain RNNSearch attention (Eq. 5) without the memory"),
-    Option("init_range", 0.1, type=float, metavar="R", check=above_zero,
-           help="every parameter starts uniform in [-R, R] (paper: 0.1)"),
-    Option("share_decoder_input_output_embed", False,
-           help="tie W_2 to the target embeddings (needs --decoder-out-embed-dim = "
-                "--decoder-embed-dim)"),
-    Option("share_all_embeddings", False,
-           help="one embedding matrix for source, target and W_2 (needs a joined dictionary and "
-                "equal embedding sizes)"),
-))
-
-SMALL = {"encoder_embed_dim": 256, "encoder_hidden_size": 256, "decoder_embed_dim": 256,
-         "decoder_hidden_size": 256, "decoder_out_embed_dim": 256, "dynamic_memory_dim": 128}
-
-
-# fairseq's config of the model (fairseq-hydra-train's model.<option>), from the table above
-RNNSearchDynamicMemoryConfig = OPTIONS.config_dataclass("RNNSearchDynamicMemoryConfig",
-                                                        module=__name__)
-
-
-def rnnsearch_dynmem(args, **defaults):
-    """The paper's sizes (``--arch rnnsearch_dynmem``)."""
-    OPTIONS.fill(args, **defaults)
-    if args.attention_dim is None:
-        args.attention_dim = args.decoder_hidden_size
-
-
-RNNSearchDynamicMemoryModel = configured("rnnsearch_dynmem", OPTIONS, RNNSearchDynamicMemoryConfig,
-                                         rnnsearch_dynmem)(RNNSearchDynamicMemoryModel)
-
-
 @register_model_architecture("rnnsearch_dynmem", "rnnsearch_dynmem_small")
 def rnnsearch_dynmem_small(args):
-    rnnsearch_dynmem(args, **SMALL)
+    """A CPU size: embeddings and LSTMs 256, memory 128."""
+    current_options(args)
+    fill(args, encoder_embed_dim=256, encoder_hidden_size=256, decoder_embed_dim=256,
+         decoder_hidden_size=256, decoder_out_embed_dim=256, dynamic_memory_dim=128)
+    rnnsearch_dynmem(args)

@@ -212,3 +212,25 @@ def test_translation_tokenizer_matches_the_pipeline(lang, aggressive, tmp_path):
                           moses_no_escape=opts["moses_no_escape"])
     assert ours == pipeline
     assert fairseq_tokens(source_lang=lang, target_lang=lang) != pipeline
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_from_pretrained_refuses_a_keyword_that_is_no_option_naming_the_closest():
+    """fairseq passes every keyword on as an override that nothing reads: a misspelled option
+    would load the checkpoint's value silently (docs/hydra.md)."""
+    from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
+
+    def load(**kwargs):
+        return RecurrentCrossTransformerModel.from_pretrained(
+            str(FIXTURES / "options_v2"), checkpoint_file="recurrent_cross_transformer.pt",
+            data_name_or_path=str(FIXTURES / "options_v1"), **kwargs)
+
+    with pytest.raises(TypeError, match=r"'cross_attenton' \(did you mean 'cross_attention'\?\)"):
+        load(cross_attenton="dot")
+    with pytest.raises(TypeError, match=r"'beem' \(did you mean 'beam'\?\)"):
+        load(beem=2)
+    # the model's options, fairseq's (generation, task) and from_pretrained's own are taken
+    hub = load(rescale_window=3, beam=2, source_lang="de", target_lang="en")
+    assert hub.cfg.model.rescale_window == 3 and hub.cfg.generation.beam == 2

@@ -7,10 +7,17 @@ import torch
 
 import helpers
 from ran_lab.bench import kernels
-from ran_fairseq.modules.positional_attention import (
-    PositionalSelfAttention,
-    RecurrentAttentionMatrices,
-)
+from ran_fairseq.models.ran_transformer import RanTransformerConfig
+from ran_fairseq.modules.positional_attention import PositionalSelfAttention
+from ran_fairseq.modules.positional_attention import ran as ran_module
+
+
+def RecurrentAttentionMatrices(*args):
+    """The RAN matrix source at ran_transformer's defaults (its config holds them)."""
+    config = RanTransformerConfig()
+    return ran_module.RecurrentAttentionMatrices(
+        *args, ran_transition=config.ran_transition, ran_decoder_initial=config.ran_decoder_initial,
+        ran_initial_init=config.ran_initial_init, ran_ffn_dim=config.ran_ffn_dim)
 
 
 def test_views_and_aliases_do_not_count_and_other_operators_do():
@@ -60,7 +67,7 @@ def _step_counts(module, steps, padding=None):
 
 
 def test_ran_decoding_step_is_three_kernels_plus_a_block_copy_every_16_steps():
-    matrices = RecurrentAttentionMatrices(3, 2, 64, causal=True).eval()
+    matrices = RecurrentAttentionMatrices(3, 2, 64, True).eval()
     module = PositionalSelfAttention(8, 2, matrices, layer=1).eval()
     with torch.no_grad(), kernels.KernelCounter() as table:
         with matrices.forward_scope({}):  # what a sequence's first step computes once
@@ -77,7 +84,7 @@ def test_ran_decoding_step_is_three_kernels_plus_a_block_copy_every_16_steps():
 
 
 def test_ran_padded_decoding_step_is_four_kernels_a_layer_beside_shared_bookkeeping():
-    matrices = RecurrentAttentionMatrices(3, 2, 64, causal=True).eval()
+    matrices = RecurrentAttentionMatrices(3, 2, 64, True).eval()
     layers = [PositionalSelfAttention(8, 2, matrices, layer=k).eval() for k in range(3)]
     padding = torch.zeros(3, 6, dtype=torch.bool)
     padding[0, :2] = True  # a left-padded hypothesis

@@ -1,10 +1,11 @@
-"""fairseq-hydra-train and fairseq-train read one declaration per model (its ``Options`` table,
-from which ran_fairseq/models/options.py makes the fairseq config dataclass): each YAML of
+"""fairseq-hydra-train and fairseq-train read one declaration per model (its config dataclass):
+each YAML of
 ran_fairseq/config trains to the same parameters and losses as the same settings given as flags, a
 misspelled model key is refused by name, the named architectures are reachable by
 ``model._name``, every option reaches the model through fairseq-train's flags, and a run trained
 from YAML (its checkpoint stores ``cfg.model`` as a dict) resumes under the resume check."""
 import argparse
+import enum
 import subprocess
 import sys
 import warnings
@@ -21,7 +22,10 @@ from fairseq import options as fairseq_options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf, merge_with_parent
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
-from ran_fairseq.models.options import UnknownOption
+from ran_fairseq.models._common import UnknownOption
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import option_tables  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "ran_fairseq" / "config"
 MODELS = ("ran_transformer", "recurrent_cross_transformer", "rnnsearch_dynmem",
@@ -135,9 +139,8 @@ def test_a_yaml_trains_as_the_same_flags_do(model, joined_databin, tmp_path):
     for folder in (tmp_path / "hydra", tmp_path / "flags"):
         assert torch.serialization.get_unsafe_globals_in_checkpoint(
             folder / "checkpoint_last.pt") == [], folder.name
-    options = MODEL_REGISTRY[model].plugin_options
-    assert {o.dest: saved[0][o.dest] for o in options.options} == \
-        {o.dest: saved[1][o.dest] for o in options.options}
+    options = [f.name for f in option_tables.own_fields(model)]
+    assert {dest: saved[0][dest] for dest in options} == {dest: saved[1][dest] for dest in options}
 
 
 def test_a_misspelled_model_key_is_refused_by_name(joined_databin, tmp_path):
@@ -174,30 +177,38 @@ def test_named_architectures_are_reached_by_model_name(model):
     cls = MODEL_REGISTRY[model]
     archs = named_architectures(model)
     assert model in archs and len(archs) >= 2
-    fields = [f for f in cls.plugin_config.__dataclass_fields__ if not f.startswith("_")]
+    fields = [f for f in cls.config_class().__dataclass_fields__ if not f.startswith("_")]
     for arch in archs:
-        yaml_cfg = merge_with_parent(cls.plugin_config(), OmegaConf.create({"_name": arch}))
+        yaml_cfg = merge_with_parent(cls.config_class()(), OmegaConf.create({"_name": arch}))
         hydra, flags = cls.checked_args(yaml_cfg), cls.checked_args(from_flags(arch))
         assert {f: getattr(hydra, f, None) for f in fields} == \
             {f: getattr(flags, f, None) for f in fields}, arch
-    small = cls.resolve_args(merge_with_parent(cls.plugin_config(),
+    small = cls.resolve_args(merge_with_parent(cls.config_class()(),
                                                OmegaConf.create({"_name": f"{model}_small"})))
-    base = cls.resolve_args(merge_with_parent(cls.plugin_config(),
+    base = cls.resolve_args(merge_with_parent(cls.config_class()(),
                                               OmegaConf.create({"_name": model})))
     assert small.encoder_embed_dim < base.encoder_embed_dim
 
 
-def other_value(option):
-    """A value of ``option`` other than its default, as a command line gives it."""
-    if option.is_switch:
-        return None
-    if option.choices is not None:
-        return str(next(c for c in option.choices if c != option.default))
-    if option.type is int:
-        return str((option.default or 2) + 1)
-    if option.type is float:
-        return str((option.default or 0.5) / 2)
-    return "0"  # --recurrent-cross-layers: the first layer only
+def other_value(option, default):
+    """A value of ``option`` (a dataclass field) other than ``default``, as a command line gives
+    it, and its type."""
+    kind = dataclasses_type(option)
+    if kind is bool:
+        return None, bool
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return next(c.value for c in kind if c.value != default), str
+    if kind is int:
+        return str((default or 2) + 1), int
+    if kind is float:
+        return str((default or 0.5) / 2), float
+    return "0", str  # --recurrent-cross-layers: the first layer only
+
+
+def dataclasses_type(option):
+    from fairseq.dataclass.utils import interpret_dc_type
+
+    return interpret_dc_type(option.type)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -206,12 +217,14 @@ def test_every_option_reaches_the_model_through_the_flags(model):
     test_options.py) given on fairseq-train's command line arrives in the namespace the model is
     built from, through fairseq's conversion of the flags to its config."""
     cls = MODEL_REGISTRY[model]
-    for option in cls.plugin_options.options:
-        value = other_value(option)
-        cfg = from_flags(f"{model}", option.flag, *([] if value is None else [value]))
-        got = getattr(cls.resolve_args(cfg), option.dest)
-        expected = True if value is None else (option.type or option.value_type)(value)
-        assert got == expected, (option.flag, got, expected)
+    base = cls.resolve_args(argparse.Namespace(arch=model, options_version=2))
+    for option in option_tables.own_fields(model):
+        value, kind = other_value(option, getattr(base, option.name))
+        flag = "--" + option.name.replace("_", "-")
+        cfg = from_flags(f"{model}", flag, *([] if value is None else [value]))
+        got = getattr(cls.resolve_args(cfg), option.name)
+        expected = True if value is None else kind(value)
+        assert got == expected, (flag, got, expected)
     if model in ("ran_transformer", "recurrent_cross_transformer"):  # fairseq's own flags too
         args = cls.resolve_args(from_flags(model, "--share-all-embeddings", "--encoder-layers", "2"))
         assert args.share_all_embeddings and args.encoder_layers == 2
@@ -223,8 +236,8 @@ def test_each_yaml_lists_every_option_of_its_model(model):
     cls = MODEL_REGISTRY[model]
     assert ARCH_MODEL_NAME_REGISTRY[cfg["model"]["_name"]] == model
     listed = set(cfg["model"]) - {"_name"}
-    assert {o.dest for o in cls.plugin_options.options} <= listed
-    assert listed <= set(cls.plugin_config.__dataclass_fields__)
+    assert {f.name for f in option_tables.own_fields(model)} <= listed
+    assert listed <= set(cls.config_class().__dataclass_fields__)
     assert cfg["task"]["data"] == "???"  # the user's data-bin, asked for
 
 
@@ -243,27 +256,49 @@ def test_a_yaml_run_resumes_with_flags_and_the_resume_check_reads_its_config(joi
         "optimizer_history"][-1]["num_updates"] == 4
 
 
-def test_a_checkpoint_of_options_version_1_resumes(tmp_path):
-    """tests/data/options_v1 (its cfg.model an argparse.Namespace) resumes under fairseq-train
-    with the flags it recorded."""
-    import importlib.util
+OPTIONS_DATA = Path(__file__).resolve().parents[1] / "data"
 
-    v1 = Path(__file__).resolve().parents[1] / "data" / "options_v1"
-    spec = importlib.util.spec_from_file_location("options_v1_make", v1 / "make.py")
-    make = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make)
-    raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=40, n_valid=4, n_test=4)
+
+@pytest.fixture(scope="module")
+def options_databin(tmp_path_factory):
+    """The synthetic corpus binarized with the dictionaries of tests/data/options_v1."""
+    tmp = tmp_path_factory.mktemp("options_data")
+    v1 = OPTIONS_DATA / "options_v1"
+    raw = helpers.make_synthetic_corpus(tmp / "raw", n_train=40, n_valid=4, n_test=4)
     helpers.run_cli("preprocess", ["-s", "de", "-t", "en", "--trainpref", raw / "train",
-                                   "--validpref", raw / "valid", "--destdir", tmp_path / "bin",
+                                   "--validpref", raw / "valid", "--destdir", tmp / "bin",
                                    "--srcdict", v1 / "dict.de.txt", "--tgtdict",
                                    v1 / "dict.en.txt", "--workers", "1"])
-    arch, flags = make.CHECKPOINTS["ran_transformer"]
-    saved = torch.load(v1 / "ran_transformer.pt", map_location="cpu", weights_only=True)
-    assert isinstance(saved["cfg"]["model"], argparse.Namespace)
+    return tmp / "bin"
+
+
+def _make_module(version):
+    import importlib.util
+
+    path = OPTIONS_DATA / f"options_v{version}" / "make.py"
+    spec = importlib.util.spec_from_file_location(f"options_v{version}_make", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("name", ["ran_transformer", "ran_transformer_ffn",
+                                  "recurrent_cross_transformer", "rnnsearch_dynmem",
+                                  "pervasive_attention"])
+def test_a_checkpoint_of_an_earlier_options_version_resumes(version, name, options_databin,
+                                                            tmp_path):
+    """tests/data/options_v1 (cfg.model an argparse.Namespace) and options_v2 (cfg.model a dict)
+    resume under fairseq-train with the flags they recorded."""
+    make = _make_module(version)
+    path = OPTIONS_DATA / f"options_v{version}" / f"{name}.pt"
+    arch, flags = make.CHECKPOINTS[name]
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    assert isinstance(saved["cfg"]["model"], argparse.Namespace if version == 1 else dict)
     updates = saved["optimizer_history"][-1]["num_updates"]
-    args = helpers.train_args(tmp_path / "bin", tmp_path / "ck", arch, flags,
+    args = helpers.train_args(options_databin, tmp_path / "ck", arch, flags,
                               max_update=updates + 1)
-    proc = helpers.run_cli("train", [*args, "--restore-file", v1 / "ran_transformer.pt"])
+    proc = helpers.run_cli("train", [*args, "--restore-file", path])
     assert f"num_updates={updates + 1}" in proc.stdout + proc.stderr
 
 

@@ -111,6 +111,7 @@ def test_the_ran_cases_are_the_recipes_ran_all_at_its_sizes():
     the sizes of ran_transformer_small (ran-cpu) or ran_transformer (ran-paper); every case has
     a padded twin and a peer with a clone spec."""
     from fairseq import options
+    from fairseq.models import MODEL_REGISTRY
 
     from ran_lab import plugin
 
@@ -125,6 +126,7 @@ def test_the_ran_cases_are_the_recipes_ran_all_at_its_sizes():
         case = peers.CASES[name]
         args = options.parse_args_and_arch(options.get_training_parser(),
                                            ["unused-data", "--task", "translation", "--arch", arch])
+        args = MODEL_REGISTRY["ran_transformer"].resolve_args(args)  # as the model builds
         for side in ("encoder", "decoder"):
             assert (getattr(args, f"{side}_layers"), getattr(args, f"{side}_embed_dim"),
                     getattr(args, f"{side}_ffn_embed_dim"),
@@ -143,10 +145,10 @@ def test_the_plugin_builds_ran_all_with_the_authors_choices_from_a_ran_case():
     for side in (model.encoder, model.decoder):
         matrices = side.self_attn_matrices
         assert type(matrices).__name__ == "RecurrentAttentionMatrices"
-        assert matrices.transition_type == "ffn" and matrices.initial_init == "xavier"
+        assert matrices.ran_transition == "ffn" and matrices.ran_initial_init == "xavier"
         assert matrices.transition.fc1.out_features == 1024 and matrices.max_positions == 256
         assert side.layers[0].self_attn.dropout == 0
-    assert model.decoder.self_attn_matrices.decoder_initial == "full"
+    assert model.decoder.self_attn_matrices.ran_decoder_initial == "full"
 
 
 def test_the_commit_of_a_clone_is_that_of_its_own_git_tree(tmp_path):

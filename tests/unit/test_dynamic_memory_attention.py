@@ -232,14 +232,12 @@ def test_bad_window_and_memory_size_name_the_flag():
     """The model's options name the flag; the module's arguments name the argument."""
     import argparse
 
-    from ran_fairseq.models.rnnsearch_dynmem import OPTIONS, rnnsearch_dynmem
+    from ran_fairseq.models.rnnsearch_dynmem import RNNSearchDynamicMemoryModel
 
     for dest, flag in (("dynamic_memory_window", "--dynamic-memory-window"),
                        ("dynamic_memory_dim", "--dynamic-memory-dim")):
-        args = argparse.Namespace(**{dest: -3})
-        rnnsearch_dynmem(args)
         with pytest.raises(ValueError, match=flag):
-            OPTIONS.validate(args)
+            RNNSearchDynamicMemoryModel.checked_args(argparse.Namespace(**{dest: -3}))
     with pytest.raises(ValueError, match=r"\(window\)"):
         DynamicMemoryAttention(QUERY, KEY, ATT, window=-1)
     with pytest.raises(ValueError, match=r"\(memory_dim\)"):
@@ -265,7 +263,11 @@ def batch(task, left_pad):
 
 
 def test_arch_sizes(synthetic_databin):
-    args = helpers.parse_args("rnnsearch_dynmem", synthetic_databin)
+    from ran_fairseq.models.rnnsearch_dynmem import RNNSearchDynamicMemoryModel
+
+    # the namespace the model builds from (the config class fills what the flags leave out)
+    args = RNNSearchDynamicMemoryModel.resolve_args(
+        helpers.parse_args("rnnsearch_dynmem", synthetic_databin))
     assert (args.encoder_embed_dim, args.encoder_hidden_size, args.decoder_hidden_size,
             args.decoder_out_embed_dim, args.dynamic_memory_dim, args.dynamic_memory_window,
             args.init_range) == (1000, 1000, 1000, 1000, 500, 5, 0.1)

@@ -1,4 +1,4 @@
-"""The ``epoch_anneal`` learning-rate scheduler (ran_fairseq/optim/epoch_anneal.py): Yang et al.
+"""The ``epoch_anneal`` learning-rate scheduler (ran_fairseq/lr_scheduler/epoch_anneal.py): Yang et al.
 (2017) section 3.2's schedules, built through fairseq's own parser and registry, agreement with
 fairseq's ``fixed --force-anneal`` where both apply, and errors on bad flags."""
 import pytest

@@ -364,10 +364,13 @@ PREV = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 1, 1]])  # eos first; the secon
 def test_named_archs_have_the_paper_defaults_and_a_cpu_size():
     keys = ("num_layers", "growth_rate", "kernel_size", "encoder_embed_dim", "decoder_embed_dim",
             "aggregator", "dropout")
-    assert [getattr(parse("pervasive_attention"), k) for k in keys] == [24, 32, 5, 128, 128,
-                                                                         "max", 0.2]
-    assert [getattr(parse("pervasive_attention_small"), k) for k in keys] == [8, 16, 3, 64, 64,
-                                                                               "max", 0.2]
+    def resolved(arch):  # the namespace the model builds from
+        return PervasiveAttentionModel.resolve_args(parse(arch))
+
+    assert [getattr(resolved("pervasive_attention"), k) for k in keys] == [24, 32, 5, 128, 128,
+                                                                            "max", 0.2]
+    assert [getattr(resolved("pervasive_attention_small"), k) for k in keys] == [
+        8, 16, 3, 64, 64, "max", 0.2]
 
 
 @pytest.mark.parametrize("flags", [(), ("--share-decoder-input-output-embed",

@@ -8,14 +8,26 @@ import torch.nn.functional as F
 from fairseq import options
 from fairseq.data import Dictionary
 
-from ran_fairseq.models.ran_transformer import RanTransformerModel, ran_base_architecture
+from ran_fairseq.models.ran_transformer import RanTransformerConfig, RanTransformerModel
 from ran_fairseq.modules.positional_attention import (
     FeedForwardTransition,
     GaussianAttentionMatrices,
     PositionalSelfAttention,
     RandomSynthesizerMatrices,
-    RecurrentAttentionMatrices,
 )
+from ran_fairseq.modules.positional_attention import ran as ran_module
+from ran_fairseq.modules.positional_attention import recurrence as recurrence_module
+from ran_fairseq.modules.positional_attention.recurrence import paper_recurrence_eager
+
+# the RAN options at ran_transformer's defaults (its config holds them)
+RAN_DEFAULTS = {dest: getattr(RanTransformerConfig(), dest) for dest in
+                ("ran_transition", "ran_decoder_initial", "ran_initial_init", "ran_ffn_dim")}
+
+
+def RecurrentAttentionMatrices(*args, **options):
+    """The RAN matrix source with ``options`` and otherwise the model's defaults."""
+    return ran_module.RecurrentAttentionMatrices(*args, **{**RAN_DEFAULTS, **options})
+
 
 N = 12  # positions
 HEADS, LAYERS, DIM = 2, 3, 8
@@ -113,7 +125,7 @@ def test_ran_gradients_reach_initial_matrices_and_transition_unless_fixed():
 RAN_VARIANTS = {  # id: constructor options
     "paper": {},
     "no-ln-res": {"layernorm_residual": False},
-    "ffn": {"transition": "ffn"},
+    "ffn": {"ran_transition": "ffn"},
 }
 
 
@@ -149,7 +161,7 @@ def naive_rows(matrices, lower_triangle):
             m = i + 1 if lower_triangle else N
             row = matrices.initial[k, i, :m]
             for layer in range(LAYERS):
-                if matrices.transition_type == "ffn":
+                if matrices.ran_transition == "ffn":
                     fc1, fc2 = matrices.transition.fc1, matrices.transition.fc2
                     hidden = torch.relu(fc1.weight[:, :m] @ row + fc1.bias)
                     row = fc2.weight[:m] @ hidden + fc2.bias[:m] + row
@@ -172,7 +184,7 @@ def all_logits(matrices, rows=N):
 
 @pytest.mark.parametrize("variant", ["paper", "no-ln-res"])
 def test_ran_decoder_full_is_the_whole_row_recurrence_bit_for_bit(variant):
-    matrices = ran_matrices(True, decoder_initial="full", **RAN_VARIANTS[variant])
+    matrices = ran_matrices(True, ran_decoder_initial="full", **RAN_VARIANTS[variant])
     with torch.no_grad():
         assert torch.equal(all_logits(matrices), whole_row_reference(matrices))
         expected = whole_row_reference(matrices)[1].masked_fill(
@@ -202,7 +214,7 @@ def test_ran_recurrence_matches_its_naive_per_row_definition(variant, side):
 def test_ran_decoder_future_of_a0_reaches_visible_logits_only_with_full(variant):
     future = torch.ones(N, N, dtype=torch.bool).triu(1)
     for decoder_initial in ("lower-triangle", "full"):
-        matrices = ran_matrices(True, decoder_initial=decoder_initial, **RAN_VARIANTS[variant])
+        matrices = ran_matrices(True, ran_decoder_initial=decoder_initial, **RAN_VARIANTS[variant])
         with torch.no_grad():
             before = all_logits(matrices).clone()
             probs = matrices.causal_probs(2, N, torch.float32).clone()
@@ -220,7 +232,7 @@ def test_ran_decoder_future_of_a0_reaches_visible_logits_only_with_full(variant)
 
 
 def test_ran_ffn_transition_parameters_and_gradients():
-    matrices = RecurrentAttentionMatrices(LAYERS, HEADS, N, causal=True, transition="ffn",
+    matrices = RecurrentAttentionMatrices(LAYERS, HEADS, N, causal=True, ran_transition="ffn",
                                           freeze_initial=True)
     transition = matrices.transition
     assert isinstance(transition, FeedForwardTransition) and matrices.layer_norm is None
@@ -238,15 +250,15 @@ def test_ran_ffn_transition_parameters_and_gradients():
 def test_ran_options_are_checked():
     with pytest.raises(ValueError, match="layernorm_residual=False .* the ffn transition"):
         RecurrentAttentionMatrices(LAYERS, HEADS, N, True, layernorm_residual=False,
-                                   transition="ffn")
+                                   ran_transition="ffn")
     with pytest.raises(ValueError, match="transition must be one of paper, ffn"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="gru")
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_transition="gru")
     with pytest.raises(ValueError, match="decoder_initial must be one of"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, decoder_initial="upper")
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_decoder_initial="upper")
 
 
 def test_ran_initial_matrices_normal_by_default_or_xavier_as_the_authors_code():
-    """§2.2's "randomly initialized" A_0: N(0, n^-1/2) by default; with initial_init="xavier",
+    """§2.2's "randomly initialized" A_0: N(0, n^-1/2) by default; with ran_initial_init="xavier",
     Xavier-uniform over the whole (h, n, n) tensor (fan-in n·n, fan-out h·n), as the authors'
     released code: a standard deviation of about 0.0054 at h = 8, n = 256."""
     heads, n = 8, 256
@@ -255,7 +267,7 @@ def test_ran_initial_matrices_normal_by_default_or_xavier_as_the_authors_code():
     assert normal.std().item() == pytest.approx(n ** -0.5, rel=0.02)
     for causal in (False, True):
         torch.manual_seed(0)
-        xavier = RecurrentAttentionMatrices(1, heads, n, causal, initial_init="xavier").initial
+        xavier = RecurrentAttentionMatrices(1, heads, n, causal, ran_initial_init="xavier").initial
         torch.manual_seed(0)
         expected = torch.nn.init.xavier_uniform_(torch.empty(heads, n, n))
         assert torch.equal(xavier, expected)
@@ -265,7 +277,7 @@ def test_ran_initial_matrices_normal_by_default_or_xavier_as_the_authors_code():
         assert xavier.std().item() == pytest.approx(0.0054, abs=0.0001)
     # the initialization applies to frozen matrices too (Table 3's "fixed" rows keep it)
     fixed = RecurrentAttentionMatrices(1, heads, 32, False, freeze_initial=True,
-                                       initial_init="xavier").initial
+                                       ran_initial_init="xavier").initial
     assert not fixed.requires_grad and fixed.abs().max() <= math.sqrt(6 / (32 * 32 + heads * 32))
 
 
@@ -274,7 +286,7 @@ def test_ran_ffn_transition_width(causal):
     """ffn_dim sets the hidden width m of the feed-forward transition (default 4n); the
     recurrence is the same per-row definition at any width."""
     assert FeedForwardTransition(N).fc1.out_features == 4 * N
-    matrices = ran_matrices(causal, transition="ffn", ffn_dim=7)
+    matrices = ran_matrices(causal, ran_transition="ffn", ran_ffn_dim=7)
     transition = matrices.transition
     assert (transition.fc1.weight.shape, transition.fc2.weight.shape) == ((7, N), (N, 7))
     assert sum(p.numel() for p in transition.parameters()) == 2 * 7 * N + 7 + N
@@ -289,12 +301,12 @@ def test_ran_ffn_transition_width(causal):
 
 def test_ran_initialization_and_width_options_are_checked():
     with pytest.raises(ValueError, match="initial_init must be one of normal, xavier"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, initial_init="uniform")
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_initial_init="uniform")
     with pytest.raises(ValueError, match="ffn_dim sets the hidden width of the ffn "
                                          "transition"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ffn_dim=16)
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_ffn_dim=16)
     with pytest.raises(ValueError, match="hidden width must be positive, got 0"):
-        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, transition="ffn", ffn_dim=0)
+        RecurrentAttentionMatrices(LAYERS, HEADS, N, True, ran_transition="ffn", ran_ffn_dim=0)
 
 
 # ---- layers use softmax(A_l[:T, :T]) · V ------------------------------------------------------
@@ -500,29 +512,39 @@ def test_gradients_flow_through_incremental_steps():
 
 
 def autograd_recurrence(matrices, rows):
-    """A_1..A_L of the paper's transition by autograd in float64, §2.2's layer norm over the
-    visible entries written out directly (masked mean and biased variance)."""
-    weight, bias = matrices.transition.weight.double(), matrices.transition.bias.double()
+    """A_1..A_L of the paper's transition by autograd in float64 (the module's eager
+    reference)."""
     norm = matrices.layer_norm
-    gain, shift = norm.weight.double(), norm.bias.double()
-    a = matrices.initial[:, :rows].double()
     future = torch.ones(N, N, dtype=torch.bool).triu(1)[:rows] if matrices.masks_future else None
-    if future is not None:
-        a = a.masked_fill(future, 0.0)
-    layers = []
-    for _ in range(LAYERS):
-        x = torch.tanh(F.linear(a, weight, bias))
-        if future is None:
-            y = F.layer_norm(x, (N,), gain, shift, norm.eps)
-        else:
-            count = (~future).sum(-1, keepdim=True).double()
-            x = x.masked_fill(future, 0.0)
-            centred = (x - x.sum(-1, keepdim=True) / count).masked_fill(future, 0.0)
-            variance = centred.pow(2).sum(-1, keepdim=True) / count
-            y = (centred * torch.rsqrt(variance + norm.eps) * gain + shift).masked_fill(future, 0.0)
-        a = y + a
-        layers.append(a)
-    return torch.stack(layers)
+    return paper_recurrence_eager(
+        matrices.initial[:, :rows].double(), matrices.transition.weight.double(),
+        matrices.transition.bias.double(), norm.weight.double(), norm.bias.double(), LAYERS,
+        norm.eps, future)
+
+
+def test_the_eager_recurrence_is_the_paper_s_equations_row_by_row():
+    """The eager reference against Eqs. 3-4 written per row (naive_rows), so that the written-out
+    recurrence is checked against the equations, not only against the reference."""
+    for causal in (False, True):
+        matrices = ran_matrices(causal)
+        with torch.no_grad():
+            torch.testing.assert_close(autograd_recurrence(matrices, N).float(),
+                                       naive_rows(matrices, lower_triangle=causal),
+                                       rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder-lower-triangle"])
+def test_the_module_switch_selects_the_eager_recurrence(side, monkeypatch):
+    matrices = ran_matrices(side != "encoder")
+    fast = matrices._compute_logits(N)
+    calls = []
+    monkeypatch.setattr(ran_module, "paper_recurrence_eager",
+                        lambda *a: calls.append(1) or paper_recurrence_eager(*a))
+    monkeypatch.setattr(recurrence_module, "USE_EAGER", True)
+    eager = matrices._compute_logits(N)
+    assert calls and eager.grad_fn is not None
+    assert "PaperRecurrence" not in type(eager.grad_fn).__name__
+    torch.testing.assert_close(eager, fast, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows", [N, 5], ids=["all-rows", "5-rows"])
@@ -530,7 +552,7 @@ def autograd_recurrence(matrices, rows):
 def test_ran_recurrence_gradients_equal_autograds(side, rows):
     """The recurrence's backward is written out (one autograd node for all layers): its
     gradients are those of the plain autograd computation, for every parameter."""
-    options = {"decoder_initial": "full"} if side == "decoder-full" else {}
+    options = {"ran_decoder_initial": "full"} if side == "decoder-full" else {}
     matrices = ran_matrices(side != "encoder", **options)
     upstream = torch.randn(LAYERS, HEADS, rows, N, dtype=torch.float64)
     (autograd_recurrence(matrices, rows) * upstream).sum().backward()
@@ -777,7 +799,7 @@ SMALL = ("--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim"
 def test_default_arch_is_ran_all_with_its_limits():
     model = build("ran_transformer", *SMALL)
     for side in (model.encoder, model.decoder):
-        assert isinstance(side.self_attn_matrices, RecurrentAttentionMatrices)
+        assert isinstance(side.self_attn_matrices, ran_module.RecurrentAttentionMatrices)
         assert all(isinstance(layer.self_attn, PositionalSelfAttention) for layer in side.layers)
         assert all(layer.self_attn.dropout == 0.2 for layer in side.layers)
     assert model.decoder.self_attn_matrices.causal and not model.encoder.self_attn_matrices.causal
@@ -808,9 +830,9 @@ def test_variant_flags_select_each_sides_attention():
 
 
 def test_named_archs_sizes():
-    def parse(arch):
-        return options.parse_args_and_arch(options.get_training_parser(),
-                                           ["unused-data", "--arch", arch, "--task", "translation"])
+    def parse(arch):  # the namespace the model builds from
+        return RanTransformerModel.resolve_args(options.parse_args_and_arch(
+            options.get_training_parser(), ["unused-data", "--arch", arch, "--task", "translation"]))
 
     small, iwslt, base = (parse(f"ran_transformer{suffix}")
                           for suffix in ("_small", "_iwslt_de_en", ""))
@@ -830,11 +852,11 @@ def test_ran_initialization_and_width_flags_reach_the_matrices_and_are_checked()
     for side in (model.encoder, model.decoder):
         matrices = side.self_attn_matrices
         assert matrices.transition.fc1.weight.shape == (24, 20)
-        assert matrices.initial_init == "xavier"
+        assert matrices.ran_initial_init == "xavier"
         assert matrices.initial.abs().max() <= math.sqrt(6 / (20 * 20 + 2 * 20))
     default = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
     assert default.encoder.self_attn_matrices.transition.fc1.weight.shape == (80, 20)  # 4n
-    assert default.decoder.self_attn_matrices.initial_init == "normal"
+    assert default.decoder.self_attn_matrices.ran_initial_init == "normal"
     with pytest.raises(ValueError, match="--ran-ffn-dim sets the hidden width of "
                                          "--ran-transition ffn; --ran-transition is paper"):
         build("ran_transformer", *SMALL, "--ran-ffn-dim", "24")
@@ -851,10 +873,11 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
     """A saved namespace without ran_initial_init and ran_ffn_dim builds the model it was trained
     as (N(0, n^-1/2) and the 4n-wide ffn transition), and its weights load into it."""
     trained = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
-    args = options.parse_args_and_arch(options.get_training_parser(),
-                                       ["unused-data", "--arch", "ran_transformer", "--task",
-                                        "translation", *SMALL, "--ran-transition", "ffn"])
-    del args.ran_initial_init, args.ran_ffn_dim, args.options_version  # options version 1
+    args = RanTransformerModel.resolve_args(options.parse_args_and_arch(
+        options.get_training_parser(), ["unused-data", "--arch", "ran_transformer", "--task",
+                                        "translation", *SMALL, "--ran-transition", "ffn"]))
+    for dest in ("ran_initial_init", "ran_ffn_dim", "options_version"):  # options version 1
+        args.__dict__.pop(dest, None)
     old = RanTransformerModel.build_model(args, FakeTask())
     assert (args.ran_initial_init, args.ran_ffn_dim) == ("normal", None)
     old.load_state_dict(trained.state_dict())  # strict: every shape as trained
@@ -871,8 +894,9 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
                                            ["unused-data", "--arch", "ran_transformer", "--task",
                                             "translation", *SMALL, *flags])
 
-    saved = parsed()
-    del saved.ran_initial_init, saved.ran_ffn_dim, saved.ran_transition
+    saved = RanTransformerModel.resolve_args(parsed())  # every option, as a checkpoint saves them
+    for dest in ("ran_initial_init", "ran_ffn_dim", "ran_transition"):
+        saved.__dict__.pop(dest, None)
     assert changed_flags(RanTransformerModel, saved, parsed()) == []
     assert changed_flags(RanTransformerModel, saved, parsed("--ran-initial-init", "xavier")) == [
         ("--ran-initial-init", "normal", "xavier")]
@@ -881,12 +905,12 @@ def test_checkpoints_from_before_the_initialization_and_width_options_load_as_tr
 def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
     model = build("ran_transformer", *SMALL, "--ran-transition", "ffn")
     encoder, decoder = model.encoder.self_attn_matrices, model.decoder.self_attn_matrices
-    assert (encoder.transition_type, decoder.transition_type) == ("ffn", "ffn")
-    assert decoder.decoder_initial == "lower-triangle" and decoder.masks_future
+    assert (encoder.ran_transition, decoder.ran_transition) == ("ffn", "ffn")
+    assert decoder.ran_decoder_initial == "lower-triangle" and decoder.masks_future
     assert not encoder.masks_future
     full = build("ran_transformer", *SMALL, "--ran-decoder-initial", "full")
-    assert full.decoder.self_attn_matrices.decoder_initial == "full"
-    assert full.encoder.self_attn_matrices.transition_type == "paper"
+    assert full.decoder.self_attn_matrices.ran_decoder_initial == "full"
+    assert full.encoder.self_attn_matrices.ran_transition == "paper"
 
     def saved(*flags):
         """A model namespace as a checkpoint stores it, from before --ran-decoder-initial (options
@@ -894,16 +918,13 @@ def test_ran_options_reach_the_matrices_and_old_checkpoints_keep_whole_rows():
         args = options.parse_args_and_arch(options.get_training_parser(),
                                            ["unused-data", "--arch", "ran_transformer",
                                             "--task", "translation", *flags])
-        del args.ran_decoder_initial, args.ran_transition, args.options_version
-        RanTransformerModel.upgrade_args(args)
-        ran_base_architecture(args)
-        return args
+        for dest in ("ran_decoder_initial", "ran_transition", "options_version"):
+            args.__dict__.pop(dest, None)
+        return RanTransformerModel.resolve_args(args)
 
     old = saved()
     assert (old.ran_decoder_initial, old.ran_transition) == ("full", "paper")
     assert saved("--decoder-self-attention", "dot").ran_decoder_initial == "lower-triangle"
     new = saved()
     new.ran_decoder_initial = "lower-triangle"  # saved after the option existed: kept
-    RanTransformerModel.upgrade_args(new)
-    ran_base_architecture(new)
-    assert new.ran_decoder_initial == "lower-triangle"
+    assert RanTransformerModel.resolve_args(new).ran_decoder_initial == "lower-triangle"

@@ -452,10 +452,9 @@ def test_bad_options_name_their_flag():
     """The model's options name the flag; the module's arguments name the argument."""
     import argparse
 
-    from ran_fairseq.models.recurrent_cross_transformer import (
-        OPTIONS,
-        recurrent_cross_base_architecture,
-    )
+    from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
+
+    checked = RecurrentCrossTransformerModel.checked_args
 
     cases = [
         (("sum", 1, 0.5, 5), "--cross-attention", "variant"),
@@ -469,17 +468,15 @@ def test_bad_options_name_their_flag():
     for arguments, flag, name in cases:
         args = argparse.Namespace(**dict(zip(("cross_attention", "kv_variant", "rescale_lambda",
                                               "rescale_window"), arguments)))
-        recurrent_cross_base_architecture(args)
         with pytest.raises(ValueError, match=flag):
-            OPTIONS.validate(args)
+            checked(args)
         with pytest.raises(ValueError, match=name):
             check_options(*arguments)
     check_options("coverage", 1, 2.0, 0)  # λ > 1 is fine for coverage
     sizes = argparse.Namespace(cross_attention="expand-kv", kv_variant=1, encoder_embed_dim=12,
                                decoder_embed_dim=8)
-    recurrent_cross_base_architecture(sizes)
     with pytest.raises(ValueError, match="--kv-variant 1 .* --encoder-embed-dim equal to"):
-        OPTIONS.validate(sizes)
+        checked(sizes)
     with pytest.raises(ValueError, match="kv_variant 1"):
         RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, variant="expand-kv", kv_variant=1)
     RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, variant="expand-kv", kv_variant=2)
@@ -609,8 +606,10 @@ def test_entropy_recorder_sees_every_cross_attention_layer():
 def test_named_archs_sizes():
     sizes = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
              "encoder_attention_heads", "decoder_attention_heads")
-    small, iwslt, base = (parse(f"recurrent_cross_transformer{suffix}")
-                          for suffix in ("_small", "_iwslt_de_en", ""))
+    # the namespaces the model builds from (the config class fills what the flags leave out)
+    small, iwslt, base = (RecurrentCrossTransformerModel.resolve_args(
+        parse(f"recurrent_cross_transformer{suffix}"))
+        for suffix in ("_small", "_iwslt_de_en", ""))
     assert [getattr(small, k) for k in sizes] == [3, 3, 256, 1024, 4, 4]
     assert [getattr(iwslt, k) for k in sizes] == [6, 6, 512, 1024, 4, 4]
     assert [getattr(base, k) for k in sizes] == [6, 6, 512, 2048, 8, 8]

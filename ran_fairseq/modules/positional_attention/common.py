@@ -23,3 +23,19 @@ def _too_long(length: int, max_positions: int, what: str, limit: str, advice: st
         f"{max_positions} ({limit}={max_positions}); raise {limit}{advice}"
     )
 
+
+class PositionLimit(int):
+    """A model's maximum sentence length that remembers the flag that sets it (a model's
+    ``max_positions()`` may return one); it prints as ``256 (--max-attention-positions)`` in
+    fairseq's messages and pickles as a plain int."""
+
+    def __new__(cls, value, flag):
+        limit = super().__new__(cls, value)
+        limit.flag = flag
+        return limit
+
+    def __repr__(self):
+        return f"{int(self)} ({self.flag})"
+
+    def __reduce__(self):
+        return int, (int(self),)

@@ -131,20 +131,10 @@ class PositionalSelfAttention(nn.Module):
         return context.view(batch, heads, -1, head_dim).permute(2, 0, 1, 3).reshape(
             -1, batch, self.embed_dim)
 
-    # ---- incremental decoding --------------------------------------------------------------------
-    # A step is four kernels (on a GPU a small model's step costs about one launch per kernel): the
-    # newest value projection written straight into its slot of the cache, the step's weights
-    # copied out for every hypothesis, one batched weighted sum, the output projection.
-    # ``values`` (B, h, C, d) holds the value projection's bias in slot 0 (every hypothesis's
-    # context takes it with weight 1, as its weights sum to 1) and the bias-free values of the
-    # tokens in slots 1..t; C grows by doubling. The weights of step t come from the matrix
-    # source's step table (PositionalAttentionMatrices.step_table): row t - 1 of the layer's causal
-    # matrix with a 1 before it. Beam search reorders the cache, one index_select a layer.
-    # Target padding: each hypothesis keeps the table column of each cached key (1 + its position
-    # in the sentence, or the zero column of a padding key) and its count of real tokens; the step
-    # then gathers its weights from the table, the query's row being its position (the zero row for
-    # a padding query, whose context is zero). This bookkeeping is computed once per step and
-    # shared by the layers of a forward_scope.
+    # ---- incremental decoding (kernels: docs/benchmarks.md, "RAN's decoding step") ---------
+    # ``values`` (B, h, C, d): the value bias in slot 0 (weight 1, as each row of weights sums
+    # to 1), the bias-free values of tokens 1..t after it; step t's weights are row t - 1 of the
+    # layer's causal matrix with a 1 before it (PositionalAttentionMatrices.step_table).
     def _step(self, x: Tensor, padding: Optional[Tensor], incremental_state):
         """One decoding step: x (1, B, E) is the newest token's input (before v_proj)."""
         if not self.causal:

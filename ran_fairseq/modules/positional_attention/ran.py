@@ -12,7 +12,8 @@ from .common import (
     RAN_TRANSITIONS,
 )
 from .matrices import PositionalAttentionMatrices
-from .recurrence import _PaperRecurrence
+from . import recurrence
+from .recurrence import _PaperRecurrence, paper_recurrence_eager
 
 
 class FeedForwardTransition(nn.Module):
@@ -47,92 +48,96 @@ class RecurrentAttentionMatrices(PositionalAttentionMatrices):
 
     W (n×n) acts along the key axis of each row. ``freeze_initial`` keeps A_0 at its random
     initialization (Table 3 "fixed"); ``layernorm_residual=False`` uses A_l = tanh(A_{l-1} Wᵀ + b)
-    (Table 3 "w/o LN&RES"). ``transition="ffn"`` replaces the transition by the authors' released
+    (Table 3 "w/o LN&RES"). ``ran_transition="ffn"`` replaces the transition by the authors' released
     one, A_l = A_{l-1} + W_2 ReLU(W_1 A_{l-1} + b_1) + b_2 with W_1 (m×n), W_2 (n×m), m =
-    ``ffn_dim`` (default 4n; :class:`FeedForwardTransition`; no tanh, no layer norm).
+    ``ran_ffn_dim`` (default 4n; :class:`FeedForwardTransition`; no tanh, no layer norm).
 
-    A_0 is "randomly initialized" (§2.2): ``initial_init="normal"`` (the default) draws
+    A_0 is "randomly initialized" (§2.2): ``ran_initial_init="normal"`` (the default) draws
     N(0, n^-1/2); ``"xavier"`` draws Xavier-uniform over the whole (h, n, n) tensor, as the
     authors' released code does (fan-in n·n, fan-out h·n: a standard deviation of about 0.0054 at
     h = 8, n = 256, against 0.0625).
 
-    In a causal (decoder) source, ``decoder_initial="lower-triangle"`` (§2.2: "only the lower
+    In a causal (decoder) source, ``ran_decoder_initial="lower-triangle"`` (§2.2: "only the lower
     triangular matrix of each Initial Attention Matrix is leveraged") restricts row i of every A_l
     to its visible keys j <= i: the transition's input is zero at j > i, the layer norm's mean and
     variance are taken over j <= i only, and the entries j > i are set to zero after each layer.
-    ``decoder_initial="full"`` transitions the whole row (the future is masked only at the softmax,
+    ``ran_decoder_initial="full"`` transitions the whole row (the future is masked only at the softmax,
     as in the authors' code). An encoder always transitions whole rows. Either way row i of A_l
     depends on row i of A_0 only."""
 
-    def __init__(self, num_layers, num_heads, max_positions, causal, freeze_initial=False,
-                 layernorm_residual=True, transition="paper", decoder_initial="lower-triangle",
-                 initial_init="normal", ffn_dim=None):
+    def __init__(self, num_layers, num_heads, max_positions, causal, *, ran_transition,
+                 ran_decoder_initial, ran_initial_init, ran_ffn_dim=None, freeze_initial=False,
+                 layernorm_residual=True):
+        # the options keep their flags' names (--ran-transition, ...; defaults in the model's
+        # config); ``self.transition`` is the transition's module (its state-dict key)
         super().__init__(num_layers, num_heads, max_positions, causal)
-        if initial_init not in RAN_INITIAL_INIT:
-            raise ValueError(f"initial_init must be one of {', '.join(RAN_INITIAL_INIT)}, "
-                             f"got {initial_init!r}")
-        if ffn_dim is not None and transition != "ffn":
-            raise ValueError(f"ffn_dim sets the hidden width of the ffn transition; the "
-                             f"transition is {transition!r}")
-        if transition not in RAN_TRANSITIONS:
-            raise ValueError(f"transition must be one of {', '.join(RAN_TRANSITIONS)}, "
-                             f"got {transition!r}")
-        if decoder_initial not in RAN_DECODER_INITIAL:
-            raise ValueError(f"decoder_initial must be one of "
-                             f"{', '.join(RAN_DECODER_INITIAL)}, got {decoder_initial!r}")
-        if transition == "ffn" and not layernorm_residual:
+        if ran_initial_init not in RAN_INITIAL_INIT:
+            raise ValueError(f"ran_initial_init must be one of {', '.join(RAN_INITIAL_INIT)}, "
+                             f"got {ran_initial_init!r}")
+        if ran_ffn_dim is not None and ran_transition != "ffn":
+            raise ValueError(f"ran_ffn_dim sets the hidden width of the ffn transition; the "
+                             f"transition is {ran_transition!r}")
+        if ran_transition not in RAN_TRANSITIONS:
+            raise ValueError(f"ran_transition must be one of {', '.join(RAN_TRANSITIONS)}, "
+                             f"got {ran_transition!r}")
+        if ran_decoder_initial not in RAN_DECODER_INITIAL:
+            raise ValueError(f"ran_decoder_initial must be one of "
+                             f"{', '.join(RAN_DECODER_INITIAL)}, got {ran_decoder_initial!r}")
+        if ran_transition == "ffn" and not layernorm_residual:
             raise ValueError("layernorm_residual=False removes the layer norm and residual of "
                              "the paper's transition (Eqs. 3-4); the ffn transition has no layer "
                              "norm")
         n = max_positions
-        self.transition_type = transition
-        self.decoder_initial = decoder_initial
-        self.initial_init = initial_init
+        self.ran_transition = ran_transition
+        self.ran_decoder_initial = ran_decoder_initial
+        self.ran_initial_init = ran_initial_init
         self.initial = nn.Parameter(torch.empty(num_heads, n, n), requires_grad=not freeze_initial)
         # §2.2: the initial matrices are "randomly initialized"
-        if initial_init == "xavier":
+        if ran_initial_init == "xavier":
             nn.init.xavier_uniform_(self.initial)
         else:
             nn.init.normal_(self.initial, std=n ** -0.5)
-        if transition == "paper":
+        if ran_transition == "paper":
             self.transition = nn.Linear(n, n)
             self.layer_norm = nn.LayerNorm(n) if layernorm_residual else None
         else:
-            self.transition = FeedForwardTransition(n, ffn_dim)
+            self.transition = FeedForwardTransition(n, ran_ffn_dim)
             self.layer_norm = None
         self._consts(torch.device("cpu"))
 
     @property
     def masks_future(self) -> bool:
         """Whether each row's transition sees its visible keys only (a causal source under
-        ``decoder_initial="lower-triangle"``)."""
-        return self.causal and self.decoder_initial == "lower-triangle"
+        ``ran_decoder_initial="lower-triangle"``)."""
+        return self.causal and self.ran_decoder_initial == "lower-triangle"
 
     def extra_repr(self) -> str:
-        text = f"{super().extra_repr()}, transition={self.transition_type}"
-        if self.transition_type == "ffn":
-            text += f", ffn_dim={self.transition.fc1.out_features}"
-        text += f", initial_init={self.initial_init}"
-        return f"{text}, decoder_initial={self.decoder_initial}" if self.causal else text
+        text = f"{super().extra_repr()}, ran_transition={self.ran_transition}"
+        if self.ran_transition == "ffn":
+            text += f", ran_ffn_dim={self.transition.fc1.out_features}"
+        text += f", ran_initial_init={self.ran_initial_init}"
+        return f"{text}, ran_decoder_initial={self.ran_decoder_initial}" if self.causal else text
 
     def _compute_logits(self, rows):
         # Each row of A_l depends on the same row of A_{l-1} only, so the first ``rows`` rows of the
         # full n×n recurrence are computed exactly from the first ``rows`` rows of A_0.
         a = self.initial[:, :rows].float()
         triangle = self._triangle(rows, a.device) if self.masks_future else None
-        if self.transition_type == "paper" and self.layer_norm is not None:  # Eqs. 3-4
+        if self.ran_transition == "paper" and self.layer_norm is not None:  # Eqs. 3-4
             norm = self.layer_norm
-            return _PaperRecurrence.apply(
-                a, self.transition.weight.float(), self.transition.bias.float(),
-                norm.weight.float(), norm.bias.float(), self.num_layers, norm.eps, triangle)
+            inputs = (a, self.transition.weight.float(), self.transition.bias.float(),
+                      norm.weight.float(), norm.bias.float(), self.num_layers, norm.eps)
+            if recurrence.USE_EAGER:
+                return paper_recurrence_eager(*inputs, None if triangle is None else triangle["future"])
+            return _PaperRecurrence.apply(*inputs, triangle)
         if triangle is not None:
             # §2.2: row i (query position i) keeps its keys j <= i; the rest is zero in every A_l
             a = a * triangle["visible"]
-        if self.transition_type == "paper":
+        if self.ran_transition == "paper":
             weight, bias = self.transition.weight.float(), self.transition.bias.float()
         layers = []
         for _ in range(self.num_layers):
-            if self.transition_type == "ffn":
+            if self.ran_transition == "ffn":
                 a = self.transition(a) + a
             else:
                 a = torch.tanh(F.linear(a, weight, bias))  # w/o LN&RES

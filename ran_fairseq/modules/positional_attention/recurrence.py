@@ -1,6 +1,7 @@
-"""RAN's recurrence with the paper's transition (Eqs. 3-4) as one autograd node.
-
-The backward pass is derived in docs/backward/positional_attention.md.
+"""RAN's recurrence with the paper's transition (Eqs. 3-4), A_l = LN(tanh(A_{l-1} Wᵀ + b)) + A_{l-1}:
+:class:`_PaperRecurrence`, one autograd node whose backward is written out (derived in
+docs/backward/positional_attention.md), and :func:`paper_recurrence_eager`, its reference by
+autograd, which :data:`USE_EAGER` selects instead.
 """
 from typing import Dict, Optional
 
@@ -8,8 +9,36 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+# True: RecurrentAttentionMatrices computes the recurrence by autograd (paper_recurrence_eager), for
+# checking or debugging the written-out backward; a switch of the code, not a model option
+USE_EAGER = False
+
 # the lower triangle's constants the recurrence reads (RecurrentAttentionMatrices._build_constants)
 TRIANGLE_KEYS = ("visible", "s·visible", "visible / s", "beyond / count")
+
+
+def paper_recurrence_eager(a0: Tensor, weight: Tensor, bias: Tensor, gain: Tensor, shift: Tensor,
+                           num_layers: int, eps: float, future: Optional[Tensor] = None) -> Tensor:
+    """What :class:`_PaperRecurrence` computes, by autograd through every operation: A_1..A_L
+    (L, h, R, n) of a0 (h, R, n). ``future`` (R, n), True at keys j > i, is §2.2's lower
+    triangle: A_0 is zero there and each row's layer norm takes the mean and biased variance of
+    its visible entries, zero beyond."""
+    a = a0 if future is None else a0.masked_fill(future, 0.0)
+    n = a.size(-1)
+    layers = []
+    for _ in range(num_layers):
+        x = torch.tanh(F.linear(a, weight, bias))
+        if future is None:
+            y = F.layer_norm(x, (n,), gain, shift, eps)
+        else:
+            count = (~future).sum(-1, keepdim=True).to(x.dtype)
+            x = x.masked_fill(future, 0.0)
+            centred = (x - x.sum(-1, keepdim=True) / count).masked_fill(future, 0.0)
+            variance = centred.pow(2).sum(-1, keepdim=True) / count
+            y = (centred * torch.rsqrt(variance + eps) * gain + shift).masked_fill(future, 0.0)
+        a = y + a
+        layers.append(a)
+    return torch.stack(layers)
 
 
 class _PaperRecurrence(torch.autograd.Function):
