@@ -7,21 +7,30 @@ folder (every translation direction, one subset and metric), independent between
 pooling each system's sample variance over its seeds (:func:`seed_variance`: the sum of squared
 deviations from each system's own mean over the sum of ``seeds - 1``, its degrees of freedom);
 a system with one seed adds nothing, and a folder where no system has two seeds has no estimate
-(``df = 0``).
+(``df = 0``): it borrows the estimate of a sibling folder of the same recipe and scale that its
+claims file names (:class:`.results.Folder`), or its comparisons are not judged.
+
+**Unequal variances.** The two compared systems' own seeds give a second estimate (pooled over
+those two only); where it is larger than the folder's, it is used, with its own (fewer) degrees
+of freedom: a noisy system is not judged by the quieter systems' variance.
 
 **The interval.** A comparison's difference is the mean over its ``n`` seeds of ``system -
 against``, each seed a pair of independent runs: its variance is ``2·sigma²/n`` from the seeds
 plus the test set's share, the variance of the same mean over the pooled bootstrap's resampled
 sentences (:func:`.bootstrap.pooled`). The interval is ``d ± t·se`` with ``se`` the square root
-of the sum and ``t`` Student's quantile at ``1 - level/2`` on Welch-Satterthwaite's degrees of
-freedom ``(a + b)² / (a²/df)`` (``a`` the seed share, ``b`` the test set's, taken as known); with
-``df = 0`` it is the normal quantile on the test set's share alone. p is two-sided from the same
-``t``: p < level exactly when the interval excludes 0 (:func:`combined`).
+of the sum and ``t`` Student's quantile at ``1 - level/2`` on the seed variance's own degrees of
+freedom, ``Σ(seeds - 1)`` (not Welch-Satterthwaite's, which grow without bound when ``sigma²``
+comes out small and then let through several times the level's false positives; with the test
+set's share taken as known this is conservative). p is two-sided from the same ``t``: p < level
+exactly when the interval excludes 0 (:func:`combined`).
+
+**Power.** :func:`detectable`: the true difference found with 80 % power at the level.
 
 **Shared training runs.** A system that decodes another's checkpoints (``checkpoint_of``: unknown
 words replaced after decoding) shares its seed effect: the two runs of a seed are not
 independent, and their difference's seed share is estimated from the seeds' own differences
-instead, ``var(d_i)/n`` on ``n - 1`` degrees of freedom (none with one seed). Such a system adds
+instead, ``var(d_i)/n`` on ``n - 1`` degrees of freedom (with one seed, the folder's
+``2·sigma²`` stands for it). Such a system adds
 nothing to ``sigma²``: its runs repeat its owner's seeds.
 """
 import math
