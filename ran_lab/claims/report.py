@@ -492,7 +492,7 @@ def held_count(verdicts: List[Verdict], pairs: Optional[List[str]] = None,
                   for o in (HELD, INCONCLUSIVE, NOT_HELD, NOT_JUDGED))
     j = sum(1 for v in ran if v.outcome == HELD and one_seed(v))
     w = sum(1 for v in ran if v.outcome == HELD and weak(v))
-    held = f"{j} on one seed" + (f", {w} against a weak baseline" if w else "")
+    held = f"{j} on one seed" + (f", {w} against a baseline below its paper's order" if w else "")
     text = (f"{k} held ({held}), {m} inconclusive, {n} not held"
             + (f", {u} not judged" if u else "") + f" of {len(ran)}")
     compared = [v for v in ran if parts(v) and v.outcome != NOT_JUDGED]
