@@ -430,7 +430,8 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
 
 # a body never holds another marker: an unclosed span or table is left alone, not merged with
 # the next one
-_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|claims-count|holds)\b).)*?)"
+_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|claims-count|holds|figure)\b).)*?)"
+FIGURE = re.compile(r"(<!-- figure (\S+?)#([^>]+?) -->)" + _BODY + r"(<!-- /figure -->)", re.S)
 HOLDS = re.compile(r"(<!-- holds (\S+?) -->\n)" + _BODY + r"(<!-- /holds -->)", re.S)
 SPAN = re.compile(r"(<!-- claim (\S+?)#(\S+?) -->)" + _BODY + r"(<!-- /claim -->)", re.S)
 TABLE = re.compile(r"(<!-- claims-table (\S+?)(?: pairs=(\S+))? -->\n)" + _BODY +
@@ -506,10 +507,17 @@ def held_count(verdicts: List[Verdict], pairs: Optional[List[str]] = None,
 
 
 def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
-         holds_of: Optional[Callable[[str], List[str]]] = None) -> str:
-    """``text`` with every claim span, claims table, claims count and holds block rewritten from
-    the engine's verdicts; ``verdicts_of(folder)`` gives a folder's verdicts by key (``ID`` or ``ID@PAIR``),
-    ``holds_of(folder)`` the lines of :func:`.provenance.holds`."""
+         holds_of: Optional[Callable[[str], List[str]]] = None, repo=None) -> str:
+    """``text`` with every claim span, claims table, claims count, figure and holds block
+    rewritten from the engine's verdicts and the results' files; ``verdicts_of(folder)`` gives a
+    folder's verdicts by key (``ID`` or ``ID@PAIR``), ``holds_of(folder)`` the lines of
+    :func:`.provenance.holds`; ``repo``: where the figures' folders are (this checkout)."""
+    from ran_lab import checkout
+    from .figures import figure
+
+    def number(m):
+        return f"{m[1]}{figure(m[2], m[3], repo or checkout.ROOT, verdicts_of)}{m[5]}"
+
     def span(m):
         found = verdicts_of(m[2])
         if m[3] not in found:
@@ -531,11 +539,13 @@ def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
             raise KeyError(f"no holds_of to fill the holds block of {m[2]}")
         return f"{m[1]}{chr(10).join(holds_of(m[2]))}\n{m[4]}"
 
-    return HOLDS.sub(block, COUNT.sub(count, TABLE.sub(table, SPAN.sub(span, text))))
+    return FIGURE.sub(number, HOLDS.sub(block, COUNT.sub(count, TABLE.sub(table,
+                                                                          SPAN.sub(span, text)))))
 
 
 def quoted_folders(text: str) -> List[str]:
     return list(dict.fromkeys([m[2] for m in SPAN.finditer(text)] +
                               [m[2] for m in TABLE.finditer(text)] +
                               [m[2] for m in COUNT.finditer(text)] +
+                              [m[2] for m in FIGURE.finditer(text)] +
                               [m[2] for m in HOLDS.finditer(text)]))

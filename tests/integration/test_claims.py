@@ -622,7 +622,7 @@ def test_pages_quote_the_computed_verdicts(page):
 
 
 def outside_quotes(text):
-    for pattern in (report.SPAN, report.TABLE, report.HOLDS, report.COUNT):
+    for pattern in (report.SPAN, report.TABLE, report.HOLDS, report.COUNT, report.FIGURE):
         text = pattern.sub("", text)
     return re.sub(r"(?<![*\w])\*[^*\n]+\*(?![*\w])", "", text)  # *italic*: the rule's own words
 
