@@ -26,3 +26,18 @@ def test_each_replaced_run_names_its_replacement_and_says_why(path):
         assert entry["why"] and entry["replaced_by"]
         assert entry["sacrebleu"] is None or isinstance(entry["sacrebleu"], float)
         assert entry["sacrebleu"] is not None or "not recorded" in entry["why"]
+
+
+def test_the_prose_says_how_the_replacements_scored():
+    """docs/results.md says every replacement with an earlier score scored lower: true of the
+    files."""
+    path = REPO / "results" / "dynmem" / "paper-epochs" / "replaced.json"
+    report = json.loads((path.parent / "results.json").read_text(encoding="utf-8"))
+    now = {(r["pair"], r["system"], r["seed"]): r["subsets"]["test"]["sacrebleu"]
+           for r in report["results"]}
+    lower = all(now[(e["pair"], e["system"], e["seed"])] < e["sacrebleu"]
+                for e in json.loads(path.read_text(encoding="utf-8"))["replaced"]
+                if e["sacrebleu"] is not None)
+    said = "Every replacement with an earlier score scored lower." in \
+        (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    assert said == lower
