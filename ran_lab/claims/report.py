@@ -141,6 +141,9 @@ def _pooled_text(c: Comparison) -> str:
         parts.append(combined_text(c))
     if c.margin is not None:
         parts.append(f"margin ±{c.margin:.2f}".rstrip("0").rstrip("."))
+    if c.fragile:
+        parts.append("near the level: the verdict turns with a 2.5 % wider or narrower interval, "
+                     "as another bootstrap seed may draw it")
     if c.size:
         value = c.size["value"]
         paper = (f"{num(value[0])} to {num(value[1])}" if isinstance(value, (list, tuple))
@@ -409,6 +412,7 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
                  "seed_source": c.combined.source if c.combined else None,
                  "judged": c.combined.judged if c.combined else None,
                  "mde": c.mde, "stated": c.stated, "testable": c.testable,
+                 "fragile": c.fragile,
                  "seeds": [{"seed": x.seed, "system": x.system, "against": x.against, "p": x.p,
                             "settled": x.settled, "samples": x.samples,
                             "interval": list(x.interval) if x.interval else None}

@@ -22,6 +22,9 @@ round), the paper's relation gives the *direction*:
   held (worse) if its upper end is below −δ; inconclusive otherwise. ``≤`` mirrors it.
 - one seed: a held direction is "held (one seed)"; no seed variance at all (none in the folder,
   none borrowed): "not judged (one seed, no seed variance)", whatever the interval says.
+- near the level: a comparison whose verdict changes where its interval's half-width is 2.5 %
+  wider or narrower (what another bootstrap seed may do to the test set's share) is
+  ``fragile``, and the pages say so.
 - power: each comparison carries its minimum detectable effect (:func:`.seeds.detectable`), and
   is *testable* where that is at most the difference it must find (set by the engine: the
   paper's stated difference for > and <, the margin for ≈, ≥ and ≤).
@@ -130,6 +133,7 @@ class Comparison:
     mde: Optional[float] = None  # the difference found with 80 % power (seeds.detectable)
     stated: Optional[float] = None  # what the power is judged against: the paper's difference
     testable: Optional[bool] = None  # mde <= stated (None: nothing to judge it against)
+    fragile: bool = False  # the verdict changes with the interval's half-width FRAGILE wider
 
     @property
     def one_seed(self) -> bool:
@@ -163,6 +167,22 @@ def _by_margin(relation: str, interval, margin: float) -> str:
     if relation == "≥":
         return HELD if lo > -margin else NOT_HELD_WORSE if hi < -margin else INCONCLUSIVE
     return HELD if hi < margin else NOT_HELD_BETTER if lo > margin else INCONCLUSIVE
+
+
+def _direction(relation: str, interval, margin: Optional[float]) -> str:
+    """The verdict of a comparison's interval (quality units) by the paper's relation."""
+    lo, hi = interval
+    if relation == ">":
+        return HELD if lo > 0 else NOT_HELD_WORSE if hi < 0 else INCONCLUSIVE
+    if relation == "<":
+        return HELD if hi < 0 else NOT_HELD_BETTER if lo > 0 else INCONCLUSIVE
+    return _by_margin(relation, interval, margin)
+
+
+# How far the interval's half-width may move under another bootstrap seed: the test set's share
+# of the variance is a Monte-Carlo estimate from 10,000 resamples (relative sd of a variance
+# sqrt(2/10,000) = 1.4 %, of se half that); three such standard errors of se, rounded up.
+FRAGILE = 0.025
 
 
 def size_result(size: dict, interval) -> str:
@@ -204,23 +224,21 @@ def compare(relation: str, seeds: Sequence[Seed], level: float = LEVEL,
     lo, hi = _quality_interval(combined.interval, higher_is_better)
     better, worse = lo > 0, hi < 0
     significant = better or worse
-    if not combined.judged:
-        verdict = NOT_JUDGED_TEXT
-    elif relation in (">", "<"):
-        verdict = {
-            ">": HELD if better else NOT_HELD_WORSE if worse else INCONCLUSIVE,
-            "<": HELD if worse else NOT_HELD_BETTER if better else INCONCLUSIVE,
-        }[relation]
-    else:
-        if margin is None:
-            raise ValueError(f"a {relation} comparison needs a margin")
-        verdict = _by_margin(relation, (lo, hi), margin)
+    if relation in ("≈", "≥", "≤") and margin is None:
+        raise ValueError(f"a {relation} comparison needs a margin")
+    verdict = (_direction(relation, (lo, hi), margin) if combined.judged
+               else NOT_JUDGED_TEXT)
     if not combined.judged:
         significant = False
     by_margin = relation in ("≈", "≥", "≤")
     result = Comparison(verdict, difference, k, len(seeds), seeds, side, significant,
                         combined.interval, margin if by_margin else None, combined=combined)
     result.mde = combined.mde
+    if combined.judged:
+        centre, half = _quality(difference, higher_is_better), (hi - lo) / 2
+        result.fragile = any(
+            _direction(relation, (centre - half * f, centre + half * f), margin) != verdict
+            for f in (1 - FRAGILE, 1 + FRAGILE))
     if size is not None:
         found = size_result(size, combined.interval) if verdict == HELD else NOT_COMPARABLE
         result.size = {**size, "result": found}
