@@ -52,3 +52,15 @@ def test_by_construction_belongs_to_a_threshold_claim():
              "by_construction": "sizes"}
     with pytest.raises(ClaimsError, match="by_construction"):
         spec.validate({"paper": "P", "claims": [claim]}, "claims.json")
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent for p in (REPO / "results").rglob("CLAIMS.json")),
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_every_judged_comparison_shows_what_it_can_detect(folder):
+    import json
+    data = json.loads((folder / "CLAIMS.json").read_text(encoding="utf-8"))
+    for v in data["verdicts"]:
+        for part in v.get("systems", []):
+            if part["verdict"] == rule.NOT_RUN or not part["judged"]:
+                continue
+            assert part["mde"] > 0 and f"detects ±{part['mde']:.2f}" in v["quote"], v["id"]
