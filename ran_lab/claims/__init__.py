@@ -56,7 +56,8 @@ def compute(folder, claims_file: Optional[Path] = None, refs: Optional[dict] = N
     folder = Path(folder)
     claims = load(claims_file or claims_file_of(folder, repo), repo)
     results = Folder(folder, repo, refs, _cache(folder), compute_missing,
-                     _cache(folder, "pooled"))
+                     _cache(folder, "pooled"), borrow=claims.borrow_for(shown(folder, repo)))
+    results.key = shown(folder, repo)
     return claims, results, evaluate(claims, results, repo)
 
 

@@ -6,8 +6,7 @@ from typing import List, Optional, Tuple
 
 from . import analysis
 from .results import Folder
-from .rule import NOT_RUN, Comparison, Order, compare, descriptive, order, outcome, overall
-from .seeds import margin_for
+from .rule import HELD, NOT_RUN, Comparison, Order, compare, descriptive, order, outcome, overall
 from .spec import COMPARISONS, Claims, compared
 
 
@@ -47,11 +46,37 @@ def combine(parts: List[Tuple[str, Comparison]]) -> str:
     return f"{overall([outcome(c.verdict) for _, c in parts])} ({each})"
 
 
-def margin_of(claim: dict, sigma: Optional[float] = None) -> Optional[float]:
-    """The claim's margin δ (metric units), for ≈, ≥ and ≤, widened to the seed spread of the
-    folder's between-seed standard deviation ``sigma`` (:func:`.seeds.margin_for`)."""
+def margin_of(claim: dict) -> Optional[float]:
+    """The claim's margin δ (metric units), for ≈, ≥ and ≤: the claims file's value (its own or
+    the defaults'), never widened by the noise of the results."""
     margin = claim.get("margin")
-    return None if margin is None else margin_for(margin["value"], sigma)
+    return None if margin is None else margin["value"]
+
+
+def stated_difference(claim: dict, system: str, pair: str) -> Optional[float]:
+    """The difference a comparison must be able to find, in quality units (better positive): the
+    margin for ≈, ≥ and ≤; for > and < the paper's size (the nearer end of a range), else the
+    difference of the paper's first numbers that name both systems; None where the paper
+    states none."""
+    if claim["relation"] in ("≈", "≥", "≤"):
+        return margin_of(claim)
+    size = size_of(claim, system, pair)
+    if size is not None:
+        value = size["value"]
+        return (min(abs(v) for v in value) if isinstance(value, (list, tuple))
+                else abs(value))
+    for entry in claim.get("paper", []):
+        values = entry.get("values", {})
+        if system in values and claim["against"] in values:
+            return abs(values[system] - values[claim["against"]])
+    return None
+
+
+def with_power(c: Comparison, stated: Optional[float]) -> Comparison:
+    """``c`` with what it can detect set against what it must (:class:`.rule.Comparison`)."""
+    c.stated = stated
+    c.testable = None if c.mde is None or stated is None else c.mde <= stated
+    return c
 
 
 def size_of(claim: dict, system: str, pair: str) -> Optional[dict]:
@@ -67,7 +92,12 @@ def size_of(claim: dict, system: str, pair: str) -> Optional[dict]:
     return None if value is None else {**size, "value": value}
 
 
-def _comparison(claim, folder: Folder, pair) -> Verdict:
+WEAK_BASELINE = "against a baseline below its paper's order"
+
+
+def _comparison(claim, folder: Folder, pair, weak: Optional[str] = None) -> Verdict:
+    """``weak``: why ``against`` is a baseline below its paper's order in this folder, if it is
+    (a held part then says so)."""
     subset, metric, against = claim["subset"], claim["metric"], claim["against"]
     parts = []
     for system in compared(claim):
@@ -78,9 +108,12 @@ def _comparison(claim, folder: Folder, pair) -> Verdict:
         both = folder.combined(pair, system, against, [s.seed for s in seeds], subset, metric) \
             if seeds else None
         size = size_of(claim, system, pair)
-        margin = margin_of(claim, both.sigma if both else None)
-        parts.append((system, compare(claim["relation"], seeds, folder.level, metric != "ter",
-                                      margin, both, size)))
+        result = compare(claim["relation"], seeds, folder.level, metric != "ter",
+                         margin_of(claim), both, size)
+        if weak is not None and outcome(result.verdict) == HELD:
+            result.verdict = (f"{HELD} ({'one seed; ' if result.one_seed else ''}"
+                              f"{WEAK_BASELINE})")
+        parts.append((system, with_power(result, stated_difference(claim, system, pair))))
     return Verdict(claim, pair, combine(parts), comparisons=parts)
 
 
@@ -97,6 +130,10 @@ def _order(claim, folder: Folder, pair) -> Verdict:
                     both[(a, lower)] = folder.combined(pair, a, lower, [s.seed for s in seeds],
                                                        subset, metric)
     result = order(groups, pair_seeds, folder.level, metric != "ter", both)
+    for higher, lower, c, _ in result.pairs:
+        gaps = [abs(e["values"][higher] - e["values"][lower]) for e in claim.get("paper", [])
+                if higher in e.get("values", {}) and lower in e.get("values", {})]
+        with_power(c, gaps[0] if gaps else None)
     return Verdict(claim, pair, result.verdict, order=result)
 
 
@@ -110,11 +147,12 @@ def evaluate(claims: Claims, folder: Folder, repo: Path) -> List[Verdict]:
         relation = claim["relation"]
         if relation == "threshold":
             measured = analysis.measure(claim, folder.path, Path(repo), folder.report)
-            if claim["measure"]["kind"] not in EXACT:
+            if claim["measure"]["kind"] not in EXACT or claim.get("by_construction"):
                 measured.verdict = descriptive(measured.verdict)
             verdicts.append(Verdict(claim, None, measured.verdict, measured=measured))
             continue
         for pair in claim["pairs"]:
-            verdicts.append(_comparison(claim, folder, pair) if relation in COMPARISONS
+            weak = claims.weak(getattr(folder, "key", ""), claim.get("against", ""))
+            verdicts.append(_comparison(claim, folder, pair, weak) if relation in COMPARISONS
                             else _order(claim, folder, pair))
     return verdicts

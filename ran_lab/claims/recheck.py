@@ -42,14 +42,18 @@ def recheck(folder, seed: int = OTHER_SEED, refs: Optional[dict] = None,
             repo: Path = REPO) -> Recheck:
     folder = Path(folder)
     claims = load(claims_file_of(folder, repo), repo)
-    first = Folder(folder, repo, refs, _cache(folder), False, _cache(folder, "pooled"))
+    shown = folder.resolve().relative_to(Path(repo).resolve()) if folder.is_absolute() else folder
+    borrow = claims.borrow_for(str(shown))
+    first = Folder(folder, repo, refs, _cache(folder), False, _cache(folder, "pooled"),
+                   borrow=borrow)
+    first.key = str(shown)
     verdicts = {v.key: v.verdict for v in evaluate(claims, first, repo)}
     tests = list(first.used.values())
     again = Folder(folder, repo, refs,
                    _reseeded(tests, seed, lambda e: not near(e["p"])), True,
-                   [], seed)
+                   [], seed, borrow)
+    again.key = str(shown)
     second = {v.key: v.verdict for v in evaluate(claims, again, repo)}
-    shown = folder.resolve().relative_to(Path(repo).resolve()) if folder.is_absolute() else folder
     result = Recheck(str(shown), seed)
     for e in tests:
         if near(e["p"]):

@@ -4,8 +4,9 @@ from them.
 A page quotes a verdict inside a marked span, ``<!-- claim FOLDER#ID -->…<!-- /claim -->`` (with
 ``@PAIR`` after the id for a comparison or order: ``results/ran/long#Z-T1-ran-all@de-en``), or a
 whole summary table inside ``<!-- claims-table FOLDER -->…<!-- /claims-table -->``, or the tally
-of the paper's claims, "k held (j on one seed), m inconclusive, n not held of N" and the sizes
-apart, inside ``<!-- claims-count FOLDER pairs=A,B -->…<!-- /claims-count -->``;
+of the paper's claims over every direction run (:func:`held_count`), inside
+``<!-- claims-count FOLDER -->…<!-- /claims-count -->`` (``pairs=A,B`` after the folder: those
+directions only);
 :func:`fill` writes what the engine computes into every span and table, and the documentation
 test fails where a page differs from it.
 """
@@ -13,9 +14,9 @@ import re
 from typing import Callable, Dict, List, Optional
 
 from . import bootstrap
-from .engine import Verdict
-from .rule import (DESCRIPTIVE, HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, ONE_SEED, SIZES,
-                   Comparison, outcome)
+from .engine import WEAK_BASELINE, Verdict
+from .rule import (DESCRIPTIVE, HELD, INCONCLUSIVE, NOT_HELD, NOT_JUDGED, NOT_RUN, ONE_SEED,
+                   SIZES, Comparison, outcome)
 
 MINUS = "−"
 COMPARED = (">", "<", "≈", "≥", "≤")
@@ -30,20 +31,26 @@ RULE = (
     "rests on that mean's {confidence} interval and its two-sided p, from one procedure: the "
     "variance of the mean is the test set's (the paired bootstrap's resampled sentences, every "
     "seed scored on the same resample) plus the seeds' (2σ²/n, σ² the between-seed variance "
-    "pooled over this folder's systems and directions on the same subset and metric; where one "
-    "system decodes the other's checkpoints, the variance of the seeds' own differences over n), "
-    "the "
-    "interval is "
-    "d ± t·se on Welch-Satterthwaite's degrees of freedom, and p < {level} exactly when the "
+    "pooled over this folder's systems and directions on the same subset and metric, or that of "
+    "the two compared systems' own seeds where theirs is larger; where no system of the folder "
+    "has two seeds, the variance of the sibling folder the claims file names, of the same recipe "
+    "and scale, and with none the comparison is \"not judged\"; where one system decodes the "
+    "other's checkpoints, the variance of the seeds' own differences over n), the interval is "
+    "d ± t·se with t on the seed variance's own degrees of freedom (Σ(seeds − 1) of the systems "
+    "it pools; never more because σ̂ came out small), and p < {level} exactly when the "
     "interval excludes 0 (docs/scoring.md). Each seed's own test (the two-sided percentile "
     "bootstrap, p and interval from the same resamples: {samples} at least, more while p's "
     "Monte-Carlo interval holds {level}, up to {cap}) is shown beside it, \"k of n\" counting the "
     "seeds significant on the side of the difference. By the paper's relation, with the claim's "
-    "margin δ (widened to the seed spread 1.96·√2·σ where that is larger): **>** (better) is held "
+    "margin δ (the claims file's, never widened by the noise): **>** (better) is held "
     "if the interval lies above 0, not held if below, inconclusive otherwise; **<** mirrors it; "
     "**≈** (on par) is held if the interval lies inside ±δ, not held if wholly outside, "
     "inconclusive otherwise; **≥** (on par or better) is held if the interval's lower end is above "
-    "−δ, not held if its upper end is below −δ, inconclusive otherwise; **≤** mirrors it. With one "
+    "−δ, not held if its upper end is below −δ, inconclusive otherwise; **≤** mirrors it. "
+    "**Power**: beside each comparison, the smallest true difference it finds with 80 % power "
+    "(\"detects ±x\": (t at {level} two-sided + t at 80 %)·se); it is *testable* where that is at "
+    "most the paper's stated difference (for > and <) or the margin (for ≈, ≥, ≤); an "
+    "inconclusive verdict that is not testable says nothing about the paper's claim. With one "
     "seed a held claim is \"held (one seed)\". Where the paper states a size it is a second "
     "verdict, shown beside the direction: consistent (the paper's difference inside our "
     "interval), smaller or larger, or not comparable (the direction not held); it decides the "
@@ -53,7 +60,9 @@ RULE = (
     "pair is significantly the other way, \"order not reproduced (within noise)\" (inconclusive) "
     "if only pairs that are not significant differ, inconclusive if the order is observed but not "
     "every pair is significant. A **threshold** claim reads a measure from a committed file and "
-    "states its limit: a parameter count is a verdict; any other measure is descriptive.")
+    "states its limit: a parameter count is a verdict, unless the claims file marks it fixed by "
+    "the sizes chosen; any other measure is descriptive. A held claim against a baseline that "
+    "the claims file marks as below its paper's order says so.")
 
 
 def num(value: float, digits: int = 2, sign: bool = True) -> str:
@@ -102,14 +111,28 @@ def combined_text(c: Comparison) -> str:
     b = c.combined
     if b is None:
         return ""
-    if b.shared:
+    if not b.judged:
+        return (f"test set only {interval_text(b.interval)}: no seed variance, in this folder or "
+                f"named by its claims file")
+    df = f"{b.df:g} df"
+    if b.source == "shared":
         where = ("seeds and test set, one training run per seed: the seeds' differences vary "
-                 f"by sd {b.sigma:.2f}" if b.sigma is not None else
-                 "test set only: one seed of one training run")
+                 f"by sd {b.sigma:.2f}, {df}")
+    elif b.source == "pair":
+        where = f"seeds and test set, seed sd {b.sigma:.2f} of these two systems' seeds, {df}"
+    elif b.source.startswith("borrowed"):
+        where = f"seeds and test set, seed sd {b.sigma:.2f} {b.source}, {df}"
     else:
-        where = ("seeds and test set, seed sd " + f"{b.sigma:.2f}" if b.sigma is not None
-                 else "test set only: no system of this folder has two seeds")
-    return f"interval {interval_text(b.interval)}, {pval(b.p)} ({where})"
+        where = f"seeds and test set, seed sd {b.sigma:.2f}, {df}"
+    text = f"interval {interval_text(b.interval)}, {pval(b.p)} ({where})"
+    if c.mde is not None:
+        text += f"; detects ±{c.mde:.2f}"
+        if c.testable is not None:
+            text += (f", testable (the paper's {c.stated:.2f})" if c.testable and
+                     c.margin is None else
+                     f", not testable (the paper's {c.stated:.2f})" if c.margin is None else
+                     f", {'testable' if c.testable else 'not testable'} (margin {c.stated:g})")
+    return text
 
 
 def _pooled_text(c: Comparison) -> str:
@@ -118,6 +141,9 @@ def _pooled_text(c: Comparison) -> str:
         parts.append(combined_text(c))
     if c.margin is not None:
         parts.append(f"margin ±{c.margin:.2f}".rstrip("0").rstrip("."))
+    if c.fragile:
+        parts.append("near the level: the verdict turns with a 2.5 % wider or narrower interval, "
+                     "as another bootstrap seed may draw it")
     if c.size:
         value = c.size["value"]
         paper = (f"{num(value[0])} to {num(value[1])}" if isinstance(value, (list, tuple))
@@ -383,6 +409,10 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
                  "df": (None if c.combined is None or c.combined.df == float("inf")
                         else c.combined.df),
                  "direction": c.direction, "size": c.size,
+                 "seed_source": c.combined.source if c.combined else None,
+                 "judged": c.combined.judged if c.combined else None,
+                 "mde": c.mde, "stated": c.stated, "testable": c.testable,
+                 "fragile": c.fragile,
                  "seeds": [{"seed": x.seed, "system": x.system, "against": x.against, "p": x.p,
                             "settled": x.settled, "samples": x.samples,
                             "interval": list(x.interval) if x.interval else None}
@@ -391,7 +421,8 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
         if v.order is not None:
             entry["observed"] = v.order.observed
             entry["pairs"] = [{"higher": hi, "lower": lo, "difference": c.difference,
-                               "interval": list(c.pooled), "p": c.combined.p, "holm_p": p}
+                               "interval": list(c.pooled), "p": c.combined.p, "holm_p": p,
+                               "mde": c.mde, "stated": c.stated, "testable": c.testable}
                               for hi, lo, c, p in v.order.pairs]
         if v.measured is not None:
             entry["tests"] = [{"label": t.label, "value": t.value, "op": t.op, "limit": t.limit,
@@ -403,22 +434,24 @@ def as_json(verdicts: List[Verdict]) -> List[dict]:
 
 # a body never holds another marker: an unclosed span or table is left alone, not merged with
 # the next one
-_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|claims-count|holds)\b).)*?)"
+_BODY = r"((?:(?!<!-- /?(?:claim|claims-table|claims-count|holds|figure)\b).)*?)"
+FIGURE = re.compile(r"(<!-- figure (\S+?)#([^>]+?) -->)" + _BODY + r"(<!-- /figure -->)", re.S)
 HOLDS = re.compile(r"(<!-- holds (\S+?) -->\n)" + _BODY + r"(<!-- /holds -->)", re.S)
 SPAN = re.compile(r"(<!-- claim (\S+?)#(\S+?) -->)" + _BODY + r"(<!-- /claim -->)", re.S)
 TABLE = re.compile(r"(<!-- claims-table (\S+?)(?: pairs=(\S+))? -->\n)" + _BODY +
                    r"(<!-- /claims-table -->)", re.S)
-COUNT = re.compile(r"(<!-- claims-count (\S+?) pairs=(\S+) -->)" + _BODY + r"(<!-- /claims-count -->)",
-                   re.S)
+COUNT = re.compile(r"(<!-- claims-count (\S+?)(?: pairs=(\S+))? -->)" + _BODY +
+                   r"(<!-- /claims-count -->)", re.S)
 
 
-def counted(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None
+def counted(verdicts: List[Verdict], pairs: Optional[List[str]], folder: Optional[str] = None
             ) -> List[Verdict]:
-    """The paper's claims a tally counts: those with a result in ``pairs`` (or in none: analysis
+    """The paper's claims a tally counts: those with a result in ``pairs`` (None: every direction
+    run) or in none (analysis
     and speed claims), each once: not the project's ``own``, not descriptive, not a claim measured
     again on another device (``same_as``: counted under that id), not a measure of another
     folder's checkpoints (``checkpoints``: counted only there)."""
-    return [v for v in verdicts if (v.pair is None or v.pair in pairs)
+    return [v for v in verdicts if (v.pair is None or pairs is None or v.pair in pairs)
             and v.outcome not in (NOT_RUN, DESCRIPTIVE) and not v.claim.get("own")
             and not v.claim.get("same_as")
             and (folder is None or v.claim.get("checkpoints") in (None, folder))]
@@ -426,7 +459,25 @@ def counted(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = N
 
 def one_seed(v: Verdict) -> bool:
     """Whether a held verdict rests on one seed (in any of its parts)."""
-    return v.verdict.startswith(ONE_SEED) or f"{ONE_SEED} for " in v.verdict
+    return ONE_SEED.rstrip(")") in v.verdict
+
+
+def weak(v: Verdict) -> bool:
+    """Whether a held verdict is against a baseline below its paper's order."""
+    return WEAK_BASELINE in v.verdict
+
+
+def parts(v: Verdict) -> List[Comparison]:
+    """A verdict's comparisons (an order's pairs)."""
+    if v.order is not None:
+        return [c for _, _, c, _ in v.order.pairs]
+    return [c for _, c in v.comparisons]
+
+
+def testable(v: Verdict) -> bool:
+    """Whether every comparison of a verdict can find what it must (80 % power)."""
+    found = parts(v)
+    return bool(found) and all(c.testable for c in found)
 
 
 def sizes_of(verdicts: List[Verdict]) -> List[str]:
@@ -434,14 +485,25 @@ def sizes_of(verdicts: List[Verdict]) -> List[str]:
     return [c.size["result"] for v in verdicts for _, c in v.comparisons if c.size]
 
 
-def held_count(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] = None) -> str:
-    """"k held (j on one seed), m inconclusive, n not held of N" (the directions of
-    :func:`counted`), then the sizes apart, each that occurs: "; sizes: a consistent, b smaller,
-    c larger, d not comparable"."""
+def held_count(verdicts: List[Verdict], pairs: Optional[List[str]] = None,
+               folder: Optional[str] = None) -> str:
+    """"k held (j on one seed, w against a weak baseline), m inconclusive, n not held, u not
+    judged of N (t testable)" (the directions of :func:`counted`; the parts in parentheses and
+    "not judged" where they occur; t: the comparisons and orders whose every comparison detects
+    the paper's difference with 80 % power, of those judged), then the sizes apart, each that
+    occurs: "; sizes: a consistent, b smaller, c larger, d not comparable"."""
     ran = counted(verdicts, pairs, folder)
-    k, m, n = (sum(v.outcome == o for v in ran) for o in (HELD, INCONCLUSIVE, NOT_HELD))
+    k, m, n, u = (sum(v.outcome == o for v in ran)
+                  for o in (HELD, INCONCLUSIVE, NOT_HELD, NOT_JUDGED))
     j = sum(1 for v in ran if v.outcome == HELD and one_seed(v))
-    text = f"{k} held ({j} on one seed), {m} inconclusive, {n} not held of {len(ran)}"
+    w = sum(1 for v in ran if v.outcome == HELD and weak(v))
+    held = f"{j} on one seed" + (f", {w} against a baseline below its paper's order" if w else "")
+    text = (f"{k} held ({held}), {m} inconclusive, {n} not held"
+            + (f", {u} not judged" if u else "") + f" of {len(ran)}")
+    compared = [v for v in ran if parts(v) and v.outcome != NOT_JUDGED]
+    if compared:
+        text += (f" ({sum(testable(v) for v in compared)} of the {len(compared)} comparisons "
+                 f"testable)")
     sizes = sizes_of(ran)
     if sizes:
         text += "; sizes: " + ", ".join(f"{sizes.count(s)} {s}" for s in SIZES if s in sizes)
@@ -449,10 +511,17 @@ def held_count(verdicts: List[Verdict], pairs: List[str], folder: Optional[str] 
 
 
 def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
-         holds_of: Optional[Callable[[str], List[str]]] = None) -> str:
-    """``text`` with every claim span, claims table, claims count and holds block rewritten from
-    the engine's verdicts; ``verdicts_of(folder)`` gives a folder's verdicts by key (``ID`` or ``ID@PAIR``),
-    ``holds_of(folder)`` the lines of :func:`.provenance.holds`."""
+         holds_of: Optional[Callable[[str], List[str]]] = None, repo=None) -> str:
+    """``text`` with every claim span, claims table, claims count, figure and holds block
+    rewritten from the engine's verdicts and the results' files; ``verdicts_of(folder)`` gives a
+    folder's verdicts by key (``ID`` or ``ID@PAIR``), ``holds_of(folder)`` the lines of
+    :func:`.provenance.holds`; ``repo``: where the figures' folders are (this checkout)."""
+    from ran_lab import checkout
+    from .figures import figure
+
+    def number(m):
+        return f"{m[1]}{figure(m[2], m[3], repo or checkout.ROOT, verdicts_of)}{m[5]}"
+
     def span(m):
         found = verdicts_of(m[2])
         if m[3] not in found:
@@ -465,7 +534,8 @@ def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
         return f"{m[1]}{claims_table(verdicts, pairs)}\n{m[5]}"
 
     def count(m):
-        tally = held_count(list(verdicts_of(m[2]).values()), m[3].split(","), m[2])
+        tally = held_count(list(verdicts_of(m[2]).values()),
+                           m[3].split(",") if m[3] else None, m[2])
         return f"{m[1]}{tally}{m[5]}"
 
     def block(m):
@@ -473,11 +543,13 @@ def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
             raise KeyError(f"no holds_of to fill the holds block of {m[2]}")
         return f"{m[1]}{chr(10).join(holds_of(m[2]))}\n{m[4]}"
 
-    return HOLDS.sub(block, COUNT.sub(count, TABLE.sub(table, SPAN.sub(span, text))))
+    return FIGURE.sub(number, HOLDS.sub(block, COUNT.sub(count, TABLE.sub(table,
+                                                                          SPAN.sub(span, text)))))
 
 
 def quoted_folders(text: str) -> List[str]:
     return list(dict.fromkeys([m[2] for m in SPAN.finditer(text)] +
                               [m[2] for m in TABLE.finditer(text)] +
                               [m[2] for m in COUNT.finditer(text)] +
+                              [m[2] for m in FIGURE.finditer(text)] +
                               [m[2] for m in HOLDS.finditer(text)]))

@@ -44,7 +44,8 @@ class Folder:
 
     def __init__(self, path, repo: Optional[Path] = None, refs: Optional[dict] = None,
                  cache: Optional[List[dict]] = None, compute: bool = True,
-                 pooled_cache: Optional[List[dict]] = None, seed: int = bootstrap.SEED):
+                 pooled_cache: Optional[List[dict]] = None, seed: int = bootstrap.SEED,
+                 borrow: Optional[dict] = None):
         self.path = Path(path)
         self.repo = Path(repo) if repo else None
         self.report = schema.check(
@@ -65,6 +66,8 @@ class Folder:
                        if e.get("bootstrap_seed") == seed and e.get("method") == METHOD}
         self._pooled = {self._pooled_key(e): e for e in (pooled_cache or [])
                         if e.get("bootstrap_seed") == seed and e.get("method") == METHOD}
+        self.key = str(path)  # the folder as the claims file names it (set by claims.compute)
+        self.borrow = borrow  # {"from": FOLDER, "why": ...}: the claims file's seed_variance entry
         self.used: Dict[tuple, dict] = {}
         self.used_pooled: Dict[tuple, dict] = {}
         self._stats: Dict[tuple, object] = {}
@@ -201,18 +204,34 @@ class Folder:
         self._pooled[key] = self.used_pooled[key] = entry
         return var
 
-    def seed_variance(self, subset, metric):
-        """The folder's pooled between-seed variance on ``subset``/``metric`` and its degrees of
-        freedom (:func:`.seeds.seed_variance` over every system's seeds on every pair: one
-        variance for the folder's runs, its configuration and budget)."""
+    def _by_system(self, subset, metric, only=None) -> Dict[tuple, List[float]]:
         by_system: Dict[tuple, List[float]] = {}
         for (p, system, seed), r in sorted(self.runs.items()):
             scores = r.get("subsets", {}).get(subset)
             if r.get("checkpoint_of"):  # its owner's seeds again (seeds.py)
                 continue
+            if only is not None and (p, system) not in only:
+                continue
             if scores is not None and scores.get(metric) is not None:
                 by_system.setdefault((p, system), []).append(scores[metric])
-        return seeds_mod.seed_variance(by_system)
+        return by_system
+
+    def own_variance(self, subset, metric):
+        """The folder's pooled between-seed variance on ``subset``/``metric`` and its degrees of
+        freedom (:func:`.seeds.seed_variance` over every system's seeds on every pair: one
+        variance for the folder's runs, its configuration and budget)."""
+        return seeds_mod.seed_variance(self._by_system(subset, metric))
+
+    def seed_variance(self, subset, metric) -> Tuple[float, int, str]:
+        """The seed variance the folder's comparisons use, its degrees of freedom and where it
+        comes from: the folder's own (:meth:`own_variance`), or, where no system of it has two
+        seeds, that of the folder its claims file names (``borrow``), else none (0.0, 0)."""
+        var, df = self.own_variance(subset, metric)
+        if df or not self.borrow:
+            return var, df, "folder"
+        other = Path(self.repo or ".") / self.borrow["from"]
+        var, df = Folder(other, self.repo, compute=False).own_variance(subset, metric)
+        return var, df, f"borrowed from {self.borrow['from']}"
 
     def combined(self, pair, system, against, seeds: List[int], subset, metric):
         """The mean difference over ``seeds`` with the interval and p the verdict rests on
@@ -221,13 +240,15 @@ class Folder:
                       - sum(self.score(pair, against, s, subset, metric) for s in seeds)
                       / len(seeds))
         test_var = self.pooled(pair, system, against, seeds, subset, metric)
-        sigma2, df = self.seed_variance(subset, metric)
+        sigma2, df, source = self.seed_variance(subset, metric)
         shared = None
         if self.trained(pair, system, seeds[0]) == self.trained(pair, against, seeds[0]):
             shared = [self.score(pair, system, s, subset, metric) -
                       self.score(pair, against, s, subset, metric) for s in seeds]
+        own = seeds_mod.seed_variance(self._by_system(subset, metric,
+                                                      {(pair, system), (pair, against)}))
         return seeds_mod.combined(difference, test_var, sigma2, df, len(seeds), self.level,
-                                  shared)
+                                  shared, own, source)
 
     def trained(self, pair, system, seed) -> str:
         """The system whose training run a run decodes (itself, or its ``checkpoint_of``)."""

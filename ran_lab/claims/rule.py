@@ -10,8 +10,8 @@ the same resamples). Its difference is that of the table's scores: the mean over
 system's score minus the mean of the other's; the verdict rests on that mean's interval and p from
 :func:`.seeds.combined` (the test set's resampling and the between-seed variance together, at the
 stated level; p < level exactly when the interval excludes 0), so that a verdict never
-contradicts its interval. With the claim's margin δ (in the metric's units, widened to the seed
-spread where that is larger; quality is read so that better is positive, TER's sign turned
+contradicts its interval. With the claim's margin δ (in the metric's units, the claims file's
+value and nothing else; quality is read so that better is positive, TER's sign turned
 round), the paper's relation gives the *direction*:
 
 - ``>`` (better): held if the interval lies above 0; not held (worse) if below; inconclusive
@@ -20,7 +20,14 @@ round), the paper's relation gives the *direction*:
   wholly outside; inconclusive otherwise.
 - ``≥`` (on par or better): held if the interval's lower end (in quality) is above −δ; not
   held (worse) if its upper end is below −δ; inconclusive otherwise. ``≤`` mirrors it.
-- one seed: a held direction is "held (one seed)".
+- one seed: a held direction is "held (one seed)"; no seed variance at all (none in the folder,
+  none borrowed): "not judged (one seed, no seed variance)", whatever the interval says.
+- near the level: a comparison whose verdict changes where its interval's half-width is 2.5 %
+  wider or narrower (what another bootstrap seed may do to the test set's share) is
+  ``fragile``, and the pages say so.
+- power: each comparison carries its minimum detectable effect (:func:`.seeds.detectable`), and
+  is *testable* where that is at most the difference it must find (set by the engine: the
+  paper's stated difference for > and <, the margin for ≈, ≥ and ≤).
 - a size (the paper's own difference, where it states one) is a second verdict: *consistent*
   where the paper's difference lies inside the interval (or as the size's test says), else ours is
   *smaller* or *larger*; *not comparable* where the direction is not held. It decides the claim
@@ -48,7 +55,6 @@ HELD = "held"
 NOT_RUN = "not run"
 INCONCLUSIVE = "inconclusive"
 NOT_HELD = "not held"
-OUTCOMES = (HELD, INCONCLUSIVE, NOT_HELD)
 NOT_HELD_BETTER = "not held (better)"
 NOT_HELD_WORSE = "not held (worse)"
 ORDER_NOISE = "order not reproduced (within noise)"
@@ -56,6 +62,9 @@ REVERSED = "reversed"
 SIZE_TESTS = ("inside", "at_least", "at_most")
 DESCRIPTIVE = "descriptive"
 ONE_SEED = "held (one seed)"
+NOT_JUDGED = "not judged"
+NOT_JUDGED_TEXT = "not judged (one seed, no seed variance)"
+OUTCOMES = (HELD, INCONCLUSIVE, NOT_HELD, NOT_JUDGED)
 CONSISTENT = "consistent"
 NOT_COMPARABLE = "not comparable"
 SIZES = (CONSISTENT, "smaller", "larger", NOT_COMPARABLE)
@@ -68,7 +77,7 @@ def outcome(verdict: str) -> str:
     if verdict.startswith("direction held; size"):
         return HELD if verdict.endswith("size held") else NOT_HELD
     head = verdict.split(" (")[0]
-    if head in (NOT_RUN, HELD, INCONCLUSIVE, DESCRIPTIVE):
+    if head in (NOT_RUN, HELD, INCONCLUSIVE, DESCRIPTIVE, NOT_JUDGED):
         return head
     if head == ORDER_NOISE.split(" (")[0]:
         return INCONCLUSIVE
@@ -77,8 +86,8 @@ def outcome(verdict: str) -> str:
 
 def overall(outcomes: Sequence[str]) -> str:
     """The outcome over several parts: not held if any part is, else inconclusive if any is, else
-    held; not run where no part ran, or where every part that ran is held and another did not run
-    (a claim is not held on the strength of the part that ran)."""
+    not judged if any is, else held; not run where no part ran, or where every part that ran is
+    held and another did not run (a claim is not held on the strength of the part that ran)."""
     ran = [o for o in outcomes if o != NOT_RUN]
     if not ran:
         return NOT_RUN
@@ -86,6 +95,8 @@ def overall(outcomes: Sequence[str]) -> str:
         return NOT_HELD
     if INCONCLUSIVE in ran:
         return INCONCLUSIVE
+    if NOT_JUDGED in ran:
+        return NOT_JUDGED
     return NOT_RUN if len(ran) < len(outcomes) else HELD
 
 
@@ -119,6 +130,10 @@ class Comparison:
     size: Optional[dict] = None  # the claim's size, and "result": one of SIZES
     direction: Optional[str] = None  # the verdict on the direction, where a size was checked
     combined: Optional[Combined] = None  # the interval and p the verdict rests on
+    mde: Optional[float] = None  # the difference found with 80 % power (seeds.detectable)
+    stated: Optional[float] = None  # what the power is judged against: the paper's difference
+    testable: Optional[bool] = None  # mde <= stated (None: nothing to judge it against)
+    fragile: bool = False  # the verdict changes with the interval's half-width FRAGILE wider
 
     @property
     def one_seed(self) -> bool:
@@ -154,6 +169,22 @@ def _by_margin(relation: str, interval, margin: float) -> str:
     return HELD if hi < margin else NOT_HELD_BETTER if lo > margin else INCONCLUSIVE
 
 
+def _direction(relation: str, interval, margin: Optional[float]) -> str:
+    """The verdict of a comparison's interval (quality units) by the paper's relation."""
+    lo, hi = interval
+    if relation == ">":
+        return HELD if lo > 0 else NOT_HELD_WORSE if hi < 0 else INCONCLUSIVE
+    if relation == "<":
+        return HELD if hi < 0 else NOT_HELD_BETTER if lo > 0 else INCONCLUSIVE
+    return _by_margin(relation, interval, margin)
+
+
+# How far the interval's half-width may move under another bootstrap seed: the test set's share
+# of the variance is a Monte-Carlo estimate from 10,000 resamples (relative sd of a variance
+# sqrt(2/10,000) = 1.4 %, of se half that); three such standard errors of se, rounded up.
+FRAGILE = 0.025
+
+
 def size_result(size: dict, interval) -> str:
     """consistent / larger / smaller: the paper's difference ``size["value"]`` (metric units)
     against our interval, by ``size["test"]`` (inside, the default; at_least; at_most)."""
@@ -175,8 +206,8 @@ def compare(relation: str, seeds: Sequence[Seed], level: float = LEVEL,
             higher_is_better: bool = True, margin: Optional[float] = None,
             combined: Optional[Combined] = None, size: Optional[dict] = None) -> Comparison:
     """The verdict of one comparison of two systems by the paper's ``relation`` (>, <, ≈, ≥, ≤),
-    from ``combined`` (the mean difference's interval and p, metric units); ``margin`` (δ, already
-    widened to the seed spread) is needed for ≈, ≥ and ≤; ``size`` ({"value", "test",
+    from ``combined`` (the mean difference's interval and p, metric units); ``margin`` (δ, the
+    claims file's) is needed for ≈, ≥ and ≤; ``size`` ({"value", "test",
     "comparable"}) is the paper's difference, a second verdict."""
     if relation not in (">", "<", "≈", "≥", "≤"):
         raise ValueError(f"not a comparison's relation: {relation!r}")
@@ -193,18 +224,21 @@ def compare(relation: str, seeds: Sequence[Seed], level: float = LEVEL,
     lo, hi = _quality_interval(combined.interval, higher_is_better)
     better, worse = lo > 0, hi < 0
     significant = better or worse
-    if relation in (">", "<"):
-        verdict = {
-            ">": HELD if better else NOT_HELD_WORSE if worse else INCONCLUSIVE,
-            "<": HELD if worse else NOT_HELD_BETTER if better else INCONCLUSIVE,
-        }[relation]
-    else:
-        if margin is None:
-            raise ValueError(f"a {relation} comparison needs a margin")
-        verdict = _by_margin(relation, (lo, hi), margin)
+    if relation in ("≈", "≥", "≤") and margin is None:
+        raise ValueError(f"a {relation} comparison needs a margin")
+    verdict = (_direction(relation, (lo, hi), margin) if combined.judged
+               else NOT_JUDGED_TEXT)
+    if not combined.judged:
+        significant = False
     by_margin = relation in ("≈", "≥", "≤")
     result = Comparison(verdict, difference, k, len(seeds), seeds, side, significant,
                         combined.interval, margin if by_margin else None, combined=combined)
+    result.mde = combined.mde
+    if combined.judged:
+        centre, half = _quality(difference, higher_is_better), (hi - lo) / 2
+        result.fragile = any(
+            _direction(relation, (centre - half * f, centre + half * f), margin) != verdict
+            for f in (1 - FRAGILE, 1 + FRAGILE))
     if size is not None:
         found = size_result(size, combined.interval) if verdict == HELD else NOT_COMPARABLE
         result.size = {**size, "result": found}
@@ -270,7 +304,9 @@ def order(groups: Sequence[Sequence[str]], pair_seeds: Dict[Tuple[str, str], Seq
             significant_wrong += result.side == "worse"
     observed = sorted(means.items(), key=lambda kv: _quality(kv[1], higher_is_better),
                       reverse=True)
-    if significant_wrong:
+    if any(not c.combined.judged for _, _, c, _ in pairs):
+        verdict = NOT_JUDGED_TEXT
+    elif significant_wrong:
         verdict = REVERSED
     elif reversed_pairs:
         verdict = ORDER_NOISE

@@ -7,24 +7,34 @@ folder (every translation direction, one subset and metric), independent between
 pooling each system's sample variance over its seeds (:func:`seed_variance`: the sum of squared
 deviations from each system's own mean over the sum of ``seeds - 1``, its degrees of freedom);
 a system with one seed adds nothing, and a folder where no system has two seeds has no estimate
-(``df = 0``).
+(``df = 0``): it borrows the estimate of a sibling folder of the same recipe and scale that its
+claims file names (:class:`.results.Folder`), or its comparisons are not judged.
+
+**Unequal variances.** The two compared systems' own seeds give a second estimate (pooled over
+those two only); where it is larger than the folder's, it is used, with its own (fewer) degrees
+of freedom: a noisy system is not judged by the quieter systems' variance.
 
 **The interval.** A comparison's difference is the mean over its ``n`` seeds of ``system -
 against``, each seed a pair of independent runs: its variance is ``2·sigma²/n`` from the seeds
 plus the test set's share, the variance of the same mean over the pooled bootstrap's resampled
 sentences (:func:`.bootstrap.pooled`). The interval is ``d ± t·se`` with ``se`` the square root
-of the sum and ``t`` Student's quantile at ``1 - level/2`` on Welch-Satterthwaite's degrees of
-freedom ``(a + b)² / (a²/df)`` (``a`` the seed share, ``b`` the test set's, taken as known); with
-``df = 0`` it is the normal quantile on the test set's share alone. p is two-sided from the same
-``t``: p < level exactly when the interval excludes 0 (:func:`combined`).
+of the sum and ``t`` Student's quantile at ``1 - level/2`` on the seed variance's own degrees of
+freedom, ``Σ(seeds - 1)`` (not Welch-Satterthwaite's, which grow without bound when ``sigma²``
+comes out small and then let through several times the level's false positives; with the test
+set's share taken as known this is conservative). p is two-sided from the same ``t``: p < level
+exactly when the interval excludes 0 (:func:`combined`).
+
+**Power.** :func:`detectable`: the true difference found with 80 % power at the level.
 
 **Shared training runs.** A system that decodes another's checkpoints (``checkpoint_of``: unknown
 words replaced after decoding) shares its seed effect: the two runs of a seed are not
 independent, and their difference's seed share is estimated from the seeds' own differences
-instead, ``var(d_i)/n`` on ``n - 1`` degrees of freedom (none with one seed). Such a system adds
+instead, ``var(d_i)/n`` on ``n - 1`` degrees of freedom (with one seed, the folder's
+``2·sigma²`` stands for it). Such a system adds
 nothing to ``sigma²``: its runs repeat its owner's seeds.
 """
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 from statistics import NormalDist, fmean
 from typing import Dict, Optional, Sequence, Tuple
@@ -84,6 +94,7 @@ def t_sf2(t: float, df: float) -> float:
     return _ibeta(df / 2, 0.5, df / (df + t * t))
 
 
+@lru_cache(maxsize=None)
 def t_quantile(level: float, df: float) -> float:
     """The t with P(|T| >= t) = ``level`` (bisection on :func:`t_sf2`)."""
     if math.isinf(df):
@@ -101,8 +112,12 @@ def t_quantile(level: float, df: float) -> float:
 class Combined:
     """A comparison's mean ``difference`` with its interval and two-sided ``p``; ``se`` and its
     shares (``seed_var``: ``2·sigma²/n``; ``test_var``: the test set's), the degrees of freedom
-    ``df`` (infinite: the normal), ``seeds`` (n) and ``sigma`` (the folder's between-seed
-    standard deviation; None where it has no estimate)."""
+    ``df`` (those of the seed variance's estimate; infinite: the normal), ``seeds`` (n),
+    ``sigma`` (the between-seed standard deviation used; None where there is none),
+    ``source`` (where that came from: "folder", "pair" (the two systems' own seeds, larger
+    than the folder's), "shared" (the seeds' own differences) or "borrowed from FOLDER") and
+    ``judged`` (False: no seed variance at all, so no verdict; the interval is the test set's
+    alone, shown for what it is)."""
     difference: float
     interval: Tuple[float, float]
     p: float
@@ -113,31 +128,69 @@ class Combined:
     seeds: int
     sigma: Optional[float]
     shared: bool = False
+    source: str = "folder"
+    judged: bool = True
+    level: float = 0.01
 
     @property
     def one_seed(self) -> bool:
         return self.seeds == 1
 
+    @property
+    def mde(self) -> Optional[float]:
+        """The minimum detectable effect (:func:`detectable`); None where not judged."""
+        return detectable(self.se, self.df, self.level) if self.judged else None
+
+
+POWER = 0.8
+
+
+@lru_cache(maxsize=None)
+def _power_factor(level: float, df: float) -> float:
+    return t_quantile(level, df) + t_quantile(2 * (1 - POWER), df)
+
+
+def detectable(se: float, df: float, level: float) -> float:
+    """The true difference (from 0 for > and <, from the margin's edge for ≈, ≥, ≤) that the
+    rule finds with 80 % power at ``level``: ``(t(1 - level/2) + t(0.8))·se`` on ``df`` degrees of
+    freedom (the usual approximation of the non-central t)."""
+    return _power_factor(level, df) * se
+
 
 def combined(difference: float, test_var: float, sigma2: float, sigma_df: int, n: int,
-             level: float, shared: Optional[Sequence[float]] = None) -> Combined:
-    """The interval and p of a mean difference over ``n`` seeds (see the module's text);
-    ``shared``: the seeds' differences, where the two systems share their training runs (their
-    variance over ``n - 1`` replaces ``2·sigma²`` and its degrees of freedom)."""
-    if shared is not None:
-        sigma2, sigma_df = ((sum((d - fmean(shared)) ** 2 for d in shared) / (n - 1), n - 1)
-                            if n > 1 else (0.0, 0))
-        seed_var = sigma2 / n if sigma_df else 0.0
+             level: float, shared: Optional[Sequence[float]] = None,
+             own: Optional[Tuple[float, int]] = None, source: str = "folder") -> Combined:
+    """The interval and p of a mean difference over ``n`` seeds (see the module's text).
+
+    ``sigma2`` on ``sigma_df`` degrees of freedom: the seed variance pooled over the folder (or
+    borrowed, ``source`` saying from where). ``own``: the variance pooled over the two compared
+    systems' own seeds and its degrees of freedom; where it is larger than ``sigma2`` it is used
+    instead (a folder's variance is not pooled over systems whose seeds vary more). ``shared``:
+    the seeds' differences, where the two systems share their training runs (their variance over
+    ``n - 1`` replaces ``2·sigma²``; with one seed, ``2·sigma²`` stands for it). The t quantile
+    is taken on the estimate's own degrees of freedom, never more; with none the comparison is
+    not judged (``judged`` False)."""
+    if own is not None and own[1] and sigma_df and own[0] > sigma2:
+        sigma2, sigma_df, source = own[0], own[1], "pair"
+    elif own is not None and own[1] and not sigma_df:
+        sigma2, sigma_df, source = own[0], own[1], "pair"
+    if shared is not None and n > 1:
+        sigma2 = sum((d - fmean(shared)) ** 2 for d in shared) / (n - 1)
+        sigma_df, source = n - 1, "shared"
+        seed_var = sigma2 / n
     else:
         seed_var = 2 * sigma2 / n if sigma_df else 0.0
     total = seed_var + test_var
-    df = math.inf if not sigma_df or seed_var == 0 else total ** 2 / (seed_var ** 2 / sigma_df)
+    df = float(sigma_df) if sigma_df else math.inf
     se = math.sqrt(total)
     q = t_quantile(level, df)
     p = t_sf2(difference / se, df) if se > 0 else (0.0 if difference else 1.0)
+    if source == "shared":
+        sigma = math.sqrt(sigma2)
+    else:
+        sigma = math.sqrt(sigma2) if sigma_df else None
     return Combined(difference, (difference - q * se, difference + q * se), p, se, seed_var,
-                    test_var, df, n, math.sqrt(sigma2) if sigma_df else None,
-                    shared is not None)
+                    test_var, df, n, sigma, shared is not None, source, bool(sigma_df), level)
 
 
 def holm(ps: Sequence[float]) -> list:
@@ -149,19 +202,3 @@ def holm(ps: Sequence[float]) -> list:
         running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
         adjusted[i] = running
     return adjusted
-
-
-SPREAD_Z = NormalDist().inv_cdf(0.975)
-
-
-def seed_spread(sigma: Optional[float]) -> Optional[float]:
-    """How far two seeds of one system lie apart in 95 % of retrainings under the model,
-    ``1.96·√2·sigma``: a difference this setup cannot tell from retraining."""
-    return None if sigma is None else SPREAD_Z * math.sqrt(2) * sigma
-
-
-def margin_for(claimed: float, sigma: Optional[float]) -> float:
-    """The margin δ a parity claim is judged by: the claims file's, widened to the seed spread
-    (:func:`seed_spread`) where that is larger."""
-    spread = seed_spread(sigma)
-    return claimed if spread is None else max(claimed, spread)

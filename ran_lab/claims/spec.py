@@ -31,7 +31,19 @@ The file holds ``paper`` (the paper, as the tables name it), ``paper_file`` (its
 - optionally ``same_as`` (threshold claims): the id of the claim this one measures again (another
   device): the tally counts the paper's claim once, under that id;
 - optionally ``checkpoints``: the results folder whose trained checkpoints a threshold claim's
-  measure read: the tally counts it only for that folder (its budget).
+  measure read: the tally counts it only for that folder (its budget);
+- optionally ``by_construction`` (threshold claims): why the measure follows from the sizes this
+  project chose (a parameter count fixed by the configuration): the claim is descriptive.
+
+Beside the claims, the file may hold
+
+- ``seed_variance``: ``{FOLDER: {"from": OTHER, "why": ...}}``: a results folder where no system
+  has two seeds judges its comparisons by the between-seed variance (and its degrees of freedom)
+  of ``OTHER``, a folder of the same recipe and scale, ``why`` saying so; a folder with neither
+  reads "not judged (one seed, no seed variance)";
+- ``weak_baselines``: ``{FOLDER: [{"system": S, "why": ...}]}``: a system that, in that folder,
+  fell below where the paper puts it (its order among the paper's systems): a claim held against
+  it says so.
 """
 from pathlib import Path
 from typing import List, Optional
@@ -46,7 +58,7 @@ SUBSETS = ("test", "valid")
 COMPARISONS = (">", "<", "≈", "≥", "≤")
 KEYS = {"id", "where", "claim", "relation", "system", "systems", "against", "groups", "metric",
         "subset", "pairs", "paper", "note", "measure", "tests", "own", "margin", "size",
-        "same_as", "checkpoints"}
+        "same_as", "checkpoints", "by_construction"}
 SIZE_KEYS = {"text", "value", "values", "test", "comparable"}
 MEASURES = {
     "histogram_share": {"kind", "file", "side", "below"},
@@ -80,6 +92,19 @@ class Claims:
         self.paper = data["paper"]
         self.paper_file = data.get("paper_file")
         self.claims: List[dict] = data["claims"]
+        self.seed_variance: dict = data.get("seed_variance", {})
+        self.weak_baselines: dict = data.get("weak_baselines", {})
+
+    def borrow_for(self, folder: str) -> Optional[dict]:
+        """The ``seed_variance`` entry of ``folder`` (repository-relative), if any."""
+        return self.seed_variance.get(folder)
+
+    def weak(self, folder: str, system: str) -> Optional[str]:
+        """Why ``system`` is a baseline below its paper's order in ``folder``, if it is."""
+        for entry in self.weak_baselines.get(folder, []):
+            if entry["system"] == system:
+                return entry["why"]
+        return None
 
     def by_id(self, claim_id: str) -> dict:
         for c in self.claims:
@@ -187,10 +212,29 @@ def _check_margin_size(claim, here):
            f"a size's test is one of {', '.join(SIZE_TESTS)}")
 
 
+def _check_annotations(data: dict, where: str):
+    """``seed_variance`` and ``weak_baselines`` (see the module's text)."""
+    borrow = data.get("seed_variance", {})
+    _check(isinstance(borrow, dict), where, "'seed_variance' maps a folder to {from, why}")
+    for folder, entry in borrow.items():
+        _check(isinstance(entry, dict) and set(entry) == {"from", "why"}
+               and isinstance(entry["from"], str) and entry["from"] != folder
+               and isinstance(entry["why"], str) and entry["why"], f"{where}: seed_variance",
+               f"{folder!r} needs exactly 'from' (another folder) and 'why'")
+    weak = data.get("weak_baselines", {})
+    _check(isinstance(weak, dict), where, "'weak_baselines' maps a folder to a list")
+    for folder, entries in weak.items():
+        _check(isinstance(entries, list) and all(
+            isinstance(e, dict) and set(e) == {"system", "why"} and isinstance(e["why"], str)
+            and e["why"] for e in entries), f"{where}: weak_baselines",
+            f"{folder!r} lists objects with exactly 'system' and 'why'")
+
+
 def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> List[dict]:
     """The claims of ``data`` with the defaults applied; ClaimsError on the first fault."""
     _check(isinstance(data, dict) and isinstance(data.get("claims"), list) and "paper" in data,
            where, "a claims file is an object with 'paper' and a list of 'claims'")
+    _check_annotations(data, where)
     defaults = data.get("defaults", {})
     seen, claims = set(), []
     for raw in data["claims"]:
@@ -212,6 +256,9 @@ def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> Li
         _check_margin_size(claim, here)
         _check("same_as" not in claim or relation == "threshold", here,
                "'same_as' belongs to a threshold claim")
+        _check("by_construction" not in claim or relation == "threshold"
+               and isinstance(claim["by_construction"], str) and claim["by_construction"], here,
+               "'by_construction' belongs to a threshold claim and says why")
         if relation == "order":
             groups = claim.get("groups")
             _check(isinstance(groups, list) and len(groups) >= 2

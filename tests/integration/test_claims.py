@@ -352,11 +352,10 @@ def test_engine_tests_every_pair_on_the_hypotheses_and_keeps_the_tests(tmp_path)
     seed = by["c3@de-en"].comparisons[0][1].seeds[0]
     lo, hi = seed.interval
     assert lo <= hi and (seed.p < 0.01) == (lo > 0 or hi < 0)
-    # ≈ is judged on the combined interval with the margin of the defaults (one seed: no seed
-    # variance to widen it)
+    # ≈ takes the margin of the defaults; one seed and no seed variance to borrow: not judged
     parity = by["c2@de-en"].comparisons[0][1]
     assert parity.margin == 1.0 and parity.pooled is not None
-    assert parity.combined.sigma is None
+    assert parity.combined.sigma is None and parity.verdict == rule.NOT_JUDGED_TEXT
     assert by["c5@de-en"].outcome in rule.OUTCOMES
     # written, the tests are kept, and a second run needs no references
     lab.write_claims(path, folder, repo=tmp_path)
@@ -387,17 +386,17 @@ def test_quotes_name_the_verdict_the_difference_each_seed_and_the_intervals():
         "held, better in 1 of 2 seeds: +0.90 (seed 1: +0.69 [−0.38, +1.76], p = 0.041; "
         "seed 2: +1.12 [+0.02, +2.24], p = 0.00999 (12,000 resamples); "
         f"interval {report.interval_text(test.interval)}, {report.pval(test.p)} (seeds and test "
-        "set, seed sd 0.30); margin ±1)")
+        f"set, seed sd 0.30, 6 df); detects ±{test.mde:.2f}; margin ±1)")
     assert lo < 0 < hi and test.p > 0.01
     single = lab.Verdict({"id": "y", "relation": "<", "metric": "ter", "against": "T"}, "de-en",
-                         rule.INCONCLUSIVE,
+                         rule.NOT_JUDGED_TEXT,
                          comparisons=[("R", rule.compare(
                              "<", [S(1, 42.16, 41.6, 0.0809, (-0.4, 1.5))],
                              higher_is_better=False,
                              combined=seeds.combined(0.56, 0.135, 0.0, 0, 1, 0.01)))])
     assert report.quote(single) == (
-        "inconclusive: +0.56 TER (interval [−0.39, +1.51], p = 0.13 (test set only: no system "
-        "of this folder has two seeds))")
+        "not judged (one seed, no seed variance): +0.56 TER (test set only [−0.39, +1.51]: no "
+        "seed variance, in this folder or named by its claims file)")
 
 
 @pytest.mark.parametrize("p, text", [
@@ -617,7 +616,7 @@ def test_pages_quote_the_computed_verdicts(page):
 
 
 def outside_quotes(text):
-    for pattern in (report.SPAN, report.TABLE, report.HOLDS, report.COUNT):
+    for pattern in (report.SPAN, report.TABLE, report.HOLDS, report.COUNT, report.FIGURE):
         text = pattern.sub("", text)
     return re.sub(r"(?<![*\w])\*[^*\n]+\*(?![*\w])", "", text)  # *italic*: the rule's own words
 
@@ -752,6 +751,24 @@ def test_a_level_prints_without_a_sign_a_difference_with_one():
         == "last below first −0.54 nats (limit < +0.00 nats)"
 
 
+def pooled_variance(by_system):
+    squares = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
+                  for xs in by_system.values() if len(xs) > 1)
+    df = sum(len(xs) - 1 for xs in by_system.values())
+    return (squares / df if df else 0.0), df
+
+
+def borrowed_variance(borrowed, subset, metric):
+    """The seed variance of the folder a claims file names for one that has none."""
+    other = json.loads((REPO / borrowed["from"] / "results.json").read_text(encoding="utf-8"))
+    by_system = {}
+    for r in other["results"]:
+        scores = r["subsets"].get(subset)
+        if scores and scores.get(metric) is not None and not r.get("checkpoint_of"):
+            by_system.setdefault((r["pair"], r["system"]), []).append(scores[metric])
+    return pooled_variance(by_system)
+
+
 def quality(interval, metric):
     lo, hi = interval
     return (lo, hi) if metric != "ter" else (-hi, -lo)
@@ -773,7 +790,9 @@ def test_no_verdict_contradicts_its_interval_and_each_recomputes_from_the_files(
     runs = {(r["pair"], r["system"], r["seed"]): r for r in report_["results"]}
     test_var = {(e["pair"], e["subset"], e["metric"], e["system"], e["against"],
                  tuple(e["seeds"])): e["test_var"] for e in data["pooled"]}
-    claims_ = {c["id"]: c for c in spec.load(lab.claims_file_of(folder, REPO), REPO).claims}
+    loaded = spec.load(lab.claims_file_of(folder, REPO), REPO)
+    claims_ = {c["id"]: c for c in loaded.claims}
+    borrowed = loaded.borrow_for(str(folder.relative_to(REPO)))
     checked = 0
     for v in data["verdicts"]:
         claim = claims_[v["id"]]
@@ -787,23 +806,30 @@ def test_no_verdict_contradicts_its_interval_and_each_recomputes_from_the_files(
                 scores = r["subsets"].get(subset)
                 if scores and scores.get(metric) is not None and not r.get("checkpoint_of"):
                     by_system.setdefault((p, system), []).append(scores[metric])
-            squares = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
-                          for xs in by_system.values() if len(xs) > 1)
-            df = sum(len(xs) - 1 for xs in by_system.values())
+            var, df = pooled_variance(by_system)
+            if not df and borrowed:
+                var, df = borrowed_variance(borrowed, subset, metric)
+            own_var, own_df = pooled_variance({k: xs for k, xs in by_system.items()
+                                               if k in {(v["pair"], part["system"]),
+                                                        (v["pair"], part["against"])}})
+            if own_df and own_var > var:
+                var, df = own_var, own_df
             n = len(seeds_)
             diffs = [s["system"] - s["against"] for s in part["seeds"]]
             shared = (runs[(v["pair"], part["system"], seeds_[0])].get("checkpoint_of") or
                       part["system"]) == (runs[(v["pair"], part["against"], seeds_[0])]
                                           .get("checkpoint_of") or part["against"])
-            if shared:
+            if shared and n > 1:
                 mean_d = sum(diffs) / n
-                a = sum((d - mean_d) ** 2 for d in diffs) / (n - 1) / n if n > 1 else 0.0
+                a = sum((d - mean_d) ** 2 for d in diffs) / (n - 1) / n
                 df = n - 1
             else:
-                a = 2 * squares / df / n if df else 0.0
+                a = 2 * var / n if df else 0.0
             b = test_var[(v["pair"], subset, metric, part["system"], part["against"],
                           tuple(seeds_))]
-            dof = (a + b) ** 2 / (a * a / df) if a else math.inf
+            # t on the seed variance's own degrees of freedom; none: not judged
+            dof = df if df else math.inf
+            assert part["judged"] == bool(df)
             t = seeds.t_quantile(0.01, dof)
             d = part["difference"]
             se = math.sqrt(a + b)
@@ -812,12 +838,18 @@ def test_no_verdict_contradicts_its_interval_and_each_recomputes_from_the_files(
             assert (part["p"] < 0.01) == (lo > 0 or hi < 0)
             direction = part["direction"] or part["verdict"]
             outcome = rule.outcome(direction)
-            if claim["relation"] in (">", "<"):
+            if claim["relation"] in (">", "<") and df:
                 better = claim["relation"] == ">"
                 want = (rule.HELD if (lo > 0 if better else hi < 0) else
                         rule.NOT_HELD if (hi < 0 if better else lo > 0) else rule.INCONCLUSIVE)
                 assert outcome == want, (v["id"], part["system"])
+            if not df:
+                assert part["verdict"] == rule.NOT_JUDGED_TEXT and part["mde"] is None
+            else:
+                # the minimum detectable effect: (t(0.995) + t(0.8))·se on the same df
+                assert part["mde"] == pytest.approx(
+                    (t + seeds.t_quantile(0.4, dof)) * se, rel=1e-9)
             if outcome == rule.HELD and n == 1:
-                assert part["verdict"] == rule.ONE_SEED
+                assert part["verdict"].startswith(rule.ONE_SEED.rstrip(")"))
             checked += 1
     assert checked or not data["pooled"]

@@ -1,0 +1,126 @@
+"""Single figures that a page's prose quotes from a results folder, filled like the claim spans:
+``<!-- figure FOLDER#SPEC -->…<!-- /figure -->`` (:func:`.report.fill`), so that no number in the
+prose is typed by hand.
+
+``SPEC`` is one of
+
+- ``PAIR/SYSTEM/SEED[/FIELD]``: a run's test-set ``FIELD`` from results.json (``sacrebleu`` by
+  default; ``p``, ``ter_p``: the reproduction engine's ``p_value``, ``ter_p_value`` against the
+  table's baseline; ``valid:FIELD``: on the validation set);
+- ``PAIR/SYSTEM/mean|sd|spread[/FIELD]``: over the system's seeds (``spread``: 1.96·√2·sd, how
+  far two seeds lie apart in 95 % of retrainings);
+- ``PAIR/SYSTEM/apart/A,B[/FIELD]``: how far seeds A and B end apart;
+- ``samples``: the reproduction engine's bootstrap samples (results.json's settings);
+- ``paper:CLAIM/SYSTEM``: the paper's number for ``SYSTEM`` in the claim's first entry that has
+  one (the claims file, checked against the paper file);
+- ``replaced/PAIR/SYSTEM/SEED``: the score of the run that ``replaced.json`` says was replaced;
+- ``CLAIM@PAIR[/SYSTEM]/interval|p|mde|difference``: a comparison's numbers from its verdict
+  (``SYSTEM``: which, where the claim compares several).
+"""
+import json
+import math
+from pathlib import Path
+from statistics import fmean, stdev
+from typing import Callable, Dict, Optional
+
+
+FIELDS = {"p": "p_value", "ter_p": "ter_p_value"}
+P_FIELDS = ("p", "ter_p")
+SPREAD_Z = 1.959963984540054
+
+
+def _results(repo: Path, folder: str) -> dict:
+    return json.loads((Path(repo) / folder / "results.json").read_text(encoding="utf-8"))
+
+
+def p_text(p: float) -> str:
+    """A p of the reproduction engine's table: two decimals from 0.1 (0.30), else two significant
+    digits (0.0025, 0.011, 0.010), "< 0.001" below that."""
+    if p < 0.001:
+        return "< 0.001"
+    return f"{p:.2f}" if p >= 0.1 else f"{p:#.2g}"
+
+
+def _scores(report: dict, pair: str, system: str, field: str) -> Dict[int, float]:
+    subset, _, field = field.rpartition(":")
+    subset = subset or "test"
+    found = {r["seed"]: r["subsets"].get(subset, {}).get(FIELDS.get(field, field))
+             for r in report["results"] if r["pair"] == pair and r["system"] == system}
+    if not found or any(v is None for v in found.values()):
+        raise KeyError(f"no {field} of {system} ({pair}) on the {subset} set")
+    return found
+
+
+WHICH = ("mean", "sd", "spread", "apart")
+
+
+def _split(parts):
+    """``PAIR/SYSTEM/WHICH/...`` with a system name that may hold a "/" (RAN-ALL w/o LN&RES): the
+    rightmost seed number or WHICH with a suffix of the right length."""
+    for i in range(len(parts) - 1, 1, -1):
+        extra = len(parts) - i - 1
+        if parts[i] == "apart" and extra in (1, 2) or (
+                (parts[i].isdigit() or parts[i] in WHICH[:3]) and extra in (0, 1)):
+            return parts[0], "/".join(parts[1:i]), parts[i], parts[i + 1:]
+    raise KeyError(f"not a figure: {'/'.join(parts)!r}")
+
+
+def figure(folder: str, spec: str, repo: Path,
+           verdicts_of: Optional[Callable[[str], dict]] = None) -> str:
+    """The text of ``SPEC`` (see the module's text) for ``folder``."""
+    if spec == "samples":
+        return f"{_results(repo, folder)['settings']['significance']['samples']:,}"
+    parts = spec.split("/")
+    if parts[0].startswith("paper:"):
+        from . import claims_file_of
+        from .spec import load
+        claim = load(claims_file_of(Path(repo) / folder, repo), repo).by_id(parts[0][6:])
+        for entry in claim.get("paper", []):
+            if parts[1] in entry.get("values", {}):
+                value = entry["values"][parts[1]]
+                return str(value)  # as the paper prints it
+        raise KeyError(f"claim {parts[0][6:]} has no paper number for {parts[1]}")
+    if parts[0] == "replaced":
+        _, pair, system, seed = parts
+        listed = json.loads((Path(repo) / folder / "replaced.json").read_text(encoding="utf-8"))
+        for r in listed["replaced"]:
+            if (r["pair"], r["system"], str(r["seed"])) == (pair, system, seed):
+                return f"{r['sacrebleu']:.2f}"
+        raise KeyError(f"{folder}/replaced.json lists no {system} seed {seed} ({pair})")
+    if "@" in parts[0]:
+        if verdicts_of is None:
+            raise KeyError(f"no verdicts to quote {spec}")
+        comparisons = dict(verdicts_of(folder)[parts[0]].comparisons)
+        system, what = (parts[1], parts[2]) if len(parts) == 3 else (None, parts[1])
+        if system is None:
+            (c,) = comparisons.values()
+        else:
+            c = comparisons[system]
+        from .report import interval_text, num, pval
+        if what == "interval":
+            return interval_text(c.pooled)
+        if what == "p":
+            return pval(c.combined.p)
+        if what == "mde":
+            return f"{c.mde:.2f}"
+        if what == "difference":
+            return num(c.difference)
+        raise KeyError(f"not a verdict's figure: {what!r}")
+    pair, system, which, rest = _split(parts)
+    report = _results(repo, folder)
+    if which == "apart":
+        seeds, *rest = rest
+        field = rest[0] if rest else "sacrebleu"
+        a, b = (int(s) for s in seeds.split(","))
+        scores = _scores(report, pair, system, field)
+        return f"{abs(scores[a] - scores[b]):.2f}"
+    field = rest[0] if rest else "sacrebleu"
+    scores = _scores(report, pair, system, field)
+    if which == "mean":
+        return f"{fmean(scores.values()):.2f}"
+    if which in ("sd", "spread"):
+        sd = stdev(scores.values())
+        return f"{sd if which == 'sd' else SPREAD_Z * math.sqrt(2) * sd:.2f}"
+    value = scores[int(which)]
+    return p_text(value) if field.rpartition(":")[2] in P_FIELDS else f"{value:.2f}"
+
