@@ -1,4 +1,4 @@
-"""``python -m ran_lab.leaderboard [run|page|cost]`` (``scripts/leaderboard.sh``):
+"""``python -m ran_lab.leaderboard [run|page|cost]`` (``scripts/reproduce-leaderboard.sh``):
 
 - ``run`` (the default): every run of the board not yet made (the engine's ``--resume``: a
   finished run is skipped, an interrupted one goes on from its last checkpoint), then the page;

@@ -7,7 +7,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from ran_text import textio
 from .. import claims as claims_pkg
@@ -140,7 +140,7 @@ def _seeds_cell(row):
 def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str]:
     if not cost:
         return ["**Cost columns: pending.** They are measured on the board's checkpoints with "
-                "nothing else running on the machine (`scripts/leaderboard.sh cost`); numbers "
+                "nothing else running on the machine (`scripts/reproduce-leaderboard.sh cost`); numbers "
                 "timed on a busy machine are not shown.", ""]
     m = cost["machine"]
     threads = cost["threads"]
@@ -190,7 +190,7 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
         f"direction; every system trained with one recipe for {updates} updates of at most "
         f"{max_tokens} tokens and its last checkpoint decoded with beam 5 "
         f"(`{shown(board.path)}`, `{config['config_shown']}`). Made by "
-        f"`scripts/leaderboard.sh` (docs/leaderboard.md); the runs, their logs and "
+        f"`scripts/reproduce-leaderboard.sh` (docs/leaderboard.md); the runs, their logs and "
         f"hypotheses are in `runs/`, the engine's own table in `runs/TABLE.md`.",
         "",
         f"**Runs: {done} of {planned} finished.**" + (
@@ -360,7 +360,7 @@ def write_page(board: Board, repo: Path = paths.REPO) -> Path:
     runs = paths.repo_path(config["out"])
     page = paths.repo_path(board.page)
     report = read_json(runs / "results.json", "the board's runs (results.json: "
-                       "scripts/leaderboard.sh writes it)", PageError)
+                       "scripts/reproduce-leaderboard.sh writes it)", PageError)
     cost_file = page / "cost.json"
     cost = read_json(cost_file, "the cost measurements", PageError) if cost_file.is_file() \
         else None
