@@ -175,6 +175,32 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
     return lines + [""]
 
 
+def peer_table() -> List[str]:
+    """The authors' code beside the plugin at the board's sizes (the peer benchmark's committed
+    runs: :func:`.cost.peer_rows`)."""
+    from .cost import peer_rows
+    rows = peer_rows()
+    if not rows:
+        return []
+    lines = ["**The authors' code**, from the peer benchmark's committed runs at the board's "
+             "sizes (one thread; its synthetic batch, not the test set; median over the runs of "
+             "each run's median round: one training step, greedy decoding of the batch; "
+             "docs/benchmarks.md):", "",
+             "| system | authors' code | batch | train tok/s, plugin | train tok/s, authors' | "
+             "greedy sent/s, plugin | greedy sent/s, authors' | runs |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        peer = r["peer"]
+        lines.append(
+            f"| {r['system']} | {peer} | {r['sentences']} × {r['target_length']} tokens | "
+            f"{_num(r['train_tokens_per_s'].get('plugin'), 0)} | "
+            f"{_num(r['train_tokens_per_s'].get(peer), 0)} | "
+            f"{_num(r['decode_sentences_per_s'].get('plugin'), 1)} | "
+            f"{_num(r['decode_sentences_per_s'].get(peer), 1)} | "
+            f"{', '.join('`' + f + '`' for f in r['runs'])} |")
+    return lines + [""]
+
+
 def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, cost,
              planned: int, done: int) -> str:
     updates = dict(_flag_pairs(config["train_flags"])).get("--max-update")
@@ -247,6 +273,7 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
     else:
         lines += ["No pair compared yet.", ""]
     lines += ["## Cost", ""] + cost_table(board, cost, names)
+    lines += peer_table()
     lines += ["GPU rows (fp16/bf16): not measured; `configs/leaderboard/gpu.json` runs the "
               "board on a GPU.", ""]
     lines += ["## What the board shows, and what it does not", ""] + shows(table, config)

@@ -13,7 +13,7 @@ import helpers
 from ran_lab.leaderboard.board import BoardError, load_board
 from ran_lab.reproduce.config import load_config
 
-SCRIPT = helpers.REPO / "scripts" / "leaderboard.sh"
+SCRIPT = helpers.REPO / "scripts" / "reproduce-leaderboard.sh"
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
         "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
@@ -125,6 +125,7 @@ def test_page_is_remade_byte_for_byte_and_cost_is_measured(board):
         assert measured["sentences"] == 24
     table = (page / "TABLE.md").read_text()
     assert "Cost columns: pending" not in table and "beam 5 sent/s (1 thr)" in table
+    assert "| thseq |" in table and "| attn2d |" in table  # the peer benchmark's rows
 
 
 def test_committed_board_plan_matches_its_config():
