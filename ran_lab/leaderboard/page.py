@@ -217,7 +217,8 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
         f"{max_tokens} tokens and its last checkpoint decoded with beam 5 "
         f"(`{shown(board.path)}`, `{config['config_shown']}`). Made by "
         f"`scripts/reproduce-leaderboard.sh` (docs/leaderboard.md); the runs, their logs and "
-        f"hypotheses are in `runs/`, the engine's own table in `runs/TABLE.md`.",
+        f"hypotheses are in `{config['out']}/`, the engine's own table in "
+        f"`{config['out']}/TABLE.md`.",
         "",
         f"**Runs: {done} of {planned} finished.**" + (
             " The board is incomplete: rows show what has finished; the same command goes on "

@@ -41,7 +41,7 @@ def board(tmp_path_factory, scored_corpus):
     config = json.loads((helpers.REPO / "configs/leaderboard/cpu.json").read_text())
     config.pop("notes")
     config.update(systems=str(root / "systems.json"), pairs=["de-en"], bpe=None,
-                  out=str(root / "page" / "runs"), checkpoints=str(root / "ckpt"),
+                  out=str(root / "page" / "cpu"), checkpoints=str(root / "ckpt"),
                   set_train_flags={"--max-update": "4", "--validate-interval-updates": "2"},
                   significance={"samples": 100, "level": 0.01})
     (root / "cpu.json").write_text(json.dumps(config))
@@ -60,7 +60,7 @@ def test_every_planned_run_is_made_and_the_page_written(board):
     root, made = board
     page = root / "page"
     for name in ("TABLE.md", "leaderboard.json", "leaderboard.png", "CLAIMS.md", "CLAIMS.json",
-                 "pairs.claims.json", "SHORT.md", "runs/results.json", "runs/TABLE.md"):
+                 "pairs.claims.json", "SHORT.md", "cpu/results.json", "cpu/TABLE.md"):
         assert (page / name).is_file(), name
     data = json.loads((page / "leaderboard.json").read_text())
     assert (data["runs_finished"], data["runs_planned"]) == (3, 3)
