@@ -22,7 +22,6 @@ from typing import Dict, List, Optional
 from ran_text import textio
 from .. import portable
 from ..common import paths
-from ..common.flags import flag_pairs
 from ..common.jsonio import read_json
 from ..common.machine import available_cores
 from ..common.paths import slug
@@ -30,7 +29,9 @@ from ..reproduce.config import load_config
 from ..reproduce.logs import SPEED_RE
 from .board import Board
 
-WPS_RE = re.compile(r"\| train_inner \|.*?\| wps ([\d.,]+) .*?\| num_updates (\d+)")
+# fairseq-train's progress lines with --log-format simple: "... | train_inner | epoch 001: 20 / 498
+# loss=..., wps=2310.5, ..., num_updates=20, ..."
+WPS_RE = re.compile(r"\| train_inner \|.*?\bwps=([\d.]+).*?\bnum_updates=(\d+)")
 LOG_INTERVAL = 10
 PEER_CASES = {"ran-cpu": "RAN-ALL as the authors' code", "pa-cpu": "Pervasive Attention small"}
 PEER_RUNS = "results/bench/peers/cpu-run*/peers.json"
@@ -88,11 +89,13 @@ def train_cost(result: dict, updates: int, threads: int, work: Path) -> dict:
     argv = _drop(argv, "--validate-interval-updates") + ["--disable-validation", "--no-save"]
     log = work / "train.log"
     run = timed(argv if argv[:1] == ["train"] else ["train", *argv], log, threads)
-    speeds = [(int(u), float(w.replace(",", ""))) for w, u in
+    speeds = [(int(u), float(w)) for w, u in
               WPS_RE.findall(log.read_text(encoding="utf-8", errors="replace"))]
     kept = [w for u, w in speeds if u > LOG_INTERVAL]
     if not kept:
-        raise CostError(f"no training speed past update {LOG_INTERVAL} in {log}")
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-3:]
+        raise CostError(f"no training speed past update {LOG_INTERVAL} in the timed training's "
+                        f"log: {' / '.join(tail)}")
     return {"train_tokens_per_s": median(kept), "train_peak_rss_mib": run["peak_rss_mib"],
             "train_updates": updates, "train_threads": threads}
 
@@ -212,6 +215,3 @@ def peer_rows(pattern: str = PEER_RUNS) -> List[dict]:
         out.append(entry)
     return out
 
-
-def _unused(x):  # keep flag_pairs imported for readers of train argv
-    return flag_pairs(x)

@@ -212,8 +212,8 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
         "# The leaderboard: the four architectures and their baselines on one data set, budget "
         "and machine",
         "",
-        f"Multi30k ({config['test_set']}), de→en and en→de, one data-bin and one joint BPE per "
-        f"direction; every system trained with one recipe for {updates} updates of at most "
+        f"{config['test_set']}, {' and '.join(p.replace('-', '→') for p in board.pairs)}, one "
+        f"data-bin and one joint BPE per direction; every system trained with one recipe for {updates} updates of at most "
         f"{max_tokens} tokens and its last checkpoint decoded with beam 5 "
         f"(`{shown(board.path)}`, `{config['config_shown']}`). Made by "
         f"`scripts/reproduce-leaderboard.sh` (docs/leaderboard.md); the runs, their logs and "
@@ -259,7 +259,7 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
     ]
     if verdicts:
         held = sum(v.outcome == "held" for v in verdicts)
-        lines += [f"{len(verdicts)} pairs compared, {held} ordered significantly; each pair's "
+        lines += [f"Pairs compared: {len(verdicts)}, ordered significantly: {held}; each pair's "
                   f"interval and p in CLAIMS.md (the claims format: `pairs.claims.json` judged "
                   f"by `ran_lab.claims`). Not significant:", ""]
         for v in verdicts:
