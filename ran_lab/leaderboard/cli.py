@@ -33,6 +33,8 @@ def main(argv=None):
     p.add_argument("--systems", help="cost: only these systems (comma-separated)")
     p.add_argument("--train-updates", type=int,
                    help="cost: updates of each timed training (default: the board's)")
+    p.add_argument("--max-load", type=float, default=1.0,
+                   help="cost: refuse to start above this one-minute load average")
     args = p.parse_args(argv)
     from .page import PageError, write_page
     try:
@@ -52,8 +54,8 @@ def main(argv=None):
         else:
             from .cost import measure
             systems = args.systems.split(",") if args.systems else None
-            print(f"leaderboard: cost written to {measure(board, systems, None, args.train_updates)}",
-                  file=sys.stderr)
+            written = measure(board, systems, None, args.train_updates, args.max_load)
+            print(f"leaderboard: cost written to {written}", file=sys.stderr)
             code = 0
         print(f"leaderboard: {write_page(board)}", file=sys.stderr)
         sys.exit(code)

@@ -137,10 +137,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+MAX_LOAD = 1.0
+
+
 def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Path] = None,
-            updates: Optional[int] = None) -> Path:
+            updates: Optional[int] = None, max_load: float = MAX_LOAD) -> Path:
     """Measure every system's cost on the board's checkpoints (``cost.pair``, ``cost.seed``)
-    into ``PAGE/cost.json`` (or ``out``)."""
+    into ``PAGE/cost.json`` (or ``out``). Refused where the machine's one-minute load average
+    is above ``max_load`` before it starts: numbers timed beside other work are not the
+    systems' cost."""
+    load = load_average()
+    if load is not None and load > max_load:
+        raise CostError(f"the machine's load average is {load:g}, above {max_load:g}: the cost "
+                        f"columns are measured with nothing else running (wait, or raise "
+                        f"--max-load where a background load is part of the machine)")
     config = load_config(paths.repo_path(board.config))
     runs = paths.repo_path(config["out"])
     pair, seed = board.cost["pair"], board.cost["seed"]

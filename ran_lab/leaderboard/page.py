@@ -16,10 +16,11 @@ from ..common.jsonio import read_json
 from ..common.paths import shown
 from ..reproduce.config import load_config
 from . import quality
-from .board import Board
+from .board import BOARD, Board
 
 SHORT_SPAN = re.compile(r"(<!-- leaderboard -->\n).*?(<!-- /leaderboard -->)", re.S)
 QUOTED_BY = ("README.md", "docs/results.md")
+QUIET_LOAD = 1.0  # the cost command's default --max-load
 
 
 class PageError(ValueError):
@@ -150,6 +151,11 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
              f"{cost['pair']} seed {cost['seed']}; decoding the {cost['sentences']:,} test "
              f"sentences (model loading excluded); training {cost['train_updates']} updates of "
              f"the board's recipe (the first {cost['warmup_updates']} excluded).", ""]
+    before = m.get("load_average_before")
+    if before is None or before > QUIET_LOAD:
+        lines = [f"**Measured beside other work** (load average {before} "
+                 f"before, above {QUIET_LOAD:g}): these figures are not the systems' cost; "
+                 f"measure again on a quiet machine.", ""] + lines
     head = ["system", "params", "train tok/s", "train peak RSS"]
     for t in threads:
         head += [f"greedy sent/s ({t} thr)", f"beam 5 sent/s ({t} thr)"]
@@ -309,7 +315,7 @@ def _flag_pairs(flags):
     return flag_pairs(flags).items()
 
 
-def short_form(table) -> str:
+def short_form(table, link: str = "TABLE.md") -> str:
     """The short board (README.md, docs/results.md): rank, system, sacreBLEU with its interval,
     per direction."""
     pairs = list(table)
@@ -323,8 +329,8 @@ def short_form(table) -> str:
             cells.append(("—" if "rank" not in row else
                           f"{_interval_cell(row['sacrebleu'])} (#{row['rank']})"))
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\nThe whole board, with chrF, seeds, verdicts and cost: " \
-                              "[results/leaderboard/TABLE.md](results/leaderboard/TABLE.md).\n"
+    return "\n".join(lines) + f"\n\nThe whole board, with chrF, seeds, verdicts and cost: " \
+                              f"[results/leaderboard/TABLE.md]({link}).\n"
 
 
 def plot(table, cost, path: Path):
@@ -364,17 +370,19 @@ def plot(table, cost, path: Path):
     plt.close(fig)
 
 
-def fill_quotes(short: str, repo: Path) -> List[str]:
-    """Replace the short board between the markers of the files that quote it; the files
-    changed."""
+def fill_quotes(table, page: Path, repo: Path) -> List[str]:
+    """Replace the short board between the markers of the files that quote it (its link to the
+    page relative to each); the files changed."""
+    import os
     changed = []
     for name in QUOTED_BY:
         path = repo / name
         if not path.is_file():
             continue
         text = path.read_text(encoding="utf-8")
-        new = SHORT_SPAN.sub(lambda m: m.group(1) + short.replace("](results/", "](" + (
-            "../" if "/" in name else "") + "results/") + m.group(2), text)
+        link = os.path.relpath(page / "TABLE.md", path.parent)
+        short = short_form(table, link)
+        new = SHORT_SPAN.sub(lambda m: m.group(1) + short + m.group(2), text)
         if new != text:
             textio.write_text_atomic(path, new)
             changed.append(name)
@@ -417,7 +425,8 @@ def write_page(board: Board, repo: Path = paths.REPO) -> Path:
     short = short_form(table)
     textio.write_text_atomic(page / "SHORT.md", short)
     plot(table, cost, page / "leaderboard.png")
-    fill_quotes(short, repo)
+    if Path(board.path).resolve() == paths.repo_path(BOARD).resolve():
+        fill_quotes(table, page, repo)  # only the committed board is quoted
     return page / "TABLE.md"
 
 
