@@ -4,7 +4,8 @@ each direction and each system gets, where its page goes, and how its cost is me
 The file holds
 
 - ``config``: the engine's scale config (``configs/leaderboard/cpu.json``): systems, data, recipe,
-  budget, and ``out``, the folder of the runs (``results/leaderboard/cpu``; a folder named ``runs`` is the git-ignored scratch folder);
+  budget, and ``out``, the folder of the runs (``results/leaderboard/cpu``: a folder named
+  ``runs`` is the git-ignored scratch folder);
 - ``page``: the folder of the board's page (``results/leaderboard``): TABLE.md, leaderboard.json,
   the plot, CLAIMS.md and CLAIMS.json of the pairwise verdicts, cost.json;
 - ``seeds``: the seeds of every system per direction, ``{"de-en": [1, 2, 3], "en-de": [1, 2]}``,

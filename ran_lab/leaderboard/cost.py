@@ -1,5 +1,5 @@
-"""The board's cost columns, measured on its checkpoints (``scripts/reproduce-leaderboard.sh cost``), one
-system after another, on a machine with nothing else running: parameters; training target
+"""The board's cost columns, measured on its checkpoints (``scripts/reproduce-leaderboard.sh
+cost``), one system after another, on a machine with nothing else running: parameters; training target
 tokens/s (a short training of the board's recipe, its first log interval left out) and its peak
 resident memory; decoding sentences/s of the test set, greedy and beam 5, at each thread count of
 the board's ``cost.threads`` (``"all"``: every core), with each decoding's peak resident memory.

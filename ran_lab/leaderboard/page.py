@@ -77,8 +77,8 @@ def rows_of(board: Board, config: dict, report: dict, runs: Path, repo: Path,
     folder = None
     claims = None
     if claims_data["claims"]:
-        claims, folder, verdicts = quality.verdicts(runs, claims_data,
-                                                    Path(board.page) / "pairs.claims.json", repo)
+        where = paths.repo_path(board.page) / "pairs.claims.json"
+        claims, folder, verdicts = quality.verdicts(runs, claims_data, where, repo)
     apart = quality.not_separated(verdicts)
     cost_rows = {c["system"]: c for c in (cost or {}).get("systems", [])}
     table = {}
@@ -141,8 +141,8 @@ def _seeds_cell(row):
 def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str]:
     if not cost:
         return ["**Cost columns: pending.** They are measured on the board's checkpoints with "
-                "nothing else running on the machine (`scripts/reproduce-leaderboard.sh cost`); numbers "
-                "timed on a busy machine are not shown.", ""]
+                "nothing else running on the machine (`scripts/reproduce-leaderboard.sh cost`); "
+                "numbers timed on a busy machine are not shown.", ""]
     m = cost["machine"]
     threads = cost["threads"]
     lines = [f"Measured {m.get('date', '?')} on {m.get('cpu', '?')} ({m.get('cores', '?')} "
@@ -219,7 +219,8 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
         "and machine",
         "",
         f"{config['test_set']}, {' and '.join(p.replace('-', '→') for p in board.pairs)}, one "
-        f"data-bin and one joint BPE per direction; every system trained with one recipe for {updates} updates of at most "
+        f"data-bin and one joint BPE per direction; every system trained with one recipe for "
+        f"{updates} updates of at most "
         f"{max_tokens} tokens and its last checkpoint decoded with beam 5 "
         f"(`{shown(board.path)}`, `{config['config_shown']}`). Made by "
         f"`scripts/reproduce-leaderboard.sh` (docs/leaderboard.md); the runs, their logs and "

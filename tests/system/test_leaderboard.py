@@ -1,5 +1,5 @@
-"""The leaderboard's path end to end (scripts/reproduce-leaderboard.sh): a board of two tiny systems on a
-tiny word-level de-en corpus, two seeds for one system and one for the other, through the engine,
+"""The leaderboard's path end to end (scripts/reproduce-leaderboard.sh): a board of two tiny
+systems on a tiny word-level de-en corpus, two seeds for one system and one for the other, through the engine,
 the page (intervals, ranks, pairwise verdicts in the claims format, JSON, plot), the cost
 measurement on the board's checkpoints and the page again with the cost columns; and the
 committed board's plan against its config."""
