@@ -24,9 +24,10 @@ def main(argv=None):
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
                    help="run: start no run after this many minutes (a job's time limit); the "
                         "same command goes on")
-    p.add_argument("--threads", type=int, help="run: threads of each run (default: all cores "
+    p.add_argument("--threads", type=int, help="run, page: threads of each run (default: all cores "
                                                "over --jobs)")
-    p.add_argument("--jobs", type=int, default=1, help="run: runs at a time")
+    p.add_argument("--jobs", type=int, default=1, help="run, page: runs at a time (page: as the "
+                                                       "runs were made)")
     p.add_argument("--data", help="run, page: an existing data-bin ({src} and {tgt} replaced "
                                   "per direction) instead of the config's prepared one")
     p.add_argument("--dry-run", action="store_true", help="run: print the engine's commands")
@@ -50,7 +51,8 @@ def main(argv=None):
                       f"what finished", file=sys.stderr)
         elif args.action == "page":
             from .run import make_board
-            code = make_board(board, tabulate_only=True, data=args.data)
+            code = make_board(board, threads=args.threads, jobs=args.jobs, tabulate_only=True,
+                              data=args.data)
         else:
             from .cost import measure
             systems = args.systems.split(",") if args.systems else None
