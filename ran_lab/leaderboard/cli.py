@@ -16,7 +16,8 @@ from .board import BOARD, BoardError, load_board
 
 def main(argv=None):
     checkout.require("leaderboard")
-    p = argparse.ArgumentParser(prog="leaderboard", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="leaderboard", description="The leaderboard (docs/leaderboard.md): its runs, its "
+                                            "page, or its cost columns.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("action", nargs="?", choices=["run", "page", "cost"], default="run")
