@@ -362,7 +362,7 @@ def plot(table, cost, path: Path):
         ax.set_ylabel("sacreBLEU (interval over seeds and sentences)")
         if cost:
             ax.set_xscale("log")
-            ax.set_xlabel(f"decoding sentences/s, beam 5, {cost['threads'][-1]} threads")
+            ax.set_xlabel(f"decoding sentences/s, beam 5, threads: {cost['threads'][-1]}")
         else:
             ax.set_xlabel("parameters (M); decoding speed pending (not measured yet)")
         ax.grid(alpha=0.3)
