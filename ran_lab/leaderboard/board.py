@@ -1,0 +1,121 @@
+"""The board's plan (``configs/leaderboard/board.json``): which scale config it runs, which seeds
+each direction and each system gets, where its page goes, and how its cost is measured.
+
+The file holds
+
+- ``config``: the engine's scale config (``configs/leaderboard/cpu.json``): systems, data, recipe,
+  budget, and ``out``, the folder of the runs (``results/leaderboard/cpu``: a folder named
+  ``runs`` is the git-ignored scratch folder);
+- ``page``: the folder of the board's page (``results/leaderboard``): TABLE.md, leaderboard.json,
+  the plot, CLAIMS.md and CLAIMS.json of the pairwise verdicts, cost.json;
+- ``seeds``: the seeds of every system per direction, ``{"de-en": [1, 2, 3], "en-de": [1, 2]}``,
+  the directions in the order their runs start;
+- ``seeds_of`` (optional): a system's own seeds where it gets fewer, ``{SYSTEM: {PAIR: [..]}}``;
+  its runs start after the other systems' of the direction;
+- ``cost``: how the cost columns are measured (``pair``, ``seed``: the checkpoints timed;
+  ``train_updates``: the updates of each timed training; ``threads``: the thread counts decoding
+  is timed at, ``"all"`` for every core);
+- ``why``: a sentence per choice (``budget``, ``seeds_of``) that the page prints.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from ..common.jsonio import read_json
+from ..common.paths import repo_path
+
+BOARD = "configs/leaderboard/board.json"
+KEYS = {"config", "page", "seeds", "seeds_of", "cost", "why"}
+COST_KEYS = {"pair", "seed", "train_updates", "threads"}
+
+
+class BoardError(ValueError):
+    """A board file that is not as :mod:`ran_lab.leaderboard.board` describes."""
+
+
+@dataclass
+class Group:
+    """One engine invocation: a direction, its seeds and the systems run with them."""
+    pair: str
+    seeds: List[int]
+    systems: List[str]
+
+
+@dataclass
+class Board:
+    path: Path
+    config: str
+    page: str
+    seeds: Dict[str, List[int]]
+    seeds_of: Dict[str, Dict[str, List[int]]]
+    cost: dict
+    why: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pairs(self) -> List[str]:
+        return list(self.seeds)
+
+    def seeds_for(self, system: str, pair: str) -> List[int]:
+        return self.seeds_of.get(system, {}).get(pair, self.seeds[pair])
+
+    def groups(self, systems: List[str]) -> List[Group]:
+        """The engine invocations, in the order the runs start: per direction, the systems with
+        the direction's seeds (seed by seed), then each system of ``seeds_of`` with its own."""
+        out = []
+        for pair, seeds in self.seeds.items():
+            common = [s for s in systems if pair not in self.seeds_of.get(s, {})]
+            if common:
+                out.append(Group(pair, list(seeds), common))
+            for system in systems:
+                own = self.seeds_of.get(system, {}).get(pair)
+                if own is not None and own:
+                    out.append(Group(pair, list(own), [system]))
+        return out
+
+    def planned(self, systems: List[str]) -> List[Tuple[str, str, int]]:
+        """Every (pair, system, seed) the board makes."""
+        return [(g.pair, s, seed) for g in self.groups(systems) for seed in g.seeds
+                for s in g.systems]
+
+
+def _seed_list(value, where):
+    if not (isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                            and x >= 0 for x in value)
+            and len(set(value)) == len(value)):
+        raise BoardError(f"{where}: a list of distinct non-negative seeds, not {value!r}")
+    return value
+
+
+def load_board(path=None) -> Board:
+    path = Path(path) if path else repo_path(BOARD)
+    data = read_json(path, "the board's plan", BoardError)
+    if not isinstance(data, dict) or not {"config", "page", "seeds", "cost"} <= set(data) \
+            or set(data) - KEYS:
+        raise BoardError(f"{path}: an object with config, page, seeds and cost (and optionally "
+                         f"seeds_of, why), got {sorted(data) if isinstance(data, dict) else data}")
+    seeds = data["seeds"]
+    if not (isinstance(seeds, dict) and seeds):
+        raise BoardError(f"{path}: 'seeds' maps each direction to its seeds")
+    seeds = {pair: _seed_list(v, f"{path}: seeds of {pair}") for pair, v in seeds.items()}
+    if any(not v for v in seeds.values()):
+        raise BoardError(f"{path}: every direction of 'seeds' has a seed")
+    seeds_of = data.get("seeds_of", {})
+    if not isinstance(seeds_of, dict):
+        raise BoardError(f"{path}: 'seeds_of' maps a system to {{PAIR: [seeds]}}")
+    for system, by_pair in seeds_of.items():
+        if not isinstance(by_pair, dict) or set(by_pair) - set(seeds):
+            raise BoardError(f"{path}: seeds_of {system!r} maps directions of 'seeds' "
+                             f"({', '.join(seeds)}) to seeds, not {by_pair!r}")
+        for pair, v in by_pair.items():
+            _seed_list(v, f"{path}: seeds_of {system!r} {pair}")
+    cost = data["cost"]
+    if not isinstance(cost, dict) or set(cost) != COST_KEYS or cost["pair"] not in seeds:
+        raise BoardError(f"{path}: 'cost' is {{{', '.join(sorted(COST_KEYS))}}} with a pair of "
+                         f"'seeds', not {cost!r}")
+    if not (isinstance(cost["threads"], list) and cost["threads"] and all(
+            t == "all" or (isinstance(t, int) and t >= 1) for t in cost["threads"])):
+        raise BoardError(f"{path}: cost threads is a list of thread counts or \"all\"")
+    why = data.get("why", {})
+    if not (isinstance(why, dict) and all(isinstance(v, str) for v in why.values())):
+        raise BoardError(f"{path}: 'why' maps a choice to a sentence")
+    return Board(path, data["config"], data["page"], seeds, seeds_of, cost, why)

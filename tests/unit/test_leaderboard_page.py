@@ -1,0 +1,92 @@
+"""The leaderboard's pieces that need no training: the plan's groups of runs, a system's interval
+over seeds and sentences, ranks, where a validation curve stands, and the short form quoted in
+README.md and docs/results.md."""
+import math
+
+import pytest
+
+from ran_lab.leaderboard import quality
+from ran_lab.leaderboard.board import Board
+from ran_lab.leaderboard.page import fill_quotes, short_form
+
+
+def plan(seeds_of=None):
+    return Board(path="board.json", config="cpu.json", page="page",
+                 seeds={"de-en": [1, 2, 3], "en-de": [1, 2]}, seeds_of=seeds_of or {},
+                 cost={"pair": "de-en", "seed": 1, "train_updates": 60, "threads": [1, "all"]})
+
+
+def test_groups_start_each_direction_with_the_common_seeds_then_a_systems_fewer():
+    board = plan({"C": {"de-en": [1], "en-de": []}})
+    groups = [(g.pair, g.seeds, g.systems) for g in board.groups(["A", "B", "C"])]
+    assert groups == [("de-en", [1, 2, 3], ["A", "B"]), ("de-en", [1], ["C"]),
+                      ("en-de", [1, 2], ["A", "B"])]
+    assert ("en-de", "C", 1) not in board.planned(["A", "B", "C"])
+    assert len(board.planned(["A", "B", "C"])) == 3 * 2 + 1 + 2 * 2
+
+
+def test_an_interval_without_seed_variance_is_the_test_sets_alone():
+    alone = quality.interval([30.0], test_var=0.25, sigma2=0.0, sigma_df=0, level=0.01)
+    z = 2.5758293035489004  # the normal quantile at 99.5 %
+    assert alone.low == pytest.approx(30.0 - z * 0.5) and alone.high == pytest.approx(30.0 + z * 0.5)
+    assert math.isinf(alone.df)
+
+
+def test_the_seeds_spread_widens_the_interval_and_more_seeds_narrow_it():
+    test_only = quality.interval([30.0, 31.0], 0.25, 0.0, 0, 0.01)
+    with_seeds = quality.interval([30.0, 31.0], 0.25, 1.0, 4, 0.01)
+    more = quality.interval([30.0, 31.0, 30.5, 30.5], 0.25, 1.0, 4, 0.01)
+    assert with_seeds.mean == test_only.mean == 30.5
+    assert with_seeds.high - with_seeds.low > test_only.high - test_only.low
+    assert more.high - more.low < with_seeds.high - with_seeds.low
+    assert with_seeds.seed_var == pytest.approx(0.5)
+
+
+def test_the_test_set_share_shrinks_with_more_seeds_of_independent_errors():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    refs = ["a b c d"] * 200
+    hyps = [["a b c d" if rng.random() < 0.5 else "a x c y" for _ in refs] for _ in range(4)]
+    stats = [quality.sentence_stats(h, refs, "sacrebleu") for h in hyps]
+    counts = quality.resample_counts(len(refs), samples=300)
+    one = quality.test_set_variance(stats[:1], "sacrebleu", refs, counts)
+    four = quality.test_set_variance(stats, "sacrebleu", refs, counts)
+    assert 0 < four < one
+
+
+def test_ranks_share_a_rank_on_equal_means():
+    assert quality.ranks({"A": 30.0, "B": 31.0, "C": 30.0, "D": 29.0}) == \
+        {"B": 1, "A": 2, "C": 2, "D": 4}
+
+
+def test_a_curve_still_falling_stands_negative():
+    result = {"valid_curve": [{"num_updates": 250, "loss": 6.0}, {"num_updates": 500, "loss": 5.0},
+                              {"num_updates": 750, "loss": 4.5},
+                              {"num_updates": 1000, "loss": 4.0}]}
+    stand = quality.curve_stand(result)
+    assert stand["loss"] == 4.0 and stand["change_pct"] == pytest.approx(-12.5)
+    assert quality.curve_stand({"valid_curve": []}) is None
+
+
+TABLE = {"de-en": [{"system": "A", "rank": 1, "sacrebleu": {"mean": 30.0, "interval": [29.0, 31.0]}},
+                   {"system": "B"}],
+         "en-de": [{"system": "B", "rank": 1, "sacrebleu": {"mean": 25.0, "interval": [24.5, 25.5]}},
+                   {"system": "A", "rank": 2, "sacrebleu": {"mean": 24.0, "interval": [23.0, 25.0]}}]}
+
+
+def test_the_short_form_fills_the_quoting_files_between_their_markers(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("top\n<!-- leaderboard -->\nold\n<!-- /leaderboard -->\nend\n")
+    (tmp_path / "docs" / "results.md").write_text("no markers here\n")
+    changed = fill_quotes(TABLE, tmp_path / "results" / "leaderboard", tmp_path)
+    assert changed == ["README.md"]
+    text = (tmp_path / "README.md").read_text()
+    assert "old" not in text and text.startswith("top\n<!-- leaderboard -->\n| system |")
+    assert "](results/leaderboard/TABLE.md)" in text and text.endswith("<!-- /leaderboard -->\nend\n")
+    assert "| A | 30.00 [29.00, 31.00] (#1) | 24.00 [23.00, 25.00] (#2) |" in text
+    assert "| B | — | 25.00 [24.50, 25.50] (#1) |" in text
+    (tmp_path / "docs" / "results.md").write_text("<!-- leaderboard -->\n<!-- /leaderboard -->\n")
+    assert fill_quotes(TABLE, tmp_path / "results" / "leaderboard", tmp_path) == \
+        ["docs/results.md"]  # README.md already holds it
+    assert "](../results/leaderboard/TABLE.md)" in (tmp_path / "docs" / "results.md").read_text()
+    assert "](TABLE.md)" in short_form(TABLE)
