@@ -39,6 +39,8 @@ setup(
         "sacrebleu>=2.0",
         "subword-nmt>=0.3.8",
         "sacremoses>=0.0.53",
+        # the lab's markdown tables (ran_lab/tables.py)
+        "tabulate>=0.9,<0.11",
     ],
     # matplotlib: the analyses' plots (ran_lab/analysis), exercised by the tests; ruff: `make lint`;
     # pytest-xdist (3.6 for --no-loadscope-reorder): `make test` runs the test files on every core (up

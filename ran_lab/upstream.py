@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from ran_text.textio import write_text_atomic
+from ran_lab.tables import markdown_table
 
 # Left out, with the reason the summary gives: tests that need what a CPU machine without network
 # has not, or whose end-to-end trainings take hours on a few cores.
@@ -92,15 +93,13 @@ def report(result: dict) -> str:
         f"Python {result['python']}, {result['machine']}, one thread; made by "
         f"`{result['made_by']}`.",
         "",
-        "| run | command | outcomes | seconds |",
-        "|---|---|---|---|",
-        f"| without the plugin | `{result['without_plugin']['command']}` | "
-        f"{', '.join(f'{k} {v}' for k, v in s['without_plugin'].items())} | "
-        f"{result['without_plugin']['seconds']} |",
-        f"| with the plugin (`-p ran_fairseq`: imported before collection, default fixes) | "
-        f"`{result['with_plugin']['command']}` | "
-        f"{', '.join(f'{k} {v}' for k, v in s['with_plugin'].items())} | "
-        f"{result['with_plugin']['seconds']} |",
+        *markdown_table(["run", "command", "outcomes", "seconds"], [
+            [title, f"`{result[key]['command']}`",
+             ", ".join(f"{k} {v}" for k, v in s[key].items()), result[key]["seconds"]]
+            for key, title in [("without_plugin", "without the plugin"),
+                               ("with_plugin", "with the plugin (`-p ran_fairseq`: imported "
+                                               "before collection, default fixes)")]],
+            text_columns=3),
         "",
         f"Tests whose outcome differs: {len(s['differ'])} of {s['tests']}"
         + (":" if s["differ"] else "."),

@@ -30,6 +30,7 @@ from pathlib import Path
 from .peer_clones import PEERS, PeerError, clone_commit, clone_problem, require_clone  # noqa: F401
 from ran_lab.common.machine import available_cores, cpu_model, git_commit, utc_now
 from ran_lab import portable
+from ran_lab.tables import markdown_table
 from ran_lab.common.paths import REPO
 
 MMAP_THRESHOLD = 65536  # as ran-bench --live-memory
@@ -236,12 +237,12 @@ def _ratio(comparison):
 
 def report(results, machine):
     """bench-peers' Markdown table: one row per case."""
-    lines = [
-        "| case | peer | plugin train ms | peer train ms | train plugin ÷ peer (rounds' range) "
-        "| plugin decode ms | peer decode ms | decode plugin ÷ peer (rounds' range) "
-        "| train Δ memory MiB plugin / peer (ratio) | saved for backward MiB plugin / peer "
-        "(ratio) | kernels per training step plugin / peer |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    heads = ["case", "peer", "plugin train ms", "peer train ms",
+             "train plugin ÷ peer (rounds' range)", "plugin decode ms", "peer decode ms",
+             "decode plugin ÷ peer (rounds' range)", "train Δ memory MiB plugin / peer (ratio)",
+             "saved for backward MiB plugin / peer (ratio)",
+             "kernels per training step plugin / peer"]
+    rows = []
     for name, r in results.items():
         peer = r["case"]["peer"]
         train = r["train"]
@@ -260,7 +261,8 @@ def report(results, machine):
             row.append(f"{m['plugin']['kernels']:,} / {m[peer]['kernels']:,}")
         else:
             row += ["", "", ""]
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
+    lines = markdown_table(heads, rows, text_columns=2)
     cores = f"{machine['cores']} cores"
     if machine.get("machine_cores", machine["cores"]) != machine["cores"]:  # taskset, cgroups
         cores = f"{machine['machine_cores']} cores, {machine['cores']} available to the benchmark"

@@ -4,6 +4,7 @@ lengths, GPU launches and kernel counts), a progress line per system and the row
 sweep."""
 import statistics
 
+from ..tables import markdown_table
 from .settings import BREAKDOWN_PARTS, BREAKDOWN_SHARE, MEMORY_KINDS, METRICS
 
 
@@ -26,15 +27,11 @@ def markdown(report):
     """The results as a markdown table, each figure with its ratio to the baseline."""
     mem = MEMORY_KINDS[report["machine"]["device"]]
     heads = ["system", "arch"] + [h.format(mem=mem) for _, h, _ in METRICS]
-    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * 2 + "---:|" * len(METRICS)]
-    for r in report["systems"]:
-        cells = [r["name"], r["arch"]]
-        for key, _, fmt in METRICS:
-            ratio = r["ratios"][key]
-            cells.append(fmt.format(r["metrics"][key])
-                         + (f" (×{ratio:.2f})" if ratio is not None else " (×n/a)"))
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [""] + settings_lines(report["settings"], report["machine"])
+    rows = [[r["name"], r["arch"]] + [
+        fmt.format(r["metrics"][key]) + (f" (×{r['ratios'][key]:.2f})"
+                                         if r["ratios"][key] is not None else " (×n/a)")
+        for key, _, fmt in METRICS] for r in report["systems"]]
+    lines = markdown_table(heads, rows, text_columns=2) + [""] + settings_lines(report["settings"], report["machine"])
     if report["settings"].get("decode_breakdown"):
         lines += [""] + breakdown_markdown(report)
     lines += extras_markdown(report)
@@ -89,78 +86,75 @@ def extras_markdown(report):
 def lengths_markdown(systems, base, s):
     """--also-decode-lengths: decoding speed at each forced length."""
     lengths = [str(s["decode_length"])] + list(base["decode_at_length"])
-    lines = ["", "| system | " + " | ".join(f"decode sent/s, {n} tokens" for n in lengths)
-             + " |", "|---|" + "---:|" * len(lengths)]
+    b = {str(s["decode_length"]): base["decode"], **base["decode_at_length"]}
+    rows = []
     for r in systems:
         at = {str(s["decode_length"]): r["decode"], **r.get("decode_at_length", {})}
-        b = {str(s["decode_length"]): base["decode"], **base["decode_at_length"]}
-        lines.append("| " + " | ".join([r["name"]] + [
-            _ratio(at[n]["sentences_per_s"], b[n]["sentences_per_s"]) for n in lengths])
-            + " |")
-    return lines + ["", "Decoding speed at each forced length (every hypothesis forced to that "
-                        "many tokens + EOS), ratios to the baseline."]
+        rows.append([r["name"]] + [_ratio(at[n]["sentences_per_s"], b[n]["sentences_per_s"])
+                                   for n in lengths])
+    heads = ["system"] + [f"decode sent/s, {n} tokens" for n in lengths]
+    return [""] + markdown_table(heads, rows) + [
+        "", "Decoding speed at each forced length (every hypothesis forced to that many tokens "
+            "+ EOS), ratios to the baseline."]
 
 
 def cuda_launches_markdown(systems, base):
     """--cuda-launches: the GPU's kernels per decoding step at each forced length."""
     lengths = list(base["cuda_launches"])
-    lines = ["", "| system | " + " | ".join(f"GPU kernels per decoding step, {n} tokens"
-                                           for n in lengths) + " |",
-             "|---|" + "---:|" * len(lengths)]
-    for r in systems:
-        lines.append("| " + " | ".join([r["name"]] + [
-            _ratio(r["cuda_launches"][n]["per_step"], base["cuda_launches"][n]["per_step"])
-            for n in lengths]) + " |")
-    return lines + ["", "Kernels the GPU ran in one decoding batch (torch.profiler's CUDA kernel "
-                        "events) divided by the forced length."]
+    rows = [[r["name"]] + [_ratio(r["cuda_launches"][n]["per_step"],
+                                  base["cuda_launches"][n]["per_step"]) for n in lengths]
+            for r in systems]
+    heads = ["system"] + [f"GPU kernels per decoding step, {n} tokens" for n in lengths]
+    return [""] + markdown_table(heads, rows) + [
+        "", "Kernels the GPU ran in one decoding batch (torch.profiler's CUDA kernel events) "
+            "divided by the forced length."]
 
 
 def kernels_markdown(systems, base, s):
     """--count-kernels: aten kernels per decoding step by component, and per training step."""
     parts = ["encoder", "self_attn", "encoder_attn", "ffn", "rest"]
-    lines = ["", "| system | decoding kernels per step | " + " | ".join(parts)
-             + " | training kernels per step | forward | backward | decoding Python calls per step |",
-             "|---|" + "---:|" * (len(parts) + 5)]
     bd, bt = base["kernels"]["decoding"], base["kernels"]["training"]
+    calls = bd.get("python_calls") is not None  # absent from counts made before it was added
+    heads = (["system", "decoding kernels per step"] + parts
+             + ["training kernels per step", "forward", "backward"]
+             + ["decoding Python calls per step"] * calls)
+    rows = []
     for r in systems:
         d, t = r["kernels"]["decoding"], r["kernels"]["training"]
-        calls = d.get("python_calls")  # absent from counts made before it was added
-        lines.append("| " + " | ".join(
-            [r["name"], _ratio(d["total"], bd["total"])]
-            + [f"{d['components'].get(p, 0):,.2f}" for p in parts]
-            + [_ratio(t["total"], bt["total"]), str(t["forward"]), str(t["backward"]),
-               "" if calls is None or bd.get("python_calls") is None
-               else _ratio(calls, bd["python_calls"])])
-            + " |")
-    return lines + ["", f"Kernels (ran_lab/bench/kernels.py): aten operators dispatched "
-                        f"on the CPU in float32, views and aliases excluded. Decoding: the first "
-                        f"decoding batch ({bd['sentences']} sentences, beam {bd['beam']}) forced "
-                        f"to {bd['length']} tokens, per step (the call's count divided by "
-                        f"{bd['length']}), by module; training: one forward and backward over the "
-                        f"first {bt['sentences']} sentences of `{s['count_subset']}` (target "
-                        f"length {bt['target_length']}), no optimizer step. On a GPU a small "
-                        f"model's step costs about one launch per kernel. Python calls: the "
-                        f"function calls cProfile counts in one such decoding call, per step "
-                        f"(the host's work beside the launches)."]
+        rows.append([r["name"], _ratio(d["total"], bd["total"])]
+                    + [f"{d['components'].get(p, 0):,.2f}" for p in parts]
+                    + [_ratio(t["total"], bt["total"]), t["forward"], t["backward"]]
+                    + ([_ratio(d["python_calls"], bd["python_calls"])
+                        if d.get("python_calls") is not None else ""] if calls else []))
+    return [""] + markdown_table(heads, rows) + [
+        "", f"Kernels (ran_lab/bench/kernels.py): aten operators dispatched "
+            f"on the CPU in float32, views and aliases excluded. Decoding: the first "
+            f"decoding batch ({bd['sentences']} sentences, beam {bd['beam']}) forced "
+            f"to {bd['length']} tokens, per step (the call's count divided by "
+            f"{bd['length']}), by module; training: one forward and backward over the "
+            f"first {bt['sentences']} sentences of `{s['count_subset']}` (target "
+            f"length {bt['target_length']}), no optimizer step. On a GPU a small "
+            f"model's step costs about one launch per kernel."
+            + (" Python calls: the function calls cProfile counts in one such decoding call, "
+               "per step (the host's work beside the launches)." if calls else "")]
 
 
 def breakdown_markdown(report):
     """--decode-breakdown: each system's decoding time by part, as shares of that pass."""
     parts = [p for p, _ in BREAKDOWN_PARTS] + ["rest"]
     heads = ["system", "pass (s)"] + parts[:2] + ["(of which W_v, W_o)"] + parts[2:]
-    lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
+    rows = []
     for r in report["systems"]:
         b = r["decode"]["breakdown"]
         seconds = b["parts_seconds"]
-        share = [f"{100 * seconds[p] / b['pass_seconds']:.1f} %" if p in seconds else "–"
-                 for p in parts[:2] + [BREAKDOWN_SHARE[0]] + parts[2:]]
-        lines.append("| " + " | ".join([r["name"], f"{b['pass_seconds']:.2f}"] + share) + " |")
-    lines += ["", "Decoding time by part: one more pass over the same batches, with a timer "
-                  "around each part (the timers add a little time; on CUDA each one "
-                  "synchronizes). W_v, W_o: the self-attention's value and output projections, "
-                  "a share of its time; rest: beam search, embeddings, layer norms and all "
-                  "else."]
-    return lines
+        rows.append([r["name"], f"{b['pass_seconds']:.2f}"] + [
+            f"{100 * seconds[p] / b['pass_seconds']:.1f} %" if p in seconds else "–"
+            for p in parts[:2] + [BREAKDOWN_SHARE[0]] + parts[2:]])
+    return markdown_table(heads, rows) + [
+        "", "Decoding time by part: one more pass over the same batches, with a timer around "
+            "each part (the timers add a little time; on CUDA each one synchronizes). W_v, W_o: "
+            "the self-attention's value and output projections, a share of its time; rest: "
+            "beam search, embeddings, layer norms and all else."]
 
 
 def sweep_rows(sweep, report):

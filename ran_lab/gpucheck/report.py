@@ -6,6 +6,7 @@ import subprocess
 
 from ran_text import textio
 from ..common.machine import cuda_mps_running, git_commit, utc_now
+from ..tables import markdown_table
 
 
 def environment(device):
@@ -47,20 +48,11 @@ def markdown(report):
     training = report["steps"].get("training")
     if training:
         dtypes = training["dtypes"]
-        lines += [f"## Training, {training['updates']} updates", "",
-                  "| system | " + " | ".join(dtypes) + " |",
-                  "|---|" + "---|" * len(dtypes)]
         by = {(r["system"], r["dtype"]): r for r in training["rows"]}
-        for system in dict.fromkeys(r["system"] for r in training["rows"]):
-            cells = []
-            for d in dtypes:
-                r = by.get((system, d), {"status": "not run"})
-                v = r.get("valid_loss")
-                cell = r["status"] + (f", valid {v:.3f}" if isinstance(v, float) else "")
-                if r["status"] != "passed" and r.get("reason"):
-                    cell += f": {r['reason']}"
-                cells.append(cell)
-            lines.append(f"| {system} | " + " | ".join(cells) + " |")
+        rows = [[system] + [_cell(by.get((system, d), {"status": "not run"})) for d in dtypes]
+                for system in dict.fromkeys(r["system"] for r in training["rows"])]
+        lines += [f"## Training, {training['updates']} updates", ""]
+        lines += markdown_table(["system"] + dtypes, rows, text_columns=1 + len(dtypes))
         lines += ["", "Tolerance of the validation loss against float32's: "
                   + ", ".join(f"{k} {v:.0%}" for k, v in training["tolerance"].items()), ""]
     speed = report["steps"].get("speed")
@@ -71,6 +63,13 @@ def markdown(report):
     if not_run:
         lines += [f"Not run (the deadline came first): {', '.join(not_run)}", ""]
     return "\n".join(lines)
+
+
+def _cell(row):
+    """A training's cell: its status, its validation loss, and why it did not pass."""
+    v = row.get("valid_loss")
+    return (row["status"] + (f", valid {v:.3f}" if isinstance(v, float) else "")
+            + (f": {row['reason']}" if row["status"] != "passed" and row.get("reason") else ""))
 
 
 def write(out, report):
