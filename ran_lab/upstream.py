@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from pathlib import Path
 
 from ran_text.textio import write_text_atomic
@@ -74,10 +75,7 @@ def summary(plain: dict, plugin: dict) -> dict:
               for n in names if plain["outcomes"].get(n) != plugin["outcomes"].get(n)}
 
     def counts(run):
-        found = {}
-        for outcome in run["outcomes"].values():
-            found[outcome] = found.get(outcome, 0) + 1
-        return dict(sorted(found.items()))
+        return dict(sorted(Counter(run["outcomes"].values()).items()))
 
     return {"tests": len(names), "without_plugin": counts(plain), "with_plugin": counts(plugin),
             "differ": differ}

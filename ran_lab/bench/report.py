@@ -31,7 +31,8 @@ def markdown(report):
         fmt.format(r["metrics"][key]) + (f" (×{r['ratios'][key]:.2f})"
                                          if r["ratios"][key] is not None else " (×n/a)")
         for key, _, fmt in METRICS] for r in report["systems"]]
-    lines = markdown_table(heads, rows, text_columns=2) + [""] + settings_lines(report["settings"], report["machine"])
+    lines = markdown_table(heads, rows, text_columns=2)
+    lines += [""] + settings_lines(report["settings"], report["machine"])
     if report["settings"].get("decode_breakdown"):
         lines += [""] + breakdown_markdown(report)
     lines += extras_markdown(report)
