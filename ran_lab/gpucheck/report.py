@@ -2,6 +2,7 @@
 after each step."""
 import json
 import platform
+import shutil
 import subprocess
 
 from ran_text import textio
@@ -18,15 +19,9 @@ def environment(device):
     if device == "cuda" and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True) if _has("nvidia-smi") else None
+                             capture_output=True, text=True) if shutil.which("nvidia-smi") else None
         env["driver"] = smi.stdout.strip().split("\n")[0] if smi and smi.returncode == 0 else None
     return env
-
-
-def _has(program):
-    import shutil
-
-    return shutil.which(program) is not None
 
 
 def markdown(report):
