@@ -23,6 +23,8 @@ from pathlib import Path
 from statistics import fmean, stdev
 from typing import Callable, Dict, Optional
 
+from .numbers import interval_text, num, pval
+
 
 FIELDS = {"p": "p_value", "ter_p": "ter_p_value"}
 P_FIELDS = ("p", "ter_p")
@@ -96,7 +98,6 @@ def figure(folder: str, spec: str, repo: Path,
             (c,) = comparisons.values()
         else:
             c = comparisons[system]
-        from .report import interval_text, num, pval
         if what == "interval":
             return interval_text(c.pooled)
         if what == "p":
