@@ -37,12 +37,15 @@ def _flag(flags: Sequence[str], name: str) -> Optional[str]:
 
 def arch_default(arch: str, attribute: str):
     """The value a registered fairseq arch gives ``attribute`` when no flag sets it."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
 
     import ran_fairseq  # noqa: F401  (registers the plugin's archs)
 
     if arch not in ARCH_CONFIG_REGISTRY:
         raise ValueError(f"unknown arch {arch!r} in the results")
+    model = MODEL_REGISTRY[ARCH_MODEL_NAME_REGISTRY[arch]]
+    if hasattr(model, "resolve_args"):  # the plugin's models: the arch, then the config's defaults
+        return getattr(model.resolve_args(Namespace(arch=arch)), attribute)
     args = Namespace()
     ARCH_CONFIG_REGISTRY[arch](args)
     return getattr(args, attribute)
