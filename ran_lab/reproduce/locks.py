@@ -70,9 +70,17 @@ def link_below(root, folder):
             return path
     for top, dirs, files in os.walk(folder):
         for name in sorted(dirs + files):
-            if os.path.islink(os.path.join(top, name)):
+            if os.path.islink(os.path.join(top, name)) and not submitit_own(top, name):
                 return Path(top) / name
     return None
+
+
+def submitit_own(top, name):
+    """Whether ``name`` in ``top`` is a link submitit keeps for its own bookkeeping in a run's
+    ``slurm/`` folder (``.submission_file_*.sh``, a link to the job's script beside it): the
+    engine writes nothing through it."""
+    return Path(top).name == "slurm" and name.startswith(".submission_file_") \
+        and name.endswith(".sh")
 
 
 def refuse_links(runs, out, checkpoints):

@@ -80,3 +80,17 @@ def test_a_log_is_never_written_through_a_link(tmp_path, victim):
         with pytest.raises(ReproError, match="is a symbolic link"):
             open_log(log, mode)
     assert victim.read_text() == VICTIM
+
+
+def test_submitits_own_links_in_a_runs_slurm_folder_are_not_refused(tmp_path):
+    """submitit links ``.submission_file_*.sh`` to the job's script in the run's slurm/ folder; the
+    engine writes nothing through it. Any other link there is still refused."""
+    from ran_lab.reproduce.locks import link_below
+
+    slurm = tmp_path / "out" / "de-en" / "TransF" / "seed1" / "slurm"
+    slurm.mkdir(parents=True)
+    (slurm / "123_submission.sh").write_text("#!/bin/bash\n")
+    (slurm / ".submission_file_abc.sh").symlink_to(slurm / "123_submission.sh")
+    assert link_below(tmp_path / "out", slurm.parent) is None
+    (slurm / "123_0_log.out").symlink_to(tmp_path / "elsewhere")
+    assert link_below(tmp_path / "out", slurm.parent) == slurm / "123_0_log.out"
