@@ -8,6 +8,7 @@ import torch
 from fairseq import options
 from fairseq.data import Dictionary
 
+import ran_fairseq.modules.recurrent_cross_attention.module as rca_module
 from ran_fairseq.models.recurrent_cross_transformer import RecurrentCrossTransformerModel
 from ran_fairseq.modules.attention_entropy import AttentionEntropyRecorder
 from ran_fairseq.modules.recurrent_cross_attention import (
@@ -361,6 +362,42 @@ def test_gradients_match_naive_reference(variant, kv_variant, left_pad):
     theirs = torch.autograd.grad(loss, inputs, allow_unused=True)
     names = ["states", "encoder"] + [name for name, _ in module.named_parameters()]
     for name, a, e in zip(names, ours, theirs):
+        e = torch.zeros_like(a) if e is None else e
+        scale = max(e.abs().max().item(), 1.0)
+        torch.testing.assert_close(a / scale, e / scale, atol=1e-5, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("left_pad", [True, False], ids=["left-pad", "right-pad"])
+@pytest.mark.parametrize("variant,kv_variant", VARIANTS, ids=VARIANT_IDS)
+def test_the_module_switch_selects_the_eager_reference_with_the_same_results(
+        variant, kv_variant, left_pad, monkeypatch):
+    """USE_EAGER runs a teacher-forced pass step by step through autograd: the same outputs,
+    weights and gradients (of every input and parameter) as the training Functions."""
+    module = make_module(variant, kv_variant)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(0.5)
+    states, encoder, padding, _ = make_batch(left_pad)
+    states.requires_grad_(True)
+    encoder.requires_grad_(True)
+    inputs = [states, encoder] + list(module.parameters())
+    g = torch.Generator().manual_seed(7)
+    results = []
+    for eager in (False, True):
+        monkeypatch.setattr(rca_module, "USE_EAGER", eager)
+        out, weights = module(states, encoder, encoder, padding, need_head_weights=True)
+        if not results:
+            grad_out, grad_weights = (torch.randn(out.shape, generator=g),
+                                      torch.randn(weights.shape, generator=g))
+        loss = (out * grad_out).sum() + (weights * grad_weights).sum()
+        results.append((out, weights, torch.autograd.grad(loss, inputs, allow_unused=True)))
+    (fused_out, fused_weights, ours), (eager_out, eager_weights, theirs) = results
+    torch.testing.assert_close(fused_out, eager_out, rtol=1e-5,
+                               atol=output_atol(variant, kv_variant, eager_out))
+    torch.testing.assert_close(fused_weights, eager_weights, atol=1e-6, rtol=1e-5)
+    names = ["states", "encoder"] + [name for name, _ in module.named_parameters()]
+    for name, a, e in zip(names, ours, theirs):
+        a = torch.zeros_like(e) if a is None else a
         e = torch.zeros_like(a) if e is None else e
         scale = max(e.abs().max().item(), 1.0)
         torch.testing.assert_close(a / scale, e / scale, atol=1e-5, rtol=0, msg=name)

@@ -17,6 +17,11 @@ from .common import MASKED, HeadwiseLinear, check_options, continuous_step, weig
 from .context_functions import FullContextRecurrence, HeadContextRecurrence
 from .weight_functions import PrevContextRecurrence, WeightRecurrence, continuous_scan
 
+# True: a teacher-forced pass runs as consecutive decoding steps differentiated by autograd
+# (RecurrentCrossAttention._full_eager), the reference of the training Functions' written-out
+# backward passes, for checking or debugging them; a switch of the code, not a model option
+USE_EAGER = False
+
 # The recurrent quantity each variant keeps between decoding steps (per hypothesis).
 _STATE_KEY = {"prev-context": "prev_context", "expand-kv": "prev_context",
               "prev-weight": "prev_weights", "prev-accum-weight": "accum_weights",
@@ -128,23 +133,26 @@ class RecurrentCrossAttention(nn.Module):
                 raise ValueError(f"incremental decoding takes one target position per step, "
                                  f"got {tgt_len}")
             state = self._get_input_buffer(incremental_state)
+        fused = state is None and not USE_EAGER  # a full pass through the training Functions
         stacked = None  # [W_k; W_v] and [b_k; b_v] where Eq. 5's full pass shares them
         if state is not None and state.get("key") is not None:
             k, v = state["key"], state["value"]
         else:
             if key is None or value is None:
                 raise ValueError("recurrent cross-attention needs the encoder output as key/value")
-            if state is None and self._full_context and self.kv_variant == 1 and key is value:
+            if fused and self._full_context and self.kv_variant == 1 and key is value:
                 stacked = self._stacked_kv_weights()
                 k, v = (self._heads(x) for x in self._project_twice(key, *stacked))
             else:
-                k, v = self._heads(self._keys(key, state is None)), self._heads(self.v_proj(value))
+                k, v = self._heads(self._keys(key, fused)), self._heads(self.v_proj(value))
         q = self._heads(self.q_proj(query) * self.scaling)  # (B, H, T, d)
         padding = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
         energies = torch.matmul(q, k.transpose(2, 3)).float()  # α̂ (Eq. 1), (B, H, T, S)
 
-        if state is None:
+        if fused:
             probs, context = self._full(q, k, v, energies, padding, need_weights, stacked)
+        elif state is None:
+            probs, context = self._full_eager(q, k, v, energies, padding)
         else:
             probs, context = self._step(q, k, v, energies, padding, state)
             state["key"], state["value"] = k, v
@@ -226,6 +234,22 @@ class RecurrentCrossAttention(nn.Module):
         else:
             return self._expand_kv_full(q, v, energies, padding, need_weights, stacked)
         return probs, self._mix(probs, v)
+
+    def _full_eager(self, q, k, v, energies, padding):
+        """What :meth:`_full` computes, as consecutive decoding steps (:meth:`_step`) that autograd
+        differentiates through every operation: the reference of the training Functions, which
+        :data:`USE_EAGER` selects instead. Attention dropout is drawn step by step."""
+        batch = q.size(0)
+        state: Dict[str, Optional[Tensor]] = {}
+        probs, contexts = [], []
+        for i in range(q.size(2)):
+            p, c = self._step(q[:, :, i:i + 1], k, v, energies[:, :, i:i + 1], padding, state)
+            if self._full_context:  # Eqs. 5, 6 read the layer's previous output (§3.1)
+                state["prev_context"] = self.out_proj(
+                    c.permute(2, 0, 1, 3).reshape(batch, self.embed_dim))
+            probs.append(p)
+            contexts.append(c)
+        return torch.cat(probs, dim=2), torch.cat(contexts, dim=2)
 
     def _prev_context_full(self, k, v, energies, pad):
         """Eq. 2 as a recurrence on weights: the extra energies of step i are a_{i-1} R with
