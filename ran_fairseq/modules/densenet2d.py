@@ -51,6 +51,11 @@ from torch.utils.checkpoint import checkpoint
 from ._torch_ops import batch_norm_eval_backward, relu_backward
 from .masked_conv2d import MaskedConv2d
 
+# True: batch-norm statistics and BN → ReLU in training are differentiated by autograd
+# (masked_moments_eager, batch_norm_relu_eager), the reference of _MaskedMoments and
+# _BatchNormReLU, for checking or debugging them; a switch of the code, not a model option
+USE_EAGER = False
+
 BOTTLENECK_FACTOR = 4  # the 1×1 convolution's output is 4g channels
 GATINGS = ("none", "masked", "both")  # which convolutions of a layer a GLU gates
 
@@ -81,6 +86,32 @@ def _channel_affine(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
     zeros = torch.zeros_like(scale)
     return torch.batch_norm(x, scale, shift, zeros, torch.ones_like(scale), False, 0.0, 0.0,
                             False)
+
+
+def masked_moments_eager(x: Tensor, pad: Optional[Tensor], count: int) -> Tuple[Tensor, Tensor]:
+    """What :class:`_MaskedMoments` computes, by autograd: the per-channel mean and mean of
+    squares of x (B, C, T, S) over the ``count`` cells where ``pad`` (B, 1, T, S) is False."""
+    real = x if pad is None else x.masked_fill(pad, 0)
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    return real.sum((0, 2, 3), dtype=dtype) / count, (real * real).sum((0, 2, 3), dtype=dtype) / count
+
+
+def batch_norm_relu_eager(mean: Tensor, meansq: Tensor, weight: Tensor, bias: Tensor, eps: float,
+                          keep: Optional[Tensor], *features: Tensor) -> Tensor:
+    """What :class:`_BatchNormReLU` computes, by autograd: y = ReLU(w·(x − m)/√(v + ε) + b)·keep,
+    v = max(q − m², 0), x the channel concatenation of ``features``."""
+    x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+    var = (meansq - mean * mean).clamp_min(0)
+    scale = (weight * torch.rsqrt(var + eps)).view(1, -1, 1, 1)
+    y = torch.relu((x - mean.view(1, -1, 1, 1)) * scale + bias.view(1, -1, 1, 1))
+    return y if keep is None else y * keep
+
+
+def _moments(x: Tensor, pad: Optional[Tensor], count: int, zero_padding: bool):
+    """:class:`_MaskedMoments`, or its eager reference under :data:`USE_EAGER`."""
+    if USE_EAGER:
+        return masked_moments_eager(x, pad, count)
+    return _MaskedMoments.apply(x, pad, count, zero_padding)
 
 
 class _MaskedMoments(torch.autograd.Function):
@@ -197,7 +228,7 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             raise ValueError("batch normalization in training needs at least one real grid "
                              "cell; the batch is all padding")
         if moments is None:
-            moments = _MaskedMoments.apply(x, pad, count, zero_padding)
+            moments = _moments(x, pad, count, zero_padding)
         if update_stats:
             mean, meansq = moments
             with torch.no_grad():  # nothing for autograd to save (a recomputation saves no more)
@@ -236,9 +267,9 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             whole = features[0] if moments is not None or len(features) == 1 else \
                 torch.cat(features, dim=1)  # the statistics read it only when not given
             mean, meansq = self._statistics(whole, pad, count, update_stats, True, moments)
-            return _BatchNormReLU.apply(mean.to(features[0].dtype), meansq.to(features[0].dtype),
-                                        self.weight, self.bias, self.eps,
-                                        keep if zero_output else None, *features)
+            fused = batch_norm_relu_eager if USE_EAGER else _BatchNormReLU.apply
+            return fused(mean.to(features[0].dtype), meansq.to(features[0].dtype), self.weight,
+                         self.bias, self.eps, keep if zero_output else None, *features)
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         self._check(x)
         if not fast:
@@ -272,7 +303,7 @@ def masked_moments(x: Tensor, pad: Optional[Tensor], count: int) -> Tuple[Tensor
     the ``count`` real cells. Statistics are per channel, so those of a concatenation are the
     concatenated statistics of its parts: the DenseNet computes them once per layer output
     instead of once per reading layer."""
-    return _MaskedMoments.apply(x, pad, count, True)
+    return _moments(x, pad, count, True)
 
 
 def _recompute_in_backward(fn: Callable[..., Tensor], features: List[Tensor],

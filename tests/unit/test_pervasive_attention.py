@@ -12,6 +12,7 @@ from fairseq.data import Dictionary
 
 from ran_fairseq.models.pervasive_attention import PervasiveAttentionModel
 from ran_fairseq.modules.aggregators import AGGREGATORS, SourceAggregator
+from ran_fairseq.modules import densenet2d
 from ran_fairseq.modules.densenet2d import DenseNet2d, MaskedBatchNorm2d
 from ran_fairseq.modules.masked_conv2d import MaskedConv2d
 
@@ -229,6 +230,29 @@ def test_training_forward_and_gradients_equal_torch_batch_norm_without_padding(g
     torch.testing.assert_close(gx_n, gx_r, rtol=1e-4, atol=1e-5)
     for a, b in zip(gp_n + buf_n, gp_r + buf_r):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("memory_efficient", [False, True], ids=["plain", "memory-efficient"])
+def test_the_module_switch_selects_the_eager_batch_norm_with_the_same_results(
+        memory_efficient, dtype, monkeypatch):
+    """densenet2d.USE_EAGER computes the training statistics and BN → ReLU by autograd: with
+    padding, the same outputs, input and parameter gradients and running statistics as the
+    written-out backward passes."""
+    x = torch.randn(2, 6, 5, 6, dtype=dtype)
+    pad = grid_padding([5, 3], [6, 4], 5, 6)
+    results = []
+    for eager in (False, True):
+        monkeypatch.setattr(densenet2d, "USE_EAGER", eager)
+        net = densenet(gated="masked", memory_efficient=memory_efficient).to(dtype).train()
+        xi = x.clone().requires_grad_()
+        out = net(xi, pad)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum().backward()
+        results.append([out.detach(), xi.grad] + [p.grad for p in net.parameters()]
+                       + [b for b in net.buffers() if b.dtype != torch.long])
+    tolerance = {} if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
+    for fused, eager in zip(*results):
+        torch.testing.assert_close(fused, eager, **tolerance)
 
 
 @pytest.mark.parametrize("gated", ["none", "masked", "both"])
