@@ -1,27 +1,14 @@
 """``pervasive_attention``: the 2D convolutional translation model of Elbayad et al. 2018,
 "Pervasive Attention: 2D Convolutional Neural Networks for Sequence-to-Sequence Prediction".
 
-There is no encoder and no attention module: target embeddings y_i (d_t) and source embeddings x_j
-(d_s) are concatenated at every cell of the |t|×|s| grid, X_ij = [y_i; x_j] (Eq. 1); a DenseNet of
-masked 2D convolutions (:mod:`ran_fairseq.modules.densenet2d`) lets row i see target rows ≤ i and
-the whole source; ``--aggregator`` pools each row over the source axis
-(:mod:`ran_fairseq.modules.aggregators`: max, Eq. 2; avg, Eq. 3; attn, Eqs. 8-9; max-attn) and E
-projects the pooled features to the vocabulary, or to d_t and then through the target embeddings
-(``--share-decoder-input-output-embed``). The implicit alignment of the aggregator (Eq. 7 for max,
-ρ for attn) is returned as the attention (B, T, S), so ``--print-alignment`` works.
-
-fairseq's beam search wants an encoder and a decoder, so :class:`SourceEmbedder` (the "encoder")
-only embeds the source, and :class:`PervasiveAttentionDecoder` builds the grid and runs the rest.
-Incremental decoding computes one new grid row per layer per step (each masked convolution caches
-its last ⌊k/2⌋ input rows), so a step costs the same whatever the number of tokens produced;
-``--recompute-grid`` instead recomputes the whole grid at every step (a speed baseline).
-Incremental decoding needs evaluation mode: batch normalization uses its running statistics there,
-which makes grid rows independent of each other.
-
-Named architectures: ``pervasive_attention`` has the paper's defaults (L = 24 layers, growth rate
-g = 32, d_s = d_t = 128, k = 5, dropout 0.2, max pooling); ``pervasive_attention_small`` is a CPU
-size (L = 8, g = 16, d = 64, k = 3). :meth:`PervasiveAttentionModel.complexity` counts parameters
-and multiply-adds for given sentence lengths (paper Table 2).
+Target and source embeddings meet at every cell of the grid, X_ij = [y_i; x_j] (Eq. 1); a DenseNet
+of masked 2D convolutions (:mod:`ran_fairseq.modules.densenet2d`, §3.1) lets row i see target rows
+≤ i and the whole source; the aggregator pools each row over the source (Eqs. 2-3, 8-9,
+:mod:`ran_fairseq.modules.aggregators`) and E projects it to the vocabulary (Eqs. 5-6). The
+"encoder" (:class:`SourceEmbedder`) only embeds the source, for fairseq's beam search;
+:class:`PervasiveAttentionDecoder` builds the grid and runs the rest, one new grid row per layer
+per decoding step. docs/pervasive_attention.md gives the flags and the choices where the paper is
+silent.
 """
 import logging
 from dataclasses import dataclass, field

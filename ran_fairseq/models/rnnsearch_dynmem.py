@@ -1,25 +1,13 @@
 """``rnnsearch_dynmem``: RNNSearch with dynamic-memory (recurrent) attention (Yang et al. 2017,
 "Neural Machine Translation with Recurrent Attention Modeling").
 
-- Encoder: a bidirectional LSTM (fairseq's ``LSTMEncoder``) over source embeddings; annotations
-  h_i = [→h_i; ←h_i] (Eqs. 1-2), returned batch-first in the caller's padding layout.
-- Decoder: an LSTM with input feeding, s_j = LSTM(s_{j-1}, [W_T y_{j-1}; c_{j-1}]) (Eq. 4); the
-  attention of :class:`~ran_fairseq.modules.dynamic_memory_attention.DynamicMemoryAttention` reads
-  c_j from s_j (Eqs. 5-7, or Eq. 11 with the memory); output s̃_j = tanh(W_1 [s_j; c_j] + b_1),
-  p_j = softmax(W_2 s̃_j) (Eqs. 8-9).
-
-Flags: ``--dynamic-memory-window k`` (window 2k+1; paper: k = 0 and k = 5), ``--dynamic-memory-dim``
-(paper: 500), ``--no-dynamic-memory`` (plain RNNSearch), ``--attention-dim`` (the size of v_a;
-default: the decoder's hidden size). ``--arch rnnsearch_dynmem`` is the paper's size (embeddings
-and LSTMs 1000, memory 500, k = 5); ``rnnsearch_dynmem_small`` is a CPU size (256, memory 128).
-
-Every parameter starts uniform in [-0.1, 0.1] as in the paper (``--init-range``). Choices where
-the paper is silent: ``--encoder-hidden-size`` is per direction (annotations have twice that size,
-as in Bahdanau et al.'s RNNSearch); the decoder starts from s_0 = tanh(W_s [→h_S; ←h_1] + b_s) of
-the top encoder layer in every decoder layer, with zero cell states and a zero input feed c_0;
-``--dropout`` (default 0.2) applies to embeddings, encoder outputs, between LSTM layers and to
-s̃_j. The model has no length limit of its own: the task's ``--max-source-positions`` /
-``--max-target-positions`` filter training data only.
+Encoder: a bidirectional LSTM, annotations h_i = [→h_i; ←h_i] (Eqs. 1-2), returned in the
+caller's padding layout. Decoder: an LSTM with input feeding, s_j = LSTM(s_{j-1}, [W_T y_{j-1};
+c_{j-1}]) (Eq. 4), the attention of
+:class:`~ran_fairseq.modules.dynamic_memory_attention.DynamicMemoryAttention` (Eqs. 5-7, or
+Eq. 11 with the memory), s̃_j = tanh(W_1 [s_j; c_j] + b_1), p_j = softmax(W_2 s̃_j) (Eqs. 8-9).
+docs/rnnsearch_dynmem.md gives the flags, the named sizes and the choices where the paper is
+silent.
 """
 from dataclasses import dataclass, field
 from typing import Optional

@@ -1,20 +1,11 @@
 """The plugin's uses of torch operators outside the public API, each behind a public fallback.
 
-:func:`sigmoid_times` forms sigmoid(x) ⊙ v (x broadcasting against v) in one kernel through
-aten's ``softplus_backward`` (the derivative of softplus(x) = log(1 + e^x) is sigmoid(x), so
-softplus's backward operator with v as the incoming gradient is the product). Per target position
-this is one kernel instead of two (``torch.sigmoid`` then a product) in the loops of Eqs. 5-8
-(``recurrent_cross_attention/context_functions.py``), which keeps their training step within its
-kernel bound (tests/unit/test_recurrent_cross_attention.py). The operator carries no stability promise,
-so it is looked up once, checked against the public form on a small input, and replaced by the
-public form when it is missing, fails or disagrees: results are the same either way.
-
-Likewise for Pervasive Attention's fused batch norm and ReLU (``densenet2d._BatchNormReLU``):
-:func:`relu_backward` is aten's ``threshold_backward`` (one kernel, where the public form is a
-comparison and a ``where``), and :func:`batch_norm_eval_backward` aten's
-``native_batch_norm_backward`` in evaluation mode (the input's gradient and both parameters'
-in one pass over the grid, where the public form takes three), each checked once against its public
-form and replaced by it when missing, failing or disagreeing.
+:func:`sigmoid_times` (sigmoid(x) ⊙ v in one kernel, aten's ``softplus_backward``),
+:func:`relu_backward` (aten's ``threshold_backward``) and :func:`batch_norm_eval_backward`
+(aten's ``native_batch_norm_backward`` in evaluation mode). Each operator is looked up once,
+checked against its public form on a small input, and replaced by that form where it is missing,
+fails or disagrees: results are the same either way. docs/benchmarks.md ("Internal operators")
+gives the kernels each saves.
 """
 from typing import Callable, Optional
 

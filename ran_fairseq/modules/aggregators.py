@@ -1,24 +1,15 @@
 """Aggregation of the grid over the source axis (Elbayad et al. 2018, §3.2-3.3).
 
-Input H (B, C, T, S), the DenseNet's features of target row i and source column j, and the
-source padding (B, S), True at padding. Output: pooled features (B, T, C') and per-source-token
-weights (B, T, S) that sum to one over the real tokens of each row (zero at padding), returned as
-the model's attention (implicit alignment). |s| is each sentence's true source length.
+H (B, C, T, S), the DenseNet's features, pooled over the real source tokens j of each row i:
 
-- ``max`` (Eq. 2): H^pool_i = max_j H_ij, padded columns at -inf. Weights returned as the model's
-  attention during decoding (a token-independent reading of Eq. 7, computed before the token is
-  chosen): the share of the pooled activation that source token j supplies,
-  α_ij = Σ_d 1[j = argmax_j' H_ij'd]·max(H^pool_id, 0) / Σ_d max(H^pool_id, 0); a row whose pooled
-  features are all ≤ 0 gets uniform weights. Eq. 7 as written, which weights each channel by the
-  output projection row E_w of the predicted token w, is :func:`eq7_contributions`.
-- ``avg`` (Eq. 3): H^pool_i = (1/√|s|) Σ_j H_ij; weights uniform, 1/|s|.
-- ``attn`` (Eqs. 8-9): ρ_ij = softmax_j(w·H_ij), H^att_i = √|s| Σ_j ρ_ij H_ij; weights ρ. (The bias
-  of Eq. 8 is the same for every j and cancels in the softmax, so there is none.)
-- ``max-attn``: [H^pool_i; H^att_i] (2C channels); weights: the mean of the two.
+- ``max`` (Eq. 2): H^pool_i = max_j H_ij;
+- ``avg`` (Eq. 3): H^pool_i = (1/√|s|) Σ_j H_ij;
+- ``attn`` (Eqs. 8-9): ρ_ij = softmax_j(w·H_ij), H^att_i = √|s| Σ_j ρ_ij H_ij;
+- ``max-attn``: [H^pool_i; H^att_i].
 
-:class:`SourceAggregator` follows fairseq's attention calling convention (``need_weights``,
-``need_head_weights`` → weights (1, B, T, S)), so the attention-entropy recorder reads it as the
-model's cross-attention (side ``crs``).
+Each also returns weights per source token (B, T, S), the model's implicit alignment (Eq. 7;
+:func:`eq7_contributions` is Eq. 7 as written); docs/pervasive_attention.md gives how they are
+read.
 """
 import math
 from typing import Optional, Tuple

@@ -1,22 +1,11 @@
 """Attention entropy per layer and side (Zeng et al. 2021, Eq. 5), recorded from a model's forward.
 
-``AttentionEntropyRecorder(model)`` is a context manager. While it is active, every attention module
-of the model returns its per-head weights ``(heads, B, T, S)`` and the recorder accumulates, per
-``(side, layer)``, the sum over heads, sentences and real query positions of
-
     H(a_i) = -sum_j a_ij * log a_ij                                        (Eq. 5)
 
-and the number of terms, so that sums from several batches or workers add up. With
-``keep_weights=True`` it also keeps each module's weights of the latest forward pass, for analyses
-that compare layers (``ran_lab.analysis``). Sides: ``enc``
-(encoder self-attention), ``dec`` (decoder self-attention), ``crs`` (encoder-decoder attention).
-
-Recorded modules: fairseq's ``MultiheadAttention`` and any module with ``records_attention = True``
-that follows its calling convention (``need_weights``/``need_head_weights`` keyword arguments,
-returns ``(output, weights)``). A module that is neither is skipped. Side and layer come from the
-module's name (``...layers.N.self_attn`` / ``...layers.N.encoder_attn``); a module outside such a
-stack (e.g. an RNN decoder's single attention) names its side in ``attention_side`` and is layer 0
-unless its name holds ``layers.N``.
+:class:`AttentionEntropyRecorder` sums it per ``(side, layer)`` over heads, sentences and real
+query positions, with the number of terms, so that sums from several batches or workers add up.
+Sides: ``enc`` (encoder self-attention), ``dec`` (decoder self-attention), ``crs``
+(encoder-decoder attention).
 """
 import re
 from collections import defaultdict
@@ -69,6 +58,12 @@ class AttentionEntropyRecorder:
     With ``keep_weights``, ``weights[(side, layer)]`` is ``(weights, query_mask)`` of the latest
     call: the detached per-head weights (heads, B, T, S) and the (B, T) mask of real queries
     (None: all are real).
+
+    Recorded: fairseq's ``MultiheadAttention`` and any module with ``records_attention = True``
+    that follows its calling convention (``need_weights``/``need_head_weights``, returns
+    ``(output, weights)``). Side and layer come from the module's name (``layers.N.self_attn``,
+    ``layers.N.encoder_attn``); a module outside such a stack names its side in
+    ``attention_side`` and is layer 0 unless its name holds ``layers.N``.
     """
 
     def __init__(self, model, target_mask=None, keep_weights=False):

@@ -5,40 +5,12 @@ concatenation of X and the outputs of layers 1..l-1 (f_0 + (l-1)·g channels) an
 
     BN → ReLU → 1×1 conv to 4g → BN → ReLU → masked conv (k×⌈k/2⌉, see masked_conv2d) to g → dropout
 
-Gated linear units (``gated``, one of :data:`GATINGS`): ``"masked"`` doubles the output channels
-of the masked k×⌈k/2⌉ convolution and a GLU halves them again; ``"both"`` does the same for the
-1×1 convolution too; ``"none"`` gates nothing. The paper's text (§3.1) gates "both convolutions",
-but its Table 1 count for the gated model (9.64M against 7.18M) is exactly what gating the k×k
-convolution alone adds with L = 24, g = 32, d = 128, k = 5 (L·4g·g·k² = 2.46M; gating the 1×1
-convolutions as well would add Σ_l (f_0 + (l-1)g)·4g = 1.92M more), so ``"masked"`` is what
-the model's gating option gives when it is set without a value.
-The block returns BN → ReLU of the final concatenation H (B, f_0 + L·g, T, S), the closing
-normalization of a DenseNet.
-
-Padding: ``padding`` (B, T, S), True at grid cells whose target row or source column is padding.
-Those cells are zero in X and at every layer's output, and :class:`MaskedBatchNorm2d` leaves them
-out of its training statistics; a real cell therefore never depends on padding, in training or
-evaluation, wherever the padding sits.
-
-Memory-efficient mode (as Pleiss et al. 2017): the concatenation → BN → ReLU → 1×1 convolution
-→ BN → ReLU of each layer (everything before the masked convolution), and the closing
-concatenation → BN → ReLU, run under ``torch.utils.checkpoint`` and are recomputed in the
-backward pass, so a layer keeps only its g new channels and the 4g-channel input of its masked
-convolution instead of its f_0 + (l-1)·g input channels (twice: before and after BN → ReLU) and
-two 4g-channel tensors. The gradients are those of the plain mode; batch-norm running statistics
-are updated once.
-
-Batch-norm statistics are per channel, so in training each layer output's mean and mean of squares
-over the real cells are computed once and shared by every later layer that normalizes it. Each
-BN → ReLU (→ zero at padding) is one autograd Function on torch's batch-norm kernels
-(:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md) that keeps the features it
-normalizes rather than their concatenation; padding is zeroed by a product with the real-cell
-mask, and a batch without padding skips every mask. Half precision keeps the plain composition of
-elementwise operations (statistics in float32).
-
-Incremental decoding (evaluation only): the input is the newest grid row(s) (B, f_0, n, S) with
-their padding (B, n, S); each masked convolution caches its last ⌊k/2⌋ input rows in
-``incremental_state``.
+with gated linear units after the convolutions :data:`GATINGS` names; the block returns
+BN → ReLU of the final concatenation. Cells whose target row or source column is padding are zero
+at every layer and left out of the batch-norm statistics. In training, BN → ReLU is one autograd
+Function (:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md); :data:`USE_EAGER`
+selects its eager reference. docs/pervasive_attention.md gives the choices where the paper is
+silent (gating, padding, the memory-efficient mode, incremental decoding).
 """
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 

@@ -7,21 +7,9 @@ For decoder step j with query s_j (the decoder state) and source annotations h_i
     e_ij = v_aᵀ tanh(W_a [h_i; d_ij] + U_a s_j)                 (Eq. 11, with dynamic memory)
     α_ij = softmax_i(e_ij),  c_j = Σ_i α_ij h_i                (Eqs. 6-7 = Eq. 13: no d in the read)
 
-where the memory d_ij of source word i is an LSTM over decoding steps whose input is the window
-α̃_ij = [α_{i-k,j-1}, ..., α_{i+k,j-1}] of the previous step's attention around i (2k+1 values),
-d_ij = LSTM(d_{i,j-1}, α̃_ij). Window entries outside the sentence or at padding are zero: the
-attention is exactly zero at padded positions, so the windows of a sentence's real positions are
-the same whether the batch is padded on the left or on the right. ``W_a [h_i; d_ij]`` is computed
-as ``W_h h_i + W_d d_ij``, with ``W_h h_i`` projected once per sentence (:meth:`start`), and the
-memory LSTM runs as one ``nn.LSTMCell`` call over all (sentence, source position) pairs per step.
-
-Choices where the paper is silent: the attention before the first step is zero (α_{i,0} = 0, so
-α̃_{i,1} = 0), the memory starts at zero (d_{i,0} = 0, cell state too), and the scores have no bias.
-
-:class:`DynamicMemoryAttention` is a step function for a recurrent decoder; its state (the
-projected keys, the previous attention and the memory) lives in fairseq's incremental state under
-the module's own key, reordered by :meth:`reorder_incremental_state`. :class:`AttentionRows` hands a
-decoder's stacked attention rows to attention statistics (``records_attention``).
+where the memory d_ij = LSTM(d_{i,j-1}, α̃_ij) of source word i reads the window
+α̃_ij = [α_{i-k,j-1}, ..., α_{i+k,j-1}] of the previous step's attention (zero outside the sentence
+and at padding). docs/rnnsearch_dynmem.md gives the choices where the paper is silent.
 """
 from typing import Dict, Optional, Tuple
 
@@ -55,7 +43,9 @@ class DynamicMemoryAttention(nn.Module):
 
     Usage per decoder forward: ``state = attn.start(keys, padding_mask, incremental_state)``, then
     per step ``context, weights, state = attn.step(query, keys, padding_mask, state)``, then
-    ``attn.save(incremental_state, state)`` when decoding incrementally.
+    ``attn.save(incremental_state, state)`` when decoding incrementally. The state (the
+    projected keys W_h h_i, the previous attention and the memory) lives in fairseq's incremental
+    state under the module's own key, reordered by :meth:`reorder_incremental_state`.
     """
 
     def __init__(self, query_dim: int, key_dim: int, attention_dim: int, window: int = 5,

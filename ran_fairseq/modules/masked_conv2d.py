@@ -61,11 +61,7 @@ class MaskedConv2d(nn.Module):
                              f"got {tuple(x.shape)}")
         if incremental_state is not None:
             return self._step(x, incremental_state)
-        # ⌊k/2⌋ zero rows above the first target row: output row i covers input rows i-⌊k/2⌋..i.
-        # The padded copy of the input is what the convolution keeps for its backward pass;
-        # padding both target sides instead (no copy) computes ⌊k/2⌋ output rows more and drops
-        # them, which on a CPU made the paper-size step (k = 5) about 5 % slower
-        # (results/bench/peers).
+        # ⌊k/2⌋ zero rows above the first target row: output row i covers input rows i-⌊k/2⌋..i
         if self.past_rows:
             x = F.pad(x, (0, 0, self.past_rows, 0))
         return F.conv2d(x, self.weight, self.bias, padding=(0, self.kernel_size // 2))

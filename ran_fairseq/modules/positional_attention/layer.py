@@ -131,10 +131,7 @@ class PositionalSelfAttention(nn.Module):
         return context.view(batch, heads, -1, head_dim).permute(2, 0, 1, 3).reshape(
             -1, batch, self.embed_dim)
 
-    # ---- incremental decoding (kernels: docs/benchmarks.md, "RAN's decoding step") ---------
-    # ``values`` (B, h, C, d): the value bias in slot 0 (weight 1, as each row of weights sums
-    # to 1), the bias-free values of tokens 1..t after it; step t's weights are row t - 1 of the
-    # layer's causal matrix with a 1 before it (PositionalAttentionMatrices.step_table).
+    # ---- incremental decoding (the cache's layout: docs/benchmarks.md, "RAN's decoding step") --
     def _step(self, x: Tensor, padding: Optional[Tensor], incremental_state):
         """One decoding step: x (1, B, E) is the newest token's input (before v_proj)."""
         if not self.causal:

@@ -6,8 +6,10 @@ Plain attention (Eq. 1): α̂_{i,j} = (W_q s_i)·k_j / √d_k, α_i = softmax_j(
 (Eq. 4, + u Σ_{i'<i} α_{i',j}), ``expand-kv`` (Eqs. 5-8, one extra key/value pair from the previous
 context, ``kv_variant`` 1-4), ``continuous`` (Eq. 9, energies rescaled with λ over the window
 j-k..j+k of the previous ones) and ``coverage`` (Eq. 10, α̂_{i,j} - λ/√d_k Σ_{i'<i} α_{i',j}).
-Every first step is plain attention. docs/recurrent_cross_transformer.md ("Implementation
-notes") gives the choices where the paper is silent and the layout of the package.
+Every first step is plain attention. ``module.USE_EAGER`` runs a teacher-forced pass by autograd,
+the reference of the training Functions' written-out backward passes.
+docs/recurrent_cross_transformer.md ("Implementation notes") gives the choices where the paper is
+silent and the layout of the package.
 """
 from .common import (
     CROSS_ATTENTION_VARIANTS,

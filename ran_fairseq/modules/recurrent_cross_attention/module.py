@@ -304,8 +304,7 @@ class RecurrentCrossAttention(nn.Module):
         """W_g = [W_k; W_v] (2, E, E) and b_g = [b_k; b_v] (2, E) (or None) of the full
         context's extra key and value. With kv_variant 1 (Eq. 5: the source's own W_k, W_v)
         ``forward`` also projects the source with them, so that each parameter and the encoder
-        output reach autograd once, through the stack (a training step of the test module: 126
-        kernels instead of 131, tests/unit/test_recurrent_cross_attention.py's KERNELS_AT_12)."""
+        output reach autograd once, through the stack (fewer kernels: docs/benchmarks.md)."""
         k_proj, v_proj = self._full_context_projections()
         w_g = torch.stack([k_proj.weight, v_proj.weight])  # (2, E, E)
         return w_g, None if k_proj.bias is None else torch.stack([k_proj.bias, v_proj.bias])
