@@ -127,8 +127,9 @@ class PervasiveAttentionDecoder(FairseqIncrementalDecoder):
         self.recompute_grid = args.recompute_grid
         self.densenet = DenseNet2d(target_dim + source_dim, args.num_layers, args.growth_rate,
                                    args.kernel_size, dropout=args.dropout,
-                                   gated=args.gated_convolutions,
-                                   memory_efficient=args.memory_efficient_densenet)
+                                   gated_convolutions=args.gated_convolutions,
+                                   memory_efficient_densenet=args.memory_efficient_densenet)
+        # the module is the aggregator: its argument is which one (--aggregator)
         self.aggregator = SourceAggregator(args.aggregator, self.densenet.out_channels)
         features = self.aggregator.out_channels
         self.share_input_output_embed = args.share_decoder_input_output_embed

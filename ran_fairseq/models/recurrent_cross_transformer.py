@@ -94,18 +94,19 @@ def layer_variants(cfg, num_layers):
 
 
 class RecurrentCrossDecoderLayer(TransformerDecoderLayerBase):
-    """fairseq's transformer decoder layer with a :class:`RecurrentCrossAttention` of ``variant``
-    as its encoder-decoder attention."""
+    """fairseq's transformer decoder layer with a :class:`RecurrentCrossAttention` of
+    ``cross_attention`` (this layer's variant, see :func:`layer_variants`) as its
+    encoder-decoder attention."""
 
-    def __init__(self, cfg, variant, no_encoder_attn=False):
-        self._cross_variant = variant  # read by build_encoder_attention during __init__
+    def __init__(self, cfg, cross_attention, no_encoder_attn=False):
+        self._cross_attention = cross_attention  # read by build_encoder_attention in __init__
         super().__init__(cfg, no_encoder_attn=no_encoder_attn)
 
     def build_encoder_attention(self, embed_dim, cfg):
         return RecurrentCrossAttention(
             embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim,
             vdim=cfg.encoder.embed_dim, dropout=cfg.attention_dropout,
-            variant=self._cross_variant, kv_variant=cfg.kv_variant,
+            cross_attention=self._cross_attention, kv_variant=cfg.kv_variant,
             rescale_lambda=cfg.rescale_lambda, rescale_window=cfg.rescale_window)
 
 

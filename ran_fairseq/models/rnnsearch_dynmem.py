@@ -48,6 +48,7 @@ class RNNSearchEncoder(LSTMEncoder):
     """
 
     def __init__(self, dictionary, embed_tokens, hidden_size, num_layers, dropout):
+        # fairseq's LSTMEncoder's names: --encoder-hidden-size, --encoder-layers, --dropout
         super().__init__(dictionary, embed_dim=embed_tokens.embedding_dim, hidden_size=hidden_size,
                          num_layers=num_layers, dropout_in=dropout, dropout_out=dropout,
                          bidirectional=True, pretrained_embed=embed_tokens,
@@ -90,7 +91,9 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
     """
 
     def __init__(self, dictionary, embed_tokens, context_dim, hidden_size, out_embed_dim,
-                 num_layers, attention, dropout, share_input_output_embed=False):
+                 num_layers, attention, dropout, share_input_output_embed):
+        # fairseq's LSTMDecoder's names: --decoder-hidden-size, --decoder-out-embed-dim,
+        # --decoder-layers, --dropout, --share-decoder-input-output-embed
         super().__init__(dictionary)
         embed_dim = embed_tokens.embedding_dim
         self.embed_tokens = embed_tokens
@@ -272,8 +275,8 @@ class RNNSearchDynamicMemoryModel(PluginModel, FairseqEncoderDecoderModel):
                                    args.encoder_layers, args.dropout)
         attention = DynamicMemoryAttention(
             args.decoder_hidden_size, encoder.output_units, args.attention_dim,
-            window=args.dynamic_memory_window,
-            memory_dim=0 if args.no_dynamic_memory else args.dynamic_memory_dim)
+            dynamic_memory_window=args.dynamic_memory_window,
+            dynamic_memory_dim=0 if args.no_dynamic_memory else args.dynamic_memory_dim)
         decoder = RNNSearchDecoder(tgt_dict, decoder_embed, encoder.output_units,
                                    args.decoder_hidden_size, args.decoder_out_embed_dim,
                                    args.decoder_layers, attention, args.dropout,
@@ -283,13 +286,14 @@ class RNNSearchDynamicMemoryModel(PluginModel, FairseqEncoderDecoderModel):
         model.add_version_buffer()
         return model
 
-    def init_uniform_(self, bound):
-        """Every parameter uniform in [-bound, bound] (paper: 0.1), padding embeddings zero."""
-        if bound <= 0:
-            raise ValueError(f"--init-range must be positive, got {bound}")
+    def init_uniform_(self, init_range):
+        """Every parameter uniform in [-init_range, init_range] (paper: 0.1), padding embeddings
+        zero."""
+        if init_range <= 0:
+            raise ValueError(f"--init-range must be positive, got {init_range}")
         with torch.no_grad():
             for param in self.parameters():
-                param.uniform_(-bound, bound)
+                param.uniform_(-init_range, init_range)
             for embed in (self.encoder.embed_tokens, self.decoder.embed_tokens):
                 embed.weight[embed.padding_idx].zero_()
 

@@ -32,13 +32,15 @@ BOTTLENECK_FACTOR = 4  # the 1×1 convolution's output is 4g channels
 GATINGS = ("none", "masked", "both")  # which convolutions of a layer a GLU gates
 
 
-def check_gating(gated) -> str:
-    """``gated`` as one of :data:`GATINGS` (False means ``"none"``); anything else is an
-    error."""
+def check_gating(gated_convolutions) -> str:
+    """``gated_convolutions`` as one of :data:`GATINGS` (False means ``"none"``); anything else
+    is an error."""
+    gated = gated_convolutions
     if gated is False or gated is None:
         return "none"
     if gated not in GATINGS:
-        raise ValueError(f"gated must be one of {', '.join(GATINGS)}, got {gated!r}")
+        raise ValueError(f"gated_convolutions must be one of {', '.join(GATINGS)}, "
+                         f"got {gated!r}")
     return gated
 
 
@@ -65,7 +67,8 @@ def masked_moments_eager(x: Tensor, pad: Optional[Tensor], count: int) -> Tuple[
     squares of x (B, C, T, S) over the ``count`` cells where ``pad`` (B, 1, T, S) is False."""
     real = x if pad is None else x.masked_fill(pad, 0)
     dtype = torch.promote_types(x.dtype, torch.float32)
-    return real.sum((0, 2, 3), dtype=dtype) / count, (real * real).sum((0, 2, 3), dtype=dtype) / count
+    mean = real.sum((0, 2, 3), dtype=dtype) / count
+    return mean, (real * real).sum((0, 2, 3), dtype=dtype) / count
 
 
 def batch_norm_relu_eager(mean: Tensor, meansq: Tensor, weight: Tensor, bias: Tensor, eps: float,
@@ -298,13 +301,13 @@ def _recompute_in_backward(fn: Callable[..., Tensor], features: List[Tensor],
 class DenseLayer2d(nn.Module):
     """One DenseNet layer: (B, in_channels, T, S) features in, (B, growth_rate, T, S) out."""
 
-    def __init__(self, in_channels: int, growth_rate: int, kernel_size: int,
-                 dropout: float = 0.0, gated: str = "none"):
+    def __init__(self, in_channels: int, growth_rate: int, kernel_size: int, dropout: float,
+                 gated_convolutions: str):
         super().__init__()
         width = BOTTLENECK_FACTOR * growth_rate
-        self.gated = check_gating(gated)
-        self.gate_bottleneck = self.gated == "both"
-        self.gate_masked = self.gated != "none"
+        self.gated_convolutions = check_gating(gated_convolutions)
+        self.gate_bottleneck = self.gated_convolutions == "both"
+        self.gate_masked = self.gated_convolutions != "none"
         self.dropout = dropout
         self.norm1 = MaskedBatchNorm2d(in_channels)
         self.conv1 = nn.Conv2d(in_channels, (2 if self.gate_bottleneck else 1) * width,
@@ -381,10 +384,11 @@ class DenseNet2d(nn.Module):
     """L dense layers over the grid and the closing BN → ReLU (see the module docstring):
     (B, in_channels, T, S) → (B, out_channels = in_channels + L·g, T, S), zero at padding."""
 
-    def __init__(self, in_channels: int, num_layers: int, growth_rate: int, kernel_size: int,
-                 dropout: float = 0.0, gated: str = "none", memory_efficient: bool = False):
+    def __init__(self, in_channels: int, num_layers: int, growth_rate: int, kernel_size: int, *,
+                 dropout: float, gated_convolutions: str, memory_efficient_densenet: bool):
+        # the model's options of the same names (their defaults in PervasiveAttentionConfig)
         super().__init__()
-        gated = check_gating(gated)
+        gated = check_gating(gated_convolutions)
         if num_layers < 1:
             raise ValueError(f"the DenseNet needs at least one layer, got {num_layers}")
         if growth_rate < 1:
@@ -393,8 +397,8 @@ class DenseNet2d(nn.Module):
         self.num_layers = num_layers
         self.growth_rate = growth_rate
         self.kernel_size = kernel_size
-        self.gated = gated
-        self.memory_efficient = memory_efficient
+        self.gated_convolutions = gated
+        self.memory_efficient_densenet = memory_efficient_densenet
         self.layers = nn.ModuleList(
             DenseLayer2d(in_channels + i * growth_rate, growth_rate, kernel_size, dropout, gated)
             for i in range(num_layers))
@@ -402,7 +406,7 @@ class DenseNet2d(nn.Module):
         self.norm = MaskedBatchNorm2d(self.out_channels)
 
     def extra_repr(self) -> str:
-        return f"memory_efficient={self.memory_efficient}"
+        return f"memory_efficient_densenet={self.memory_efficient_densenet}"
 
     def forward(self, x: Tensor, padding: Tensor,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None
@@ -429,7 +433,7 @@ class DenseNet2d(nn.Module):
 
         for layer in self.layers:
             features.append(layer(features, pad, count, incremental_state,
-                                  self.memory_efficient, concatenated_stats(), keep))
+                                  self.memory_efficient_densenet, concatenated_stats(), keep))
             if stats is not None:
                 stats.append(masked_moments(features[-1], pad, count))
 
@@ -438,7 +442,7 @@ class DenseNet2d(nn.Module):
             return self.norm.relu(features, keep, pad, count, update_stats, moments)
 
         inputs = features + list(concatenated_stats() or ())
-        return _recompute_in_backward(close, inputs, self.memory_efficient)
+        return _recompute_in_backward(close, inputs, self.memory_efficient_densenet)
 
     def masked_weights(self) -> int:
         """Weights of the paper's full k×k kernels that the causal mask keeps at zero."""

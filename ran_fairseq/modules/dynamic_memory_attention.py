@@ -38,8 +38,8 @@ def attention_windows(attn: Tensor, k: int) -> Tensor:
 @with_incremental_state
 class DynamicMemoryAttention(nn.Module):
     """Additive attention over source annotations (B, S, key_dim) for one decoder step at a time,
-    with the dynamic memory of Yang et al. 2017 in its scores (``memory_dim > 0``) or without it
-    (``memory_dim == 0``: RNNSearch's attention, Eqs. 5-7).
+    with the dynamic memory of Yang et al. 2017 in its scores (``dynamic_memory_dim > 0``) or
+    without it (``dynamic_memory_dim == 0``: RNNSearch's attention, Eqs. 5-7).
 
     Usage per decoder forward: ``state = attn.start(keys, padding_mask, incremental_state)``, then
     per step ``context, weights, state = attn.step(query, keys, padding_mask, state)``, then
@@ -48,17 +48,20 @@ class DynamicMemoryAttention(nn.Module):
     state under the module's own key, reordered by :meth:`reorder_incremental_state`.
     """
 
-    def __init__(self, query_dim: int, key_dim: int, attention_dim: int, window: int = 5,
-                 memory_dim: int = 500):
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int, *,
+                 dynamic_memory_window: int, dynamic_memory_dim: int):
+        # the model's options of the same names (their defaults in RNNSearchDynamicMemoryConfig);
+        # --no-dynamic-memory arrives as dynamic_memory_dim = 0
         super().__init__()
+        window, memory_dim = dynamic_memory_window, dynamic_memory_dim
         if window < 0:
-            raise ValueError(f"the attention window half-width k (window) must be >= 0, "
-                             f"got {window}")
+            raise ValueError(f"the attention window half-width k (dynamic_memory_window) must be "
+                             f">= 0, got {window}")
         if memory_dim < 0:
-            raise ValueError(f"the dynamic memory size (memory_dim) must be >= 0 (0 turns the "
-                             f"memory off), got {memory_dim}")
-        self.window = window
-        self.memory_dim = memory_dim
+            raise ValueError(f"the dynamic memory size (dynamic_memory_dim) must be >= 0 (0 turns "
+                             f"the memory off), got {memory_dim}")
+        self.dynamic_memory_window = window
+        self.dynamic_memory_dim = memory_dim
         self.key_proj = Linear(key_dim, attention_dim, bias=False)  # W_a acting on h_i
         self.query_proj = Linear(query_dim, attention_dim, bias=False)  # U_a
         self.score_proj = Linear(attention_dim, 1, bias=False)  # v_a
@@ -75,7 +78,9 @@ class DynamicMemoryAttention(nn.Module):
     def extra_repr(self) -> str:
         if not self.has_memory:
             return "no dynamic memory"
-        return f"window={2 * self.window + 1} (k={self.window}), memory_dim={self.memory_dim}"
+        k = self.dynamic_memory_window
+        return (f"window={2 * k + 1} (dynamic_memory_window={k}), "
+                f"dynamic_memory_dim={self.dynamic_memory_dim}")
 
     # -- state -----------------------------------------------------------------------------------
     def start(self, keys: Tensor, padding_mask: Optional[Tensor] = None,
@@ -90,8 +95,8 @@ class DynamicMemoryAttention(nn.Module):
         state: State = {"projected_keys": self.key_proj(keys),
                         "prev_attn": keys.new_zeros(bsz, srclen)}
         if self.has_memory:
-            state["memory_h"] = keys.new_zeros(bsz, srclen, self.memory_dim)
-            state["memory_c"] = keys.new_zeros(bsz, srclen, self.memory_dim)
+            state["memory_h"] = keys.new_zeros(bsz, srclen, self.dynamic_memory_dim)
+            state["memory_c"] = keys.new_zeros(bsz, srclen, self.dynamic_memory_dim)
         return state
 
     def save(self, incremental_state, state: State) -> None:
@@ -115,7 +120,8 @@ class DynamicMemoryAttention(nn.Module):
         features = projected + self.query_proj(query).unsqueeze(1)  # W_a h_i + U_a s_j
         new_state: State = {"projected_keys": projected}
         if self.has_memory:
-            windows = attention_windows(state["prev_attn"], self.window)  # α̃_ij, §2.2
+            # α̃_ij, §2.2
+            windows = attention_windows(state["prev_attn"], self.dynamic_memory_window)
             h, c = self.memory_cell(
                 windows.reshape(bsz * srclen, -1),
                 (state["memory_h"].reshape(bsz * srclen, -1),

@@ -61,7 +61,8 @@ def matched_pair(kernel_size, seed=0):
     plugin's cropped ones in their first ⌈k/2⌉ rows (the rest are masked to zero in its forward
     pass)."""
     torch.manual_seed(seed)
-    ours = DenseNet2d(12, 3, 4, kernel_size, dropout=0.0).train()
+    ours = DenseNet2d(12, 3, 4, kernel_size, dropout=0.0, gated_convolutions="none",
+                      memory_efficient_densenet=False).train()
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for m in ours.modules():

@@ -28,7 +28,8 @@ def randomize_(module, seed=0, bound=1.0):
 
 def attention(k=2, memory_dim=MEM, seed=0):
     torch.manual_seed(seed)
-    return randomize_(DynamicMemoryAttention(QUERY, KEY, ATT, window=k, memory_dim=memory_dim),
+    return randomize_(DynamicMemoryAttention(QUERY, KEY, ATT, dynamic_memory_window=k,
+                                             dynamic_memory_dim=memory_dim),
                       seed).eval()
 
 
@@ -238,10 +239,10 @@ def test_bad_window_and_memory_size_name_the_flag():
                        ("dynamic_memory_dim", "--dynamic-memory-dim")):
         with pytest.raises(ValueError, match=flag):
             RNNSearchDynamicMemoryModel.checked_args(argparse.Namespace(**{dest: -3}))
-    with pytest.raises(ValueError, match=r"\(window\)"):
-        DynamicMemoryAttention(QUERY, KEY, ATT, window=-1)
-    with pytest.raises(ValueError, match=r"\(memory_dim\)"):
-        DynamicMemoryAttention(QUERY, KEY, ATT, memory_dim=-3)
+    with pytest.raises(ValueError, match=r"\(dynamic_memory_window\)"):
+        DynamicMemoryAttention(QUERY, KEY, ATT, dynamic_memory_window=-1, dynamic_memory_dim=MEM)
+    with pytest.raises(ValueError, match=r"\(dynamic_memory_dim\)"):
+        DynamicMemoryAttention(QUERY, KEY, ATT, dynamic_memory_window=2, dynamic_memory_dim=-3)
 
 
 # ---- the model --------------------------------------------------------------------------------

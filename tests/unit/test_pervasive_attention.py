@@ -129,14 +129,15 @@ def test_batch_norm_statistics_and_gradients_use_real_cells_only():
 
 def densenet(**kw):
     torch.manual_seed(0)
-    args = dict(in_channels=6, num_layers=3, growth_rate=4, kernel_size=5)
+    args = dict(in_channels=6, num_layers=3, growth_rate=4, kernel_size=5, dropout=0.0,
+                gated_convolutions="none", memory_efficient_densenet=False)
     args.update(kw)
     return randomize_batch_norms_(DenseNet2d(**args))
 
 
 @pytest.mark.parametrize("gated", ["none", "masked", "both"])
 def test_no_output_depends_on_a_future_target_row(gated):
-    net = densenet(gated=gated).eval()
+    net = densenet(gated_convolutions=gated).eval()
     x = torch.randn(2, 6, 7, 5, requires_grad=True)
     out = net(x, torch.zeros(2, 7, 5, dtype=torch.bool))
     for i in range(7):
@@ -198,7 +199,8 @@ def test_training_forward_and_gradients_equal_torch_batch_norm_without_padding(g
     """Without padding, the DenseNet (batch-norm statistics computed once per feature and shared
     by later layers) equals the layer list written out with torch's batch norm, which reduces over
     each layer's whole input: outputs, input and parameter gradients, running statistics."""
-    net = densenet(gated=gated, dropout=0.0, memory_efficient=memory_efficient).train()
+    net = densenet(gated_convolutions=gated, dropout=0.0,
+                   memory_efficient_densenet=memory_efficient).train()
     x = torch.randn(3, 6, 5, 4)
     pad = torch.zeros(3, 5, 4, dtype=torch.bool)
     weights = torch.randn(3, net.out_channels, 5, 4)
@@ -244,7 +246,8 @@ def test_the_module_switch_selects_the_eager_batch_norm_with_the_same_results(
     results = []
     for eager in (False, True):
         monkeypatch.setattr(densenet2d, "USE_EAGER", eager)
-        net = densenet(gated="masked", memory_efficient=memory_efficient).to(dtype).train()
+        net = densenet(gated_convolutions="masked", memory_efficient_densenet=memory_efficient)
+        net = net.to(dtype).train()
         xi = x.clone().requires_grad_()
         out = net(xi, pad)
         (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum().backward()
@@ -257,8 +260,9 @@ def test_the_module_switch_selects_the_eager_batch_norm_with_the_same_results(
 
 @pytest.mark.parametrize("gated", ["none", "masked", "both"])
 def test_memory_efficient_mode_gives_the_plain_gradients(gated):
-    plain = densenet(gated=gated, dropout=0.3).train()
-    efficient = densenet(gated=gated, dropout=0.3, memory_efficient=True).train()
+    plain = densenet(gated_convolutions=gated, dropout=0.3).train()
+    efficient = densenet(gated_convolutions=gated, dropout=0.3,
+                         memory_efficient_densenet=True).train()
     x = torch.randn(2, 6, 5, 6)
     pad = grid_padding([5, 3], [6, 4], 5, 6)
     weights = torch.randn(2, plain.out_channels, 5, 6)
@@ -281,7 +285,7 @@ def test_memory_efficient_mode_gives_the_plain_gradients(gated):
 
 def test_densenet_errors_name_the_problem():
     with pytest.raises(ValueError, match="at least one layer"):
-        DenseNet2d(6, 0, 4, 3)
+        densenet(num_layers=0)
     with pytest.raises(ValueError, match="^--num-layers must be positive"):  # the model's option
         build(*TINY, "--num-layers", "0")
     with pytest.raises(ValueError, match="padding mask"):
@@ -491,7 +495,8 @@ def test_gating_the_masked_convolution_alone_matches_the_papers_table_1_count():
     7.18M for 'Max', counting full k×k kernels. Gating only the masked convolution adds
     L·4g·g·k² = 2.46M, which is that difference; gating the 1×1 convolutions too adds 1.92M more."""
     def full_count(gated):
-        net = DenseNet2d(256, 24, 32, 5, gated=gated)
+        net = DenseNet2d(256, 24, 32, 5, dropout=0.0, gated_convolutions=gated,
+                         memory_efficient_densenet=False)
         return sum(p.numel() for p in net.parameters()) + net.masked_weights()
 
     plain, masked, both = (full_count(g) for g in ("none", "masked", "both"))
@@ -518,8 +523,8 @@ def test_gated_convolutions_flag_values_and_old_checkpoints():
     torch.manual_seed(0)
     model = PervasiveAttentionModel.build_model(args, FakeTask())
     assert model.decoder.densenet.layers[0].conv1.out_channels == 32
-    with pytest.raises(ValueError, match="gated must be one of"):
-        DenseNet2d(6, 2, 4, 3, gated="all")
+    with pytest.raises(ValueError, match="gated_convolutions must be one of"):
+        densenet(gated_convolutions="all")
 
 
 def test_eq7_contributions_match_a_naive_loop_and_sum_to_the_pooled_logit():
@@ -551,8 +556,8 @@ def test_half_precision_keeps_the_elementwise_path_and_the_padding_rules(memory_
     """bfloat16 takes the composition of elementwise operations (statistics in float32) instead of
     the fused float32 Function; in training and evaluation, with gradients, its outputs are the
     float32 ones to bfloat16's precision and zero at padding."""
-    net = densenet(dropout=0.0, memory_efficient=memory_efficient).train()
-    half = densenet(dropout=0.0, memory_efficient=memory_efficient).train()
+    net = densenet(dropout=0.0, memory_efficient_densenet=memory_efficient).train()
+    half = densenet(dropout=0.0, memory_efficient_densenet=memory_efficient).train()
     half.load_state_dict(net.state_dict())
     half = half.to(torch.bfloat16)
     x = torch.randn(2, 6, 5, 4)

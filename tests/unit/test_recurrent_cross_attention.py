@@ -35,10 +35,17 @@ RECURRENT = [(v, n) for v, n in VARIANTS if v != "dot"]
 RECURRENT_IDS = [i for i in VARIANT_IDS if i != "dot"]
 
 
+def module_options(cross_attention="expand-kv", kv_variant=1, rescale_lambda=0.5,
+                   rescale_window=5):
+    """The module's option arguments (the model's defaults, here written out)."""
+    return dict(cross_attention=cross_attention, kv_variant=kv_variant,
+                rescale_lambda=rescale_lambda, rescale_window=rescale_window)
+
+
 def make_module(variant, kv_variant=1, seed=0, dropout=0.0, window=2, lam=0.3):
     """A module with random values in every parameter (biases included), in eval mode."""
     torch.manual_seed(seed)
-    module = RecurrentCrossAttention(E, HEADS, dropout=dropout, variant=variant,
+    module = RecurrentCrossAttention(E, HEADS, dropout=dropout, cross_attention=variant,
                                      kv_variant=kv_variant, rescale_lambda=lam,
                                      rescale_window=window)
     with torch.no_grad():
@@ -71,7 +78,7 @@ def make_batch(left_pad, seed=1, batch_lengths=SRC_LENGTHS):
 def naive(module, s, h):
     """Rosendahl et al. (2021) §3 computed literally for one unpadded sentence: decoder states s
     (T, E), encoder states h (J, E). Returns the outputs (T, E) and weights (H, T, J)."""
-    variant, kv = module.variant, module.kv_variant
+    variant, kv = module.cross_attention, module.kv_variant
     lam, k = module.rescale_lambda, module.rescale_window
     d = module.head_dim
     steps, src_len = s.size(0), h.size(0)
@@ -494,7 +501,7 @@ def test_bad_options_name_their_flag():
     checked = RecurrentCrossTransformerModel.checked_args
 
     cases = [
-        (("sum", 1, 0.5, 5), "--cross-attention", "variant"),
+        (("sum", 1, 0.5, 5), "--cross-attention", "cross_attention"),
         (("expand-kv", 5, 0.5, 5), "--kv-variant", "kv_variant"),
         (("continuous", 1, 0.0, 5), "--rescale-lambda", "rescale_lambda"),
         (("continuous", 1, 1.5, 5), "--rescale-lambda", "rescale_lambda"),
@@ -515,8 +522,8 @@ def test_bad_options_name_their_flag():
     with pytest.raises(ValueError, match="--kv-variant 1 .* --encoder-embed-dim equal to"):
         checked(sizes)
     with pytest.raises(ValueError, match="kv_variant 1"):
-        RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, variant="expand-kv", kv_variant=1)
-    RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, variant="expand-kv", kv_variant=2)
+        RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, **module_options(kv_variant=1))
+    RecurrentCrossAttention(E, HEADS, kdim=12, vdim=12, **module_options(kv_variant=2))
 
 
 # ---- the fairseq model ---------------------------------------------------------------------------
@@ -552,12 +559,12 @@ def cross_attentions(model):
 
 def test_flags_select_variant_layers_and_hyper_parameters():
     model = build("recurrent_cross_transformer", *SMALL)
-    assert [m.variant for m in cross_attentions(model)] == ["prev-weight"] * 3
+    assert [m.cross_attention for m in cross_attentions(model)] == ["prev-weight"] * 3
     model = build("recurrent_cross_transformer", *SMALL, "--cross-attention", "continuous",
                   "--rescale-lambda", "0.25", "--rescale-window", "3",
                   "--recurrent-cross-layers", "0,2")
     attentions = cross_attentions(model)
-    assert [m.variant for m in attentions] == ["continuous", "dot", "continuous"]
+    assert [m.cross_attention for m in attentions] == ["continuous", "dot", "continuous"]
     assert (attentions[0].rescale_lambda, attentions[0].rescale_window) == (0.25, 3)
     model = build("recurrent_cross_transformer", *SMALL, "--cross-attention", "expand-kv",
                   "--kv-variant", "3")
@@ -587,7 +594,7 @@ def test_checkpoints_with_the_removed_recurrence_option_load(recurrence, caplog)
     with caplog.at_level("WARNING"):
         torch.manual_seed(0)
         model = RecurrentCrossTransformerModel.build_model(args, FakeTask())
-    assert [m.variant for m in cross_attentions(model)] == ["prev-weight"] * 3
+    assert [m.cross_attention for m in cross_attentions(model)] == ["prev-weight"] * 3
     notices = [r for r in caplog.records if "--cross-attention-recurrence" in r.getMessage()]
     assert len(notices) == (recurrence == "compile")
 

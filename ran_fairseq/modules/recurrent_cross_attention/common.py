@@ -18,11 +18,13 @@ KV_VARIANTS = (1, 2, 3, 4)
 MASKED = -1e9
 
 
-def check_options(variant: str, kv_variant: int, rescale_lambda: float, rescale_window: int):
+def check_options(cross_attention: str, kv_variant: int, rescale_lambda: float,
+                  rescale_window: int):
     """Raise a ValueError naming the argument for values no variant can use (the models check
     their options, by flag, before they build this module)."""
+    variant = cross_attention
     if variant not in CROSS_ATTENTION_VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(CROSS_ATTENTION_VARIANTS)}, "
+        raise ValueError(f"cross_attention must be one of {', '.join(CROSS_ATTENTION_VARIANTS)}, "
                          f"got {variant!r}")
     if kv_variant not in KV_VARIANTS:
         raise ValueError(f"kv_variant must be 1, 2, 3 or 4 (Eqs. 5-8), got {kv_variant!r}")

@@ -50,11 +50,14 @@ class RecurrentCrossAttention(nn.Module):
     records_attention = True  # modules/attention_entropy.py records its weights
 
     def __init__(self, embed_dim: int, num_heads: int, kdim: Optional[int] = None,
-                 vdim: Optional[int] = None, dropout: float = 0.0, bias: bool = True,
-                 variant: str = "dot", kv_variant: int = 1, rescale_lambda: float = 0.5,
-                 rescale_window: int = 5):
+                 vdim: Optional[int] = None, dropout: float = 0.0, bias: bool = True, *,
+                 cross_attention: str, kv_variant: int, rescale_lambda: float,
+                 rescale_window: int):
+        # the arguments after * are the model's options of the same names (their defaults in
+        # RecurrentCrossTransformerConfig); the others follow fairseq's MultiheadAttention
         super().__init__()
-        check_options(variant, kv_variant, rescale_lambda, rescale_window)
+        check_options(cross_attention, kv_variant, rescale_lambda, rescale_window)
+        variant = cross_attention
         if embed_dim % num_heads:
             raise ValueError(f"embedding size {embed_dim} is not divisible by {num_heads} heads")
         kdim = kdim if kdim is not None else embed_dim
@@ -63,7 +66,7 @@ class RecurrentCrossAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.scaling = self.head_dim ** -0.5
-        self.variant = variant
+        self.cross_attention = cross_attention
         self.kv_variant = kv_variant
         # Eqs. 5, 6 read the layer's full context (§3.1: heads concatenated, then W_o)
         self._full_context = variant == "expand-kv" and kv_variant in (1, 2)
@@ -106,13 +109,14 @@ class RecurrentCrossAttention(nn.Module):
                     self.extra_value = HeadwiseLinear(heads, d, d, bias=bias)
 
     def extra_repr(self) -> str:
-        s = f"variant={self.variant}, heads={self.num_heads}, dropout={self.dropout_module.p}"
-        if self.variant == "expand-kv":
+        s = (f"cross_attention={self.cross_attention}, heads={self.num_heads}, "
+             f"dropout={self.dropout_module.p}")
+        if self.cross_attention == "expand-kv":
             s += f", kv_variant={self.kv_variant}"
-        if self.variant in ("continuous", "coverage"):
-            s += f", lambda={self.rescale_lambda}"
-        if self.variant == "continuous":
-            s += f", window={self.rescale_window}"
+        if self.cross_attention in ("continuous", "coverage"):
+            s += f", rescale_lambda={self.rescale_lambda}"
+        if self.cross_attention == "continuous":
+            s += f", rescale_window={self.rescale_window}"
         return s
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
@@ -178,7 +182,7 @@ class RecurrentCrossAttention(nn.Module):
         - L_i needs beside q̃_i·c_{i-1} (so the recurrence takes no key bias). The bias is
         folded into k_proj's (one (E,) subtraction)."""
         bias = self.extra_key.bias if full and self.kv_variant in (3, 4) and \
-            self.variant == "expand-kv" else None
+            self.cross_attention == "expand-kv" else None
         if bias is None:
             return self.k_proj(key)
         shift = bias.to(key.dtype).reshape(-1)
@@ -199,7 +203,7 @@ class RecurrentCrossAttention(nn.Module):
     def _gain(self, k: Tensor):
         """The factor of the recurrent weights in the energies of Eqs. 3, 4 (u·k_j/√d_k, (B, H, S))
         and Eq. 10 (-λ/√d_k)."""
-        if self.variant == "coverage":
+        if self.cross_attention == "coverage":
             return -self.rescale_lambda * self.scaling
         return torch.einsum("bhsd,hd->bhs", k, self.weight_query.to(k.dtype)).float() * self.scaling
 
@@ -215,7 +219,7 @@ class RecurrentCrossAttention(nn.Module):
 
     # ---- full (teacher-forced) sequences ---------------------------------------------------------
     def _full(self, q, k, v, energies, padding, need_weights=True, stacked=None):
-        variant = self.variant
+        variant = self.cross_attention
         pad = None if padding is None else padding[:, None, :]  # broadcasts to (T, B, H, S)
         if variant == "dot":
             probs = torch.softmax(self._masked(energies, padding), dim=-1)
@@ -373,7 +377,7 @@ class RecurrentCrossAttention(nn.Module):
     # ---- incremental decoding --------------------------------------------------------------------
     def _step(self, q, k, v, energies, padding, state):
         """One decoding step from ``state`` (updated in place); q (B, H, 1, d)."""
-        variant = self.variant
+        variant = self.cross_attention
         name = _STATE_KEY.get(variant)
         previous = state.get(name) if name is not None else None
         if variant == "dot":
