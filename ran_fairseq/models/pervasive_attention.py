@@ -43,8 +43,7 @@ from ._common import (
 )
 
 POSITIONAL_EMBEDDINGS = ("none", "learned", "sinusoidal")
-# Training memory grows with |s| × |t| (the grid); above this many cells per pair we warn at the
-# start of training (issue 19: 200-token pairs took 4.1 GB, 2.1 GB with --memory-efficient-densenet).
+# training memory grows with |s| × |t|: above this many cells per pair, a warning (docs/pitfalls.md)
 GRID_CELLS_WARNING = 100 * 100
 
 logger = logging.getLogger(__name__)
