@@ -42,6 +42,7 @@ MANIFEST = Path("results") / "REMAKE.json"
 # the engine's line for a run it starts (one it finds stored says "done before, skipped")
 RUN_STARTS = re.compile(r"^reproduce-[\w-]+: (\S+ .+ seed \d+) \.\.\.$")
 TAIL_LINES = 20
+BOARD_PAPER = "leaderboard"  # remade by its page (ran_lab/leaderboard), not by the engine alone
 
 
 class ManifestError(ValueError):
@@ -63,7 +64,11 @@ class Entry:
     @property
     def argv(self) -> List[str]:
         """The reproduction command this entry stands for (relative to the checkout): the paper's
-        script and the entry's values, each given as ``--flag=VALUE``, with ``--resume``."""
+        script and the entry's values, each given as ``--flag=VALUE``, with ``--resume``; for the
+        leaderboard (its config the board's plan), the board's page, which re-tabulates its runs."""
+        if self.paper == BOARD_PAPER:
+            return [f"scripts/reproduce-{self.paper}.sh", "page", f"--board={self.config}",
+                    f"--threads={self.threads}", f"--jobs={self.jobs}"]
         return [f"scripts/reproduce-{self.paper}.sh", f"--config={self.config}",
                 f"--pairs={','.join(self.pairs)}", f"--systems={','.join(self.systems)}",
                 f"--seeds={','.join(map(str, self.seeds))}", "--resume",

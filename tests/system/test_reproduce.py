@@ -1,8 +1,8 @@
 """The reproduction engine (ran_lab/reproduce) through scripts/reproduce-ran.sh, end to end in a
 short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
-3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors,
-two engines on one --out whose runs interleave (neither table drops the other's row), and the RAN
-configs' agreement with each other (configs/ran/*.json)."""
+3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors
+and the RAN configs' agreement with each other (configs/ran/*.json). The table's logic over seeds,
+subsets and engines that interleave is tested on a stand-in for fairseq (tests/unit/test_engine.py)."""
 import functools
 import json
 import math
@@ -498,76 +498,6 @@ def test_a_removed_checkpoint_of_a_kept_result_is_named(first_run, corpus, confi
     assert "decodes the checkpoint of 'RAN-ALL'" in proc.stderr
     assert f"{save / 'checkpoint_best.pt'} is gone" in proc.stderr
     assert "Traceback" not in proc.stderr
-
-
-def test_seeds_subsets_and_bleu_selection(corpus, config, tmp_path):
-    """Two seeds, the test and valid subsets, and the best checkpoint by validation BLEU
-    (fairseq's --eval-bleu): one result per seed, mean ± std in the table, a section per subset."""
-    _, data = corpus
-    cfg = json.loads(config.read_text())
-    cfg.update(select="bleu", gen_subset=["test", "valid"], checkpoints=str(tmp_path / "ckpt"))
-    path = tmp_path / "cfg.json"
-    path.write_text(json.dumps(cfg))
-    out = tmp_path / "out"
-    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems", "TransF",
-                     "--seeds", "3,4", "--max-update", "2", "--out", out)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    report = json.loads((out / "results.json").read_text())
-    assert [(r["system"], r["seed"]) for r in report["results"]] == [("TransF", 3), ("TransF", 4)]
-    for r in report["results"]:
-        assert r["train_argv"][r["train_argv"].index("--seed") + 1] == str(r["seed"])
-        assert "--eval-bleu" in r["train_argv"] and "bleu" in r["valid_curve"][-1]
-        assert set(r["subsets"]) == {"test", "valid"}
-        assert (out / "de-en" / "TransF" / f"seed{r['seed']}" / "hyp.detok.valid.txt").is_file()
-    table = (out / "TABLE.md").read_text()
-    assert "## de-en (test)" in table and "## de-en (valid)" in table
-    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
-    values = [r["subsets"]["test"]["sacrebleu"] for r in report["results"]]
-    mean = sum(values) / 2
-    std = abs(values[0] - values[1]) / math.sqrt(2)
-    assert rows["TransF"]["sacreBLEU"] == f"{mean:.2f} ± {std:.2f}"
-    assert rows["TransF"]["seeds"] == "3, 4"
-
-    # a system run with seed 3 only, tabulated with both seeds: its row says so, and its speed
-    # ratios are against TransF's seed 3, not the mean over TransF's two seeds
-    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems", "RAN-ALL",
-                     "--seeds", "3", "--max-update", "2", "--out", out)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems",
-                     "TransF,RAN-ALL", "--seeds", "3,4", "--max-update", "2", "--out", out,
-                     "--resume", "--stop-after", "0")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    report = json.loads((out / "results.json").read_text())
-    runs = {(r["system"], r["seed"]): r for r in report["results"]}
-    assert set(runs) == {("TransF", 3), ("TransF", 4), ("RAN-ALL", 3)}
-    assert report["settings"]["not_run"] == ["de-en RAN-ALL seed 4"]
-    table = (out / "TABLE.md").read_text()
-    assert "rerun with --resume): de-en, seed 4: RAN-ALL." in table
-    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
-    assert rows["RAN-ALL"]["seeds"] == "3"
-    time_ratio = runs["RAN-ALL", 3]["train_seconds"] / runs["TransF", 3]["train_seconds"]
-    assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
-    def speed(r):
-        return r["subsets"]["test"]["decode"]["sentences_per_s"]
-    speed_ratio = f"{speed(runs['RAN-ALL', 3]) / speed(runs['TransF', 3]):.2f}"
-    assert rows["RAN-ALL"]["sent/s ×TransF"] == speed_ratio
-
-    # its seed 4 on two threads, where TransF's ran on one: tabulated, but left out of the
-    # ratios (no TransF run under its conditions), which stay seed 3's
-    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems", "RAN-ALL",
-                     "--seeds", "4", "--max-update", "2", "--out", out, "--threads", "2",
-                     "--resume")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    proc = reproduce("--config", path, "--data", data, "--pairs", "de-en", "--systems",
-                     "TransF,RAN-ALL", "--seeds", "3,4", "--max-update", "2", "--out", out,
-                     "--resume", "--stop-after", "0")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    table = (out / "TABLE.md").read_text()
-    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
-    assert rows["RAN-ALL"]["seeds"] == "3, 4"
-    assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
-    assert rows["RAN-ALL"]["sent/s ×TransF"] == speed_ratio
-    assert "1/2 (each run's in results.json) thread(s)" in table
 
 
 @pytest.mark.parametrize("change, message", [
@@ -1139,47 +1069,3 @@ def test_an_old_paper_name_runs_the_paper_with_a_one_line_notice(capsys):
 
 
 # ---- two engines on one --out whose runs interleave ---------------------------------------------
-
-def engine_in_process(argv):
-    """scripts/reproduce-ran.sh's engine in this process: (exit status, stderr)."""
-    from ran_lab.reproduce.cli import run_paper
-    from ran_lab.reproduce.papers import PAPERS
-
-    try:
-        run_paper(PAPERS["ran"], [str(a) for a in argv])
-    except SystemExit as e:
-        return e.code
-    return 0
-
-
-def test_an_engine_that_finished_meanwhile_keeps_its_row(corpus, config, tmp_path, monkeypatch,
-                                                        capsys):
-    """Engine B (TransF, 2 updates) passes its start checks on an empty --out; engine A (RAN-ALL,
-    3 updates: other settings) starts after them and finishes, table written, before B's table.
-    B's table would drop A's row: B refuses naming A's result, A's table stays, and B's result
-    is kept on disk."""
-    from ran_lab.reproduce import cli
-
-    _, data = corpus
-    out = tmp_path / "out"
-    common = ["--config", config, "--data", data, "--pairs", "de-en", "--threads", "1", "--out",
-              out, "--checkpoints", tmp_path / "ckpt"]
-    real = cli.make_all
-    other = {}
-
-    def a_finishes_meanwhile(*args, **kwargs):
-        other["proc"] = helpers.run_reproduction(SCRIPT, *common, "--systems", "RAN-ALL",
-                                                 "--max-update", "3")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cli, "make_all", a_finishes_meanwhile)
-    status = engine_in_process(common + ["--systems", "TransF", "--max-update", "2"])
-    assert other["proc"].returncode == 0, other["proc"].stderr[-3000:]
-    table_of_a = json.loads((out / "results.json").read_text())
-    assert [r["system"] for r in table_of_a["results"]] == ["RAN-ALL"]
-    assert status not in (0, None), "the second table dropped the first engine's row"
-    message = str(status)
-    assert "the table was not written" in message and "RAN-ALL/seed1/result.json was made with " \
-        "other settings (training: --max-update 3 → 2)" in message, message
-    assert (out / "de-en" / "TransF" / "seed1" / "result.json").is_file()  # kept
-    assert json.loads((out / "results.json").read_text()) == table_of_a  # A's table as it was

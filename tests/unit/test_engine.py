@@ -39,6 +39,8 @@ class FakeFairseq:
         flags = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
         self.calls.append((module, flags.get("--save-dir") or flags.get("--path")))
         if module == "train":
+            if "--eval-bleu" in argv:
+                flags["--eval-bleu"] = True
             return self.train(flags, log)
         return self.generate(argv[0], flags, log)
 
@@ -51,8 +53,9 @@ class FakeFairseq:
         log.write("num. shared model params: 1,234 (num. trained: 1,234)\n"
                   f"| train | epoch 001 | loss 5.0 | wps 1000.0 | num_updates {updates} "
                   "| train_wall 3 | wall 4\n"
-                  f"| valid | epoch 001 | valid on 'valid' subset | loss 4.5 | num_updates "
-                  f"{updates}\n")
+                  f"| valid | epoch 001 | valid on 'valid' subset | loss 4.5 | "
+                  + ("bleu 12.5 | " if flags.get("--eval-bleu") else "")
+                  + f"num_updates {updates}\n")
         state = {"optimizer_history": [{"num_updates": updates}],
                  "extra_state": {"train_iterator": {"epoch": 1}, "val_loss": 4.5,
                                  "previous_training_time": 3.0}}
@@ -499,3 +502,106 @@ def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeyp
     assert slurm.failure(SimpleNamespace(dir=tmp_path / "run"), job_id, None).startswith(
         "ended without a result (cancelled or killed; gone from Slurm); log ")
     assert not (tmp_path / MARKER).exists()
+
+
+# ---- the table: seeds, subsets, runs missing from it, speed ratios under the same conditions -
+
+def test_seeds_subsets_and_bleu_selection(tmp_path, data):
+    """Two seeds, the test and valid subsets, and the best checkpoint by validation BLEU
+    (fairseq's --eval-bleu): one result per seed, mean ± std in the table, a section per subset;
+    then a system run with one seed only, and its other seed on more threads."""
+    import helpers
+
+    cfg = json.loads((REPO / "configs" / "ran" / "cpu.json").read_text())
+    cfg.update(select="bleu", gen_subset=["test", "valid"],
+               systems=str(REPO / "configs" / "ran" / "systems.json"),
+               paper=str(REPO / "configs" / "ran" / "paper.json"))
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+
+    def run(systems, seeds, *more):
+        return engine(["--config", path, "--data", data, "--pairs", "de-en", "--systems", systems,
+                       "--seeds", seeds, "--max-update", "2", "--out", out, "--checkpoints",
+                       tmp_path / "ckpt", *more], FakeFairseq())
+
+    assert run("TransF", "3,4", "--threads", "1") == 0
+    report = json.loads((out / "results.json").read_text())
+    assert [(r["system"], r["seed"]) for r in report["results"]] == [("TransF", 3), ("TransF", 4)]
+    for r in report["results"]:
+        assert r["train_argv"][r["train_argv"].index("--seed") + 1] == str(r["seed"])
+        assert "--eval-bleu" in r["train_argv"] and r["valid_curve"][-1]["bleu"] == 12.5
+        assert set(r["subsets"]) == {"test", "valid"}
+        assert (out / "de-en" / "TransF" / f"seed{r['seed']}" / "hyp.detok.valid.txt").is_file()
+    table = (out / "TABLE.md").read_text()
+    assert "## de-en (test)" in table and "## de-en (valid)" in table
+    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
+    values = [r["subsets"]["test"]["sacrebleu"] for r in report["results"]]
+    mean, std = sum(values) / 2, abs(values[0] - values[1]) / 2 ** 0.5
+    assert rows["TransF"]["sacreBLEU"] == f"{mean:.2f} ± {std:.2f}"
+    assert rows["TransF"]["seeds"] == "3, 4"
+
+    # a system run with seed 3 only, tabulated with both seeds: its row says so, and its speed
+    # ratios are against TransF's seed 3, not the mean over TransF's two seeds
+    assert run("RAN-ALL", "3", "--threads", "1") == 0
+    assert run("TransF,RAN-ALL", "3,4", "--threads", "1", "--resume", "--stop-after", "0") == 0
+    report = json.loads((out / "results.json").read_text())
+    runs = {(r["system"], r["seed"]): r for r in report["results"]}
+    assert set(runs) == {("TransF", 3), ("TransF", 4), ("RAN-ALL", 3)}
+    assert report["settings"]["not_run"] == ["de-en RAN-ALL seed 4"]
+    table = (out / "TABLE.md").read_text()
+    assert "rerun with --resume): de-en, seed 4: RAN-ALL." in table
+    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
+    assert rows["RAN-ALL"]["seeds"] == "3"
+    time_ratio = runs["RAN-ALL", 3]["train_seconds"] / runs["TransF", 3]["train_seconds"]
+    assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
+
+    def speed(r):
+        return r["subsets"]["test"]["decode"]["sentences_per_s"]
+
+    speed_ratio = f"{speed(runs['RAN-ALL', 3]) / speed(runs['TransF', 3]):.2f}"
+    assert rows["RAN-ALL"]["sent/s ×TransF"] == speed_ratio
+
+    # its seed 4 on two threads, where TransF's ran on one: tabulated, but left out of the
+    # ratios (no TransF run under its conditions), which stay seed 3's
+    assert run("RAN-ALL", "4", "--threads", "2", "--resume") == 0
+    assert run("TransF,RAN-ALL", "3,4", "--threads", "1", "--resume", "--stop-after", "0") == 0
+    table = (out / "TABLE.md").read_text()
+    rows = helpers.table_rows(table.split("## de-en (valid)")[0])
+    assert rows["RAN-ALL"]["seeds"] == "3, 4"
+    assert rows["RAN-ALL"]["train time ×TransF"] == f"{time_ratio:.2f}"
+    assert rows["RAN-ALL"]["sent/s ×TransF"] == speed_ratio
+    assert "1/2 (each run's in results.json) thread(s)" in table
+
+
+def test_an_engine_that_finished_meanwhile_keeps_its_row(tmp_path, data, monkeypatch):
+    """Engine B (TransF, 2 updates) passes its start checks on an empty --out; engine A (RAN-ALL,
+    3 updates: other settings) starts after them and finishes, table written, before B's table.
+    B's table would drop A's row: B refuses naming A's result, A's table stays, and B's result
+    is kept on disk."""
+    from ran_lab.reproduce import cli
+
+    out = tmp_path / "out"
+    common = ["--config", REPO / "configs" / "ran" / "cpu.json", "--data", data, "--pairs",
+              "de-en", "--threads", "1", "--out", out, "--checkpoints", tmp_path / "ckpt"]
+    real = cli.make_all
+    other = {}
+
+    def a_finishes_meanwhile(*args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(cli, "make_all", real)
+            other["status"] = engine(common + ["--systems", "RAN-ALL", "--max-update", "3"],
+                                     FakeFairseq())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "make_all", a_finishes_meanwhile)
+    status = engine(common + ["--systems", "TransF", "--max-update", "2"], FakeFairseq())
+    assert other["status"] == 0
+    table_of_a = json.loads((out / "results.json").read_text())
+    assert [r["system"] for r in table_of_a["results"]] == ["RAN-ALL"]
+    assert status not in (0, None), "the second table dropped the first engine's row"
+    message = str(status)
+    assert "the table was not written" in message and "RAN-ALL/seed1/result.json was made with " \
+        "other settings (training: --max-update 3 → 2)" in message, message
+    assert (out / "de-en" / "TransF" / "seed1" / "result.json").is_file()  # kept
+    assert json.loads((out / "results.json").read_text()) == table_of_a  # A's table as it was

@@ -35,11 +35,33 @@ def engine_tables():
 
 
 def test_every_engine_table_has_one_manifest_entry():
-    folders = [e.folder for e in remake.load_manifest(MANIFEST)]
-    assert sorted(folders) == sorted(engine_tables())
+    """Each engine table is listed, or lies in the leaderboard's page folder, whose entry (its
+    page) re-tabulates it."""
+    entries = remake.load_manifest(MANIFEST)
+    boards = [e.folder for e in entries if e.paper == remake.BOARD_PAPER]
+    folders = [e.folder for e in entries if e.paper != remake.BOARD_PAPER]
+    tables = [t for t in engine_tables() if not any(t.startswith(b + "/") for b in boards)]
+    assert sorted(folders) == sorted(tables)
 
 
-@pytest.mark.parametrize("entry", remake.load_manifest(MANIFEST, REPO), ids=lambda e: e.folder)
+ENGINE_ENTRIES = [e for e in remake.load_manifest(MANIFEST, REPO) if e.paper != remake.BOARD_PAPER]
+BOARD_ENTRIES = [e for e in remake.load_manifest(MANIFEST, REPO) if e.paper == remake.BOARD_PAPER]
+
+
+@pytest.mark.parametrize("entry", BOARD_ENTRIES, ids=lambda e: e.folder)
+def test_the_boards_entry_is_its_page_over_its_runs(entry):
+    """The leaderboard's entry names its plan and remakes its page (which re-tabulates the
+    runs' folder with the engine, training nothing); the page folder is the plan's."""
+    from ran_lab.leaderboard.board import load_board
+
+    board = load_board(REPO / entry.config)
+    assert entry.argv[:3] == ["scripts/reproduce-leaderboard.sh", "page",
+                              f"--board={entry.config}"]
+    assert board.page == entry.folder
+    assert (REPO / entry.folder / "TABLE.md").is_file()
+
+
+@pytest.mark.parametrize("entry", ENGINE_ENTRIES, ids=lambda e: e.folder)
 def test_manifest_command_is_the_tables(entry, capsys):
     """The engine's own parser accepts the command the entry stands for (--dry-run: its config,
     pairs, systems and seeds resolve), it trains nothing new, and it names the config, pairs,
