@@ -712,23 +712,6 @@ def test_fill_rewrites_a_stale_quote():
     assert "| claim | paper | here | verdict |" in report.fill(table, verdicts_of())
 
 
-def test_the_reproduction_engine_writes_claims_beside_the_table(tmp_path, scored_corpus):
-    """scripts/reproduce-recurrent_cross.sh in a short setting (2 updates on a tiny corpus) writes
-    CLAIMS.md and CLAIMS.json beside TABLE.md, from the paper's claims file."""
-    scored_corpus(tmp_path)
-    out = helpers.short_reproduction(helpers.REPO / "scripts" / "reproduce-recurrent_cross.sh",
-                                     REPO / "configs" / "recurrent_cross" / "cpu.json", tmp_path,
-                                     ["baseline", "coverage"])
-    assert (out / "TABLE.md").is_file()
-    text = (out / "CLAIMS.md").read_text(encoding="utf-8")
-    claims_, results, verdicts = lab.compute(out, repo=REPO, compute_missing=False)
-    assert text == lab.render(claims_, results, verdicts, REPO)[0]
-    by = {v.key: v for v in verdicts}
-    coverage = dict(by["R-5.2-level@de-en"].comparisons)["coverage"]
-    assert coverage.n == 1 and coverage.verdict != rule.NOT_RUN
-    assert by["R-T1-order@de-en"].verdict == rule.NOT_RUN  # the expand-kv variants did not run
-
-
 def test_holds_names_every_run_of_the_grid_that_was_not_made():
     from ran_lab.claims import provenance
     run = {"machine": {"device": "cpu", "device_name": "x", "threads": 1}, "train_argv": []}

@@ -95,8 +95,8 @@ def data(tmp_path):
     return str(tmp_path / "bin.{src}-{tgt}")
 
 
-def engine(argv, fake):
-    """scripts/reproduce-ran.sh's engine in this process, fairseq replaced by ``fake``: its exit
+def engine(argv, fake, paper="ran"):
+    """scripts/reproduce-PAPER.sh's engine in this process, fairseq replaced by ``fake``: its exit
     status (0, or the error)."""
     from ran_lab.reproduce import process
     from ran_lab.reproduce.cli import run_paper
@@ -104,7 +104,7 @@ def engine(argv, fake):
 
     with process.runner(fake):
         try:
-            run_paper(PAPERS["ran"], [str(a) for a in argv])
+            run_paper(PAPERS[paper], [str(a) for a in argv])
         except SystemExit as e:
             return e.code
     return 0
@@ -605,3 +605,24 @@ def test_an_engine_that_finished_meanwhile_keeps_its_row(tmp_path, data, monkeyp
         "other settings (training: --max-update 3 → 2)" in message, message
     assert (out / "de-en" / "TransF" / "seed1" / "result.json").is_file()  # kept
     assert json.loads((out / "results.json").read_text()) == table_of_a  # A's table as it was
+
+
+def test_the_engine_writes_claims_beside_the_table(tmp_path, data):
+    """The engine writes CLAIMS.md and CLAIMS.json beside TABLE.md, from the paper's claims file:
+    a claim whose systems ran is judged, one whose systems did not is "not run"."""
+    from ran_lab import claims as lab
+    from ran_lab.claims import rule
+
+    out = tmp_path / "out"
+    assert engine(["--config", REPO / "configs" / "recurrent_cross" / "cpu.json", "--data", data,
+                   "--pairs", "de-en", "--systems", "baseline,coverage", "--max-update", "2",
+                   "--out", out, "--checkpoints", tmp_path / "ckpt"], FakeFairseq(),
+                  "recurrent_cross") == 0
+    assert (out / "TABLE.md").is_file() and (out / "CLAIMS.json").is_file()
+    text = (out / "CLAIMS.md").read_text(encoding="utf-8")
+    claims_, results, verdicts = lab.compute(out, repo=REPO, compute_missing=False)
+    assert text == lab.render(claims_, results, verdicts, REPO)[0]
+    by = {v.key: v for v in verdicts}
+    coverage = dict(by["R-5.2-level@de-en"].comparisons)["coverage"]
+    assert coverage.n == 1 and coverage.verdict != rule.NOT_RUN
+    assert by["R-T1-order@de-en"].verdict == rule.NOT_RUN  # the expand-kv variants did not run
