@@ -67,8 +67,7 @@ class Entry:
         script and the entry's values, each given as ``--flag=VALUE``, with ``--resume``; for the
         leaderboard (its config the board's plan), the board's page, which re-tabulates its runs."""
         if self.paper == BOARD_PAPER:
-            return [f"scripts/reproduce-{self.paper}.sh", "page", f"--board={self.config}",
-                    f"--threads={self.threads}", f"--jobs={self.jobs}"]
+            return [f"scripts/reproduce-{self.paper}.sh", "page", f"--board={self.config}"]
         return [f"scripts/reproduce-{self.paper}.sh", f"--config={self.config}",
                 f"--pairs={','.join(self.pairs)}", f"--systems={','.join(self.systems)}",
                 f"--seeds={','.join(map(str, self.seeds))}", "--resume",

@@ -23,12 +23,13 @@ def engine_argv(board: Board, group, extra: List[str]) -> List[str]:
 
 
 def stored(board: Board, config: dict):
-    """The (pair, system, seed) of the runs' folder's results.json."""
-    path = paths.repo_path(config["out"]) / "results.json"
-    if not path.is_file():
-        return set()
-    report = read_json(path, "the board's runs", RunError)
-    return {(r["pair"], r["system"], r["seed"]) for r in report.get("results", [])}
+    """The (pair, system, seed) of the finished runs in the runs' folder (each run's
+    ``PAIR/SYSTEM/seedN/result.json``), whether or not a table holds them yet."""
+    found = set()
+    for path in sorted(paths.repo_path(config["out"]).glob("*/*/seed*/result.json")):
+        run = read_json(path, "a run of the board", RunError)
+        found.add((run["pair"], run["system"], run["seed"]))
+    return found
 
 
 def make_board(board: Board, stop_after: Optional[float] = None, threads: Optional[int] = None,
