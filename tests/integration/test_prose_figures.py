@@ -56,3 +56,11 @@ def test_a_stale_figure_is_rewritten():
     filled = report.fill(page, lambda name: verdicts_by_key(name, REPO))
     assert filled == page.replace("9.99", figures.figure("results/ran/long", "de-en/TransF/sd",
                                                          REPO))
+
+
+def test_a_verdicts_outcome_is_a_figure_for_a_short_cell():
+    folder = "results/ran/long"
+    verdicts = verdicts_by_key(folder, REPO)
+    assert figures.figure(folder, "Z-T1-ran-all@de-en/verdict", REPO,
+                          lambda name: verdicts_by_key(name, REPO)) == \
+        verdicts["Z-T1-ran-all@de-en"].outcome
