@@ -140,3 +140,12 @@ def test_the_readme_stays_a_guide():
 
 
 MARKER = re.compile(r"<!-- /?[a-z-]+(?: [^>]*)? -->")
+
+
+def test_the_pages_that_quote_the_leaderboard_hold_its_span():
+    """The board's page writer fills its short form into each page of QUOTED_BY between the
+    markers; each has exactly one span for it."""
+    from ran_lab.leaderboard.page import QUOTED_BY, SHORT_SPAN
+    for name in QUOTED_BY:
+        text = (REPO / name).read_text(encoding="utf-8")
+        assert len(SHORT_SPAN.findall(text)) == 1, f"{name}: one <!-- leaderboard --> span"
