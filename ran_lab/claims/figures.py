@@ -15,7 +15,9 @@ prose is typed by hand.
   one (the claims file, checked against the paper file);
 - ``replaced/PAIR/SYSTEM/SEED``: the score of the run that ``replaced.json`` says was replaced;
 - ``CLAIM@PAIR[/SYSTEM]/interval|p|mde|difference``: a comparison's numbers from its verdict
-  (``SYSTEM``: which, where the claim compares several).
+  (``SYSTEM``: which, where the claim compares several);
+- ``CLAIM@PAIR/verdict``: the verdict's outcome (held, inconclusive, not held, ...), for a short
+  cell beside its interval.
 """
 import json
 import math
@@ -92,6 +94,8 @@ def figure(folder: str, spec: str, repo: Path,
     if "@" in parts[0]:
         if verdicts_of is None:
             raise KeyError(f"no verdicts to quote {spec}")
+        if parts[1:] == ["verdict"]:
+            return verdicts_of(folder)[parts[0]].outcome
         comparisons = dict(verdicts_of(folder)[parts[0]].comparisons)
         system, what = (parts[1], parts[2]) if len(parts) == 3 else (None, parts[1])
         if system is None:

@@ -3,6 +3,7 @@
 independently; every page is as the fill leaves it (tests/integration/test_claims.py)."""
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -56,3 +57,37 @@ def test_a_stale_figure_is_rewritten():
     filled = report.fill(page, lambda name: verdicts_by_key(name, REPO))
     assert filled == page.replace("9.99", figures.figure("results/ran/long", "de-en/TransF/sd",
                                                          REPO))
+
+
+def test_a_verdicts_outcome_is_a_figure_for_a_short_cell():
+    folder = "results/ran/long"
+    verdicts = verdicts_by_key(folder, REPO)
+    assert figures.figure(folder, "Z-T1-ran-all@de-en/verdict", REPO,
+                          lambda name: verdicts_by_key(name, REPO)) == \
+        verdicts["Z-T1-ran-all@de-en"].outcome
+
+
+# a measured number as prose writes it: a decimal, a percentage, a ratio, a signed difference or
+# a thousands-separated count; the rule's own constants (its 99 % level and 80 % power) and the
+# papers' section numbers (§3.1) are not measurements
+MEASURED = re.compile(r"(?<![\w.§])(?:[+−-]\d|×\s?\d|\d[\d,]*\.\d|\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?\s?%)")
+RULE = ("99 %", "80 %")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_no_measured_number_is_typed_by_hand(page):
+    """Outside the filled spans, code and link targets, README.md and docs/results.md write no
+    measured number: every one is a figure, a quote or a tally filled from the committed files."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    for pattern in (report.TABLE, report.HOLDS, report.SPAN, report.COUNT, report.FIGURE):
+        text = pattern.sub("", text)
+    text = re.sub(r"(?s)<!-- leaderboard -->.*?<!-- /leaderboard -->", "", text)
+    text = re.sub(r"(?s)```.*?```", "", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    text = re.sub(r"<!--.*?-->", "", text)
+    for constant in RULE:
+        text = text.replace(constant, "")
+    found = [(line, m.group(0)) for line, row in enumerate(text.splitlines(), 1)
+             for m in MEASURED.finditer(row)]
+    assert not found, f"{page}: numbers typed by hand (line of the stripped page, number): {found}"

@@ -127,7 +127,7 @@ def test_every_command_block_runs_or_is_skipped_with_a_reason():
             assert nxt in starts and starts[nxt][0] in RUN_TAGS, \
                 f"{path.name}:{i + 1}: a skip marker must come right before a command block"
     readme = blocks(REPO / "README.md")
-    assert sum(1 for _, tag, _, skip in readme if tag in RUN_TAGS and not skip) >= 6
+    assert sum(1 for _, tag, _, skip in readme if tag in RUN_TAGS and not skip) >= 2
 
 
 def test_substitutions():
@@ -166,10 +166,10 @@ def test_readme_commands(readme_ran, workdir):
     if error:
         raise error
     root, _ = workdir
-    for name in ("ran-all", "rct-coverage", "dynmem-k5", "pa-max-attn"):
-        assert (root / "checkpoints" / name / "checkpoint_last.pt").is_file(), name
-    # each example's score line (evaluate prints BLEU), the interactive translation, the hub's
-    assert proc.stdout.count("BLEU") >= 4, proc.stdout[-3000:]
+    assert (root / "checkpoints" / "ran-all" / "checkpoint_last.pt").is_file()
+    # the example's score line (evaluate prints BLEU); the other architectures' examples open
+    # their pages, run by test_docs_page_commands
+    assert proc.stdout.count("BLEU") >= 1, proc.stdout[-3000:]
 
 
 @pytest.mark.parametrize("path", [p for p in DOCS if p.name != "README.md"], ids=lambda p: p.name)

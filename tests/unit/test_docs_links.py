@@ -1,5 +1,6 @@
 """Every relative link of README.md, docs/*.md, configs/gpu-plans/README.md and results/**/*.md
-points at a file of the checkout, and every #anchor at a heading of its page (GitHub's anchors)."""
+points at a file of the checkout, and every #anchor at a heading of its page (GitHub's anchors);
+README.md and docs/ cite test files only in docs/testing.md."""
 import re
 from pathlib import Path
 
@@ -70,3 +71,16 @@ def test_a_missing_file_or_heading_is_found(tmp_path):
 def test_relative_links_resolve(page):
     broken = broken_links(page)
     assert not broken, f"{page.relative_to(REPO)}: " + "; ".join(broken)
+
+
+TEST_FILE = re.compile(r"\btests/[\w*]|\btest_\w+\.py\b|::test_\w+")
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "testing.md" and (
+                                  p == REPO / "README.md" or p.parent == REPO / "docs")],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_test_files_are_cited_only_in_the_testing_page(page):
+    """A page says what is tested; which file tests it is docs/testing.md's to say, so that a
+    test moved or renamed changes one page."""
+    cited = TEST_FILE.findall(page.read_text(encoding="utf-8"))
+    assert not cited, f"{page.relative_to(REPO)} cites test files: {cited}"

@@ -3,6 +3,7 @@ N (t of the C comparisons testable); sizes: ..." over every direction run (betwe
 ``<!-- claims-count FOLDER -->`` and ``<!-- /claims-count -->``) is what the folder's
 verdicts give, filled by ``scripts/claims.py --fill`` (tests/integration/test_claims.py checks that every page
 is as the fill leaves it); here, the count is checked against the verdicts independently."""
+import json
 import re
 
 from helpers import REPO
@@ -119,6 +120,32 @@ def test_the_fill_writes_the_count():
 
 def test_the_readme_stays_a_guide():
     """Tables and verdicts in full live in docs/results.md; the README stays short enough to read
-    from the clone to the demo, to one's own corpus, to a paper's table."""
-    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move detail into docs/"
+    in minutes: at most 150 lines once the leaderboard's short form is filled in, no line over 100
+    characters but a table's rows (whose cells are short: a verdict, an interval, a tally)."""
+    from ran_lab.leaderboard.page import SHORT_SPAN
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    board = SHORT_SPAN.search(text)
+    assert board, "README.md: no <!-- leaderboard --> span for the board's short form"
+    # the short form: a header, a rule, a row per board system, a blank and a link line
+    systems = json.loads((REPO / "configs/leaderboard/systems.json").read_text())["systems"]
+    room = 2 + len(systems) + 2 - (board[0].count("\n") - 1)
+    assert len(lines) + max(room, 0) <= 150, \
+        f"README.md has {len(lines)} lines (+{room} for the board): move detail into docs/"
+    long = [i for i, line in enumerate(lines, 1) if len(line) > 100 and not line.startswith("|")]
+    assert not long, f"README.md: lines over 100 characters: {long}"
+    cells = [cell for line in lines if line.startswith("|")
+             for cell in MARKER.sub("", COUNT.sub("", line)).split("|")]
+    assert max(map(len, cells)) <= 100, "README.md: a table cell over 100 characters"
+
+
+MARKER = re.compile(r"<!-- /?[a-z-]+(?: [^>]*)? -->")
+
+
+def test_the_pages_that_quote_the_leaderboard_hold_its_span():
+    """The board's page writer fills its short form into each page of QUOTED_BY between the
+    markers; each has exactly one span for it."""
+    from ran_lab.leaderboard.page import QUOTED_BY, SHORT_SPAN
+    for name in QUOTED_BY:
+        text = (REPO / name).read_text(encoding="utf-8")
+        assert len(SHORT_SPAN.findall(text)) == 1, f"{name}: one <!-- leaderboard --> span"
