@@ -9,7 +9,7 @@ import pytest
 import helpers
 
 REPO = helpers.REPO
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")),
          REPO / "configs" / "gpu-plans" / "README.md", *sorted((REPO / "results").rglob("*.md"))]
 LINK = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 
@@ -77,7 +77,7 @@ TEST_FILE = re.compile(r"\btests/[\w*]|\btest_\w+\.py\b|::test_\w+")
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p.name != "testing.md" and (
-                                  p == REPO / "README.md" or p.parent == REPO / "docs")],
+                                  p == REPO / "README.md" or p.is_relative_to(REPO / "docs"))],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_test_files_are_cited_only_in_the_testing_page(page):
     """A page says what is tested; which file tests it is docs/testing.md's to say, so that a
