@@ -330,8 +330,7 @@ def short_form(table, link: str = "TABLE.md") -> str:
             cells.append(("—" if "rank" not in row else
                           f"{_interval_cell(row['sacrebleu'])} (#{row['rank']})"))
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\nThe whole board, with chrF, seeds, verdicts and cost: " \
-                              f"[results/leaderboard/TABLE.md]({link}).\n"
+    return "\n".join(lines) + f"\n\nWith chrF, seeds, verdicts and cost: [the whole board]({link}).\n"
 
 
 def plot(table, cost, path: Path):
