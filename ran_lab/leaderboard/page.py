@@ -316,9 +316,9 @@ def _flag_pairs(flags):
     return flag_pairs(flags).items()
 
 
-def short_form(table, link: str = "TABLE.md") -> str:
+def short_form(table, link: str = "TABLE.md", runs=None) -> str:
     """The short board (README.md, docs/results.md): rank, system, sacreBLEU with its interval,
-    per direction."""
+    per direction; ``runs``, (finished, planned), says so while the board is incomplete."""
     pairs = list(table)
     head = "| system | " + " | ".join(f"{p} sacreBLEU" for p in pairs) + " |"
     lines = [head, "|---|" + "---|" * len(pairs)]
@@ -330,7 +330,8 @@ def short_form(table, link: str = "TABLE.md") -> str:
             cells.append(("—" if "rank" not in row else
                           f"{_interval_cell(row['sacrebleu'])} (#{row['rank']})"))
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\nWith chrF, seeds, verdicts and cost: [the whole board]({link}).\n"
+    made = f"; {runs[0]} of {runs[1]} runs made" if runs and runs[0] < runs[1] else ""
+    return "\n".join(lines) + f"\n\n[The whole board]({link}): chrF, seeds, verdicts, cost{made}.\n"
 
 
 def plot(table, cost, path: Path):
@@ -370,7 +371,7 @@ def plot(table, cost, path: Path):
     plt.close(fig)
 
 
-def fill_quotes(table, page: Path, repo: Path) -> List[str]:
+def fill_quotes(table, page: Path, repo: Path, runs=None) -> List[str]:
     """Replace the short board between the markers of the files that quote it (its link to the
     page relative to each); the files changed."""
     import os
@@ -381,7 +382,7 @@ def fill_quotes(table, page: Path, repo: Path) -> List[str]:
             continue
         text = path.read_text(encoding="utf-8")
         link = os.path.relpath(page / "TABLE.md", path.parent)
-        short = short_form(table, link)
+        short = short_form(table, link, runs)
         new = SHORT_SPAN.sub(lambda m: m.group(1) + short + m.group(2), text)
         if new != text:
             textio.write_text_atomic(path, new)
@@ -422,11 +423,11 @@ def write_page(board: Board, repo: Path = paths.REPO) -> Path:
                                         default=_json_default) + "\n")
     text = markdown(board, config, report, table, verdicts, cost, planned, done)
     textio.write_text_atomic(page / "TABLE.md", text)
-    short = short_form(table)
+    short = short_form(table, runs=(done, planned))
     textio.write_text_atomic(page / "SHORT.md", short)
     plot(table, cost, page / "leaderboard.png")
     if Path(board.path).resolve() == paths.repo_path(BOARD).resolve():
-        fill_quotes(table, page, repo)  # only the committed board is quoted
+        fill_quotes(table, page, repo, (done, planned))  # only the committed board is quoted
     return page / "TABLE.md"
 
 

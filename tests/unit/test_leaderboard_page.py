@@ -89,4 +89,5 @@ def test_the_short_form_fills_the_quoting_files_between_their_markers(tmp_path):
     assert fill_quotes(TABLE, tmp_path / "results" / "leaderboard", tmp_path) == \
         ["docs/results.md"]  # README.md already holds it
     assert "](../results/leaderboard/TABLE.md)" in (tmp_path / "docs" / "results.md").read_text()
-    assert "](TABLE.md)" in short_form(TABLE)
+    assert "](TABLE.md)" in short_form(TABLE) and "runs made" not in short_form(TABLE, runs=(5, 5))
+    assert short_form(TABLE, runs=(1, 5)).endswith("; 1 of 5 runs made.\n")  # an incomplete board
