@@ -14,7 +14,7 @@ def same_decoding(run, old):
     """Whether the stored result ``old`` was trained and decoded by ``run``'s commands (its
     postprocess may differ)."""
     mine = portable.record(device_free(run.recorded()), paths.REPO)
-    theirs = device_free(portable.upgrade_result(old, paths.REPO).get("commands"))
+    theirs = device_free(old.get("commands"))
     return (isinstance(theirs, dict) and theirs.get("train") == mine["train"]
             and theirs.get("generate") == mine["generate"])
 

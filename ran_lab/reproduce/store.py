@@ -53,7 +53,7 @@ def difference(run, old):
     checkout: both sides name the checkout's files as ``{repo}/PATH``), else what differs, e.g.
     'training: --max-update 1300 → 300'."""
     mine = portable.record(device_free(run.recorded()), paths.REPO)
-    theirs = device_free(portable.upgrade_result(old, paths.REPO).get("commands"))
+    theirs = device_free(old.get("commands"))
     if mine == theirs:
         return None
     if not isinstance(theirs, dict):
@@ -82,14 +82,12 @@ def stored_train_argv(run):
 
 
 def read_result(run):
-    """``run``'s stored result.json (None if there is none), as this engine records one: a result
-    made before paths were recorded relative to the checkout (with the checkout it was made in as
-    its ``repo``) names them as ``{repo}/PATH`` too (:func:`portable.upgrade_result`)."""
+    """``run``'s stored result.json (None if there is none), checked, its paths as recorded
+    (``{repo}/PATH``)."""
     path = run.dir / "result.json"
     if not path.is_file():
         return None
-    result = portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
-                                               shape=dict), paths.REPO)
+    result = load_json(path, "a run's result", FIX_RESULT, ReproError, shape=dict)
     schema.check(result, schema.RESULT, path, ReproError, "a run's result", FIX_RESULT)
     check_place(run, result, path)
     return result
