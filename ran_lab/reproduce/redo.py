@@ -3,8 +3,6 @@ made again from the decoding its folder keeps, without its checkpoint."""
 import gzip
 import shutil
 
-from .. import portable
-from ..common import paths
 from .errors import ReproError
 from .execute import check_text, score_output
 from .store import device_free
@@ -13,8 +11,7 @@ from .store import device_free
 def same_decoding(run, old):
     """Whether the stored result ``old`` was trained and decoded by ``run``'s commands (its
     postprocess may differ)."""
-    mine = portable.record(device_free(run.recorded()), paths.REPO)
-    theirs = device_free(old.get("commands"))
+    mine, theirs = device_free(run.recorded()), device_free(old.get("commands"))
     return (isinstance(theirs, dict) and theirs.get("train") == mine["train"]
             and theirs.get("generate") == mine["generate"])
 

@@ -52,8 +52,7 @@ def difference(run, old):
     """None if the stored result ``old`` was made by ``run``'s commands (on any device, in any
     checkout: both sides name the checkout's files as ``{repo}/PATH``), else what differs, e.g.
     'training: --max-update 1300 → 300'."""
-    mine = portable.record(device_free(run.recorded()), paths.REPO)
-    theirs = device_free(old.get("commands"))
+    mine, theirs = device_free(run.recorded()), device_free(old.get("commands"))
     if mine == theirs:
         return None
     if not isinstance(theirs, dict):
