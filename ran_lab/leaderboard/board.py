@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..common.jsonio import read_json
+from ran_text import textio
 from ..common.paths import repo_path
 
 BOARD = "configs/leaderboard/board.json"
@@ -88,7 +88,7 @@ def _seed_list(value, where):
 
 def load_board(path=None) -> Board:
     path = Path(path) if path else repo_path(BOARD)
-    data = read_json(path, "the board's plan", BoardError)
+    data = textio.read_json_file(path, "the board's plan")
     if not isinstance(data, dict) or not {"config", "page", "seeds", "cost"} <= set(data) \
             or set(data) - KEYS:
         raise BoardError(f"{path}: an object with config, page, seeds and cost (and optionally "

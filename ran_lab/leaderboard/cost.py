@@ -22,7 +22,6 @@ from typing import Dict, List, Optional
 from ran_text import textio
 from .. import portable
 from ..common import paths
-from ..common.jsonio import read_json
 from ..common.machine import available_cores
 from ..common.paths import slug
 from ..reproduce.config import load_config
@@ -165,7 +164,7 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
             print(f"leaderboard cost: {name}: no {pair} seed {seed} run yet, skipped",
                   file=sys.stderr)
             continue
-        result = read_json(result_file, "a board run's result", CostError)
+        result = textio.read_json_file(result_file, "a board run's result")
         print(f"leaderboard cost: {name} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="leaderboard-cost-") as tmp:
             work = Path(tmp)
@@ -202,7 +201,7 @@ def peer_rows(pattern: str = PEER_RUNS) -> List[dict]:
     files = sorted(paths.REPO.glob(pattern))
     by: Dict[str, dict] = {}
     for f in files:
-        results = read_json(f, "a peer benchmark run", CostError).get("results", {})
+        results = textio.read_json_file(f, "a peer benchmark run").get("results", {})
         for case, system in PEER_CASES.items():
             r = results.get(case)
             if not r:

@@ -12,7 +12,6 @@ from typing import List, Optional
 from ran_text import textio
 from .. import claims as claims_pkg
 from ..common import paths
-from ..common.jsonio import read_json
 from ..common.paths import shown
 from ..reproduce.config import load_config
 from . import quality
@@ -396,10 +395,10 @@ def write_page(board: Board, repo: Path = paths.REPO) -> Path:
     config["config_shown"] = board.config
     runs = paths.repo_path(config["out"])
     page = paths.repo_path(board.page)
-    report = read_json(runs / "results.json", "the board's runs (results.json: "
-                       "scripts/reproduce-leaderboard.sh writes it)", PageError)
+    report = textio.read_json_file(runs / "results.json", "the board's runs (results.json: "
+                                   "scripts/reproduce-leaderboard.sh writes it)")
     cost_file = page / "cost.json"
-    cost = read_json(cost_file, "the cost measurements", PageError) if cost_file.is_file() \
+    cost = textio.read_json_file(cost_file, "the cost measurements") if cost_file.is_file() \
         else None
     table, claims, folder, verdicts, claims_data = rows_of(board, config, report, runs, repo,
                                                            cost)

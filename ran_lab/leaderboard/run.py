@@ -6,8 +6,8 @@ import sys
 import time
 from typing import List, Optional
 
+from ran_text import textio
 from ..common import paths
-from ..common.jsonio import read_json
 from ..reproduce.config import load_config
 from .board import Board
 
@@ -27,7 +27,7 @@ def stored(board: Board, config: dict):
     path = paths.repo_path(config["out"]) / "results.json"
     if not path.is_file():
         return set()
-    report = read_json(path, "the board's runs", RunError)
+    report = textio.read_json_file(path, "the board's runs")
     return {(r["pair"], r["system"], r["seed"]) for r in report.get("results", [])}
 
 

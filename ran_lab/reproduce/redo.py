@@ -3,7 +3,7 @@ made again from the decoding its folder keeps, without its checkpoint."""
 import gzip
 import shutil
 
-from .errors import ReproError
+from ran_lab.common import LabError
 from .execute import check_text, score_output
 from .store import device_free
 
@@ -41,7 +41,7 @@ def redo_postprocess(run, env, old):
         check_text(run, subset)
         kept = kept_decoding(run, subset)
         if kept is None:
-            raise ReproError(f"{label}: --redo-postprocess needs the decoding the run keeps "
+            raise LabError(f"{label}: --redo-postprocess needs the decoding the run keeps "
                              f"({run.kept_output[subset]}); without it, decode again (drop "
                              f"--redo-postprocess)")
         if kept != run.output[subset]:

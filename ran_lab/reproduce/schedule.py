@@ -11,7 +11,7 @@ import time
 from ran_text import textio
 from .. import portable
 from ..common import paths
-from .errors import ReproError
+from ran_lab.common import LabError
 from .process import CHILDREN
 from . import replace
 from .redo import redo_postprocess, redoable
@@ -47,7 +47,7 @@ def check_data_bin(run):
     if missing:
         listed = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4
                                            else "")
-        raise ReproError(f"{run_label(run)}: the data-bin {run.data} is not whole: it lacks "
+        raise LabError(f"{run_label(run)}: the data-bin {run.data} is not whole: it lacks "
                          f"{listed}; make it again (ran-prepare with --force), or leave --data out "
                          f"to prepare the config's")
 
@@ -119,7 +119,7 @@ def make_all(runs, args, launcher, env, name):
                 result = portable.record(redo_postprocess(run, env, stored), paths.REPO)
             else:
                 if not run.data.is_dir():  # (--data: nothing was prepared)
-                    raise ReproError(f"{run_label(run)}: its data-bin {run.data} does not "
+                    raise LabError(f"{run_label(run)}: its data-bin {run.data} does not "
                                      f"exist: give --data the folder of a data-bin (ran-prepare "
                                      f"writes one), or leave --data out to prepare the config's")
                 check_data_bin(run)

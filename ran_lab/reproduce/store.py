@@ -9,11 +9,10 @@ from ran_text import textio
 from .. import portable
 from ..common import paths, schema
 from ..common.flags import flag_pairs
-from ..common.jsonio import load_json, read_text_lines
 from ..common.paths import shown, slug
 from .config import parse_pairs
 from . import inputs, replace
-from .errors import ReproError
+from ran_lab.common import LabError
 from .runs import Run
 from .scores import tokenized_bleu
 
@@ -75,8 +74,8 @@ def stored_train_argv(run):
     fix = (f"delete it if the checkpoints beside it were trained by this run's command "
            f"({shown(run.save_dir)}), else delete the folder")
     what = "the training command of the folder's checkpoints"
-    argv = schema.check(load_json(path, what, fix, ReproError, shape=list), schema.FLAGS, path,
-                        ReproError, what, fix)
+    argv = schema.check(textio.read_json(path, what, fix, shape=list), schema.FLAGS, path, what,
+                        fix)
     return portable.expand(argv, paths.REPO)
 
 
@@ -86,8 +85,8 @@ def read_result(run):
     path = run.dir / "result.json"
     if not path.is_file():
         return None
-    result = load_json(path, "a run's result", FIX_RESULT, ReproError, shape=dict)
-    schema.check(result, schema.RESULT, path, ReproError, "a run's result", FIX_RESULT)
+    result = textio.read_json(path, "a run's result", FIX_RESULT, shape=dict)
+    schema.check(result, schema.RESULT, path, "a run's result", FIX_RESULT)
     check_place(run, result, path)
     return result
 
@@ -103,7 +102,7 @@ def check_place(run, result, path):
         says = (result["pair"], result["system"], f"seed{result['seed']}")
     place = (folder.parent.parent.name, folder.parent.name, folder.name)
     if says != place:
-        raise ReproError(f"{path} says it is the run {'/'.join(says)} but lies in "
+        raise LabError(f"{path} says it is the run {'/'.join(says)} but lies in "
                          f"{'/'.join(place)}: a result belongs to its folder; restore it, or "
                          f"{FIX_RESULT}")
 
@@ -118,7 +117,7 @@ def previous_result(run, force=False):
     if diff is not None:
         if force:
             return None
-        raise ReproError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
+        raise LabError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
                          f"kept: rerun with --force to replace it, or pick another --out"
                          f"{replace.aside_note([run])}")
     return old
@@ -146,12 +145,12 @@ def stored_report(out):
     path = Path(out) / "results.json"
     if not path.is_file():
         return {}
-    report = load_json(path, "the folder's table data", FIX_REPORT, ReproError, shape=dict)
+    report = textio.read_json(path, "the folder's table data", FIX_REPORT, shape=dict)
     rows = report.get("results", [])
     if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
-        raise ReproError(f"{path} (the folder's table data) holds no list of result objects under "
+        raise LabError(f"{path} (the folder's table data) holds no list of result objects under "
                          f'"results"; it was edited or made by another program: {FIX_REPORT}')
-    return schema.check(report, schema.RESULTS, path, ReproError, "the folder's table data",
+    return schema.check(report, schema.RESULTS, path, "the folder's table data",
                         FIX_REPORT)
 
 
@@ -238,7 +237,7 @@ def check_stored(args, config, runs, data_template, name):
     if finished and not args.force:
         listed = ", ".join(finished[:4]) + (f" and {len(finished) - 4} more"
                                             if len(finished) > 4 else "")
-        raise ReproError(f"nothing was changed: {listed} hold(s) a finished run of these "
+        raise LabError(f"nothing was changed: {listed} hold(s) a finished run of these "
                          f"commands. Rerun with --resume to keep it (it is skipped), or with "
                          f"--force to make it again (its files stay until the new ones are "
                          f"whole){replace.aside_note(runs)}")
@@ -250,7 +249,7 @@ def check_stored(args, config, runs, data_template, name):
         return
     listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else "")
     if not args.force:
-        raise ReproError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
+        raise LabError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
                          f"another --out (and --checkpoints) to keep them"
                          f"{replace.aside_note(runs)}")
     print(f"{name}: --force: {listed}", file=sys.stderr, flush=True)
@@ -291,7 +290,7 @@ def check_table(args, config, runs, data_template):
         listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8
                                          else "")
         mine = ", ".join(shown(run.dir / "result.json") for run in runs[:3])
-        raise ReproError(f"the table was not written (another run in {shown(args.out)} finished "
+        raise LabError(f"the table was not written (another run in {shown(args.out)} finished "
                          f"meanwhile): {listed}. This invocation's results are kept ({mine}"
                          f"{', ...' if len(runs) > 3 else ''}); tabulate them in another --out "
                          f"(copy their folders there and rerun with --resume), or rerun with "
@@ -320,9 +319,9 @@ def rescore(run, old, again=False):
         hyps, refs = run.dir / scores.get("hyp_file", ""), run.raw_ref.get(subset)
         if not (scores.get("hyp_file") and hyps.is_file() and refs and refs.is_file()):
             continue
-        lines, ref_lines = read_text_lines(hyps, ReproError), read_text_lines(refs, ReproError)
+        lines, ref_lines = textio.read_lines(hyps), textio.read_lines(refs)
         if len(lines) != len(ref_lines):
-            raise ReproError(f"{hyps} (the run's hypotheses) has {len(lines)} lines for the "
+            raise LabError(f"{hyps} (the run's hypotheses) has {len(lines)} lines for the "
                              f"{len(ref_lines)} references of {refs}: it was cut short or "
                              f"edited; delete the run's result.json: --resume then decodes and "
                              f"scores the run again (its training is kept)")
@@ -338,13 +337,13 @@ def rescore(run, old, again=False):
         if again and isinstance(recorded, dict) and recorded.get("tok_refs") != now["tok_refs"]:
             output = tokenized_output(run, subset)
             if output is None:
-                raise ReproError(f"{run.tok_ref[subset]} changed since {run.pair} "
+                raise LabError(f"{run.tok_ref[subset]} changed since {run.pair} "
                                  f"{run.system['name']} seed {run.seed} was scored, and its "
                                  f"tokenized BLEU needs the run's decoding, which its folder no "
                                  f"longer keeps: delete {run.dir / 'result.json'} and rerun with "
                                  f"--resume (the run is decoded again)")
             scores["tok_bleu"] = tokenized_bleu(read_generate_output(output, prefix="H"),
-                                                read_text_lines(run.tok_ref[subset], ReproError))
+                                                textio.read_lines(run.tok_ref[subset]))
         if recorded != now:
             scores["sha256"] = now
             changed = True

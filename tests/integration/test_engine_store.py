@@ -68,7 +68,7 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
     from ran_lab.reproduce.cli import parse_cli
     from ran_lab.reproduce.config import load_config
     from ran_lab import portable
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.common import LabError
     from ran_lab.reproduce.runs import Run
     from ran_lab.reproduce.store import check_stored
 
@@ -104,7 +104,7 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
                           (tmp_path / "bin.de-en").resolve(), 1)]
     check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
     args.force = False
-    with pytest.raises(ReproError, match="was made with other settings"):
+    with pytest.raises(LabError, match="was made with other settings"):
         check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
 
 
