@@ -18,9 +18,9 @@ from .redo import redo_postprocess, redoable
 from .store import difference, read_result, stored_result, stored_train_argv
 
 
-def made_otherwise(run):
-    """Whether ``run``'s folders hold a result or checkpoints made by other commands."""
-    old = read_result(run)
+def made_otherwise(run, old):
+    """Whether ``run``'s folders hold a result (``old``, as read) or checkpoints made by other
+    commands."""
     if old is not None and difference(run, old) is not None:
         return True
     argv = stored_train_argv(run) if run.trains else None
@@ -102,7 +102,8 @@ def make_all(runs, args, launcher, env, name):
         if trainer is not None and trained is None:
             return None  # its checkpoint's training did not run
         try:
-            old, rescored = (stored_result(run, args.force, getattr(args, "rescore", False))
+            stored = read_result(run)  # the run's record, read once
+            old, rescored = (stored_result(run, stored, args.force, getattr(args, "rescore", False))
                              if args.resume else (None, False))
             if old is not None:
                 say(f"{run_label(run)}: done before, skipped (--resume)"
@@ -111,8 +112,7 @@ def make_all(runs, args, launcher, env, name):
             if errors or stopped() or (args.stop_after is not None
                                        and time.monotonic() - start > 60 * args.stop_after):
                 return None
-            stored = read_result(run) if getattr(args, "redo_postprocess", False) else None
-            if stored is not None and redoable(run, stored):
+            if getattr(args, "redo_postprocess", False) and redoable(run, stored):
                 # no device needed: its machine stays the one that decoded it
                 say(f"{run_label(run)}: postprocessed again from its kept decoding "
                     f"(--redo-postprocess) ...")
@@ -124,7 +124,7 @@ def make_all(runs, args, launcher, env, name):
                                      f"writes one), or leave --data out to prepare the config's")
                 check_data_bin(run)
                 launcher.check()  # (before any file is moved)
-                if not args.resume or (args.force and made_otherwise(run)):
+                if not args.resume or (args.force and made_otherwise(run, stored)):
                     # made again from the start (check_stored refused a finished run, or other
                     # commands' files, unless --force): a finished run's folders wait aside
                     # until the new one is whole (.replace)

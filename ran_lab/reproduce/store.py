@@ -107,10 +107,9 @@ def check_place(run, result, path):
                          f"{FIX_RESULT}")
 
 
-def previous_result(run, force=False):
-    """The stored result of ``run`` if it was made by the same commands (on any device); error if
-    by others, or, with ``force``, None (the run is made again)."""
-    old = read_result(run)
+def previous_result(run, old, force=False):
+    """``old``, the stored result of ``run`` (or None), if it was made by the same commands (on
+    any device); error if by others, or, with ``force``, None (the run is made again)."""
     if old is None:
         return None
     diff = difference(run, old)
@@ -123,11 +122,11 @@ def previous_result(run, force=False):
     return old
 
 
-def stored_result(run, force=False, again=False):
-    """(``run``'s stored result, rescored in place and on disk by :func:`rescore`, True if that
-    changed it), or (None, False) where it has none (or, with ``force``, one made by other
-    commands); error if made by other commands."""
-    old = previous_result(run, force)
+def stored_result(run, stored, force=False, again=False):
+    """(``stored``, ``run``'s stored result as read, rescored in place and on disk by
+    :func:`rescore`, True if that changed it), or (None, False) where it has none (or, with
+    ``force``, one made by other commands); error if made by other commands."""
+    old = previous_result(run, stored, force)
     if old is None:
         return None, False
     rescored = rescore(run, old, again)
