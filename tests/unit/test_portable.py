@@ -74,6 +74,17 @@ def test_rewrite_log_keeps_the_sentences_of_a_generate_output(tmp_path):
     assert not portable.rewrite_log(log, REPO)  # nothing more to change
 
 
+def test_the_filter_keeps_a_commands_log_portable_as_it_is_written():
+    """`COMMAND 2>&1 | python -m ran_lab.portable > LOG` (scripts/gpu-speed.sh's bench.log): each
+    line as rewrite_log keeps it, a sentence line as it is."""
+    text = f"INFO | loaded from: {REPO}/data-bin/x/test\nS-0\tsee /root/notes\n"
+    proc = subprocess.run([sys.executable, "-m", "ran_lab.portable"], input=text,
+                          capture_output=True, text=True, cwd=REPO, env=helpers.fairseq_env(),
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "INFO | loaded from: {repo}/data-bin/x/test\nS-0\tsee /root/notes\n"
+
+
 # The beginnings of the absolute paths records were found to hold (checkouts, virtual
 # environments, temporary package folders, home folders), besides this checkout and Python's
 # package folders; fairseq's own /tmp/plasma is no machine's path.
