@@ -22,10 +22,6 @@ QUOTED_BY = ("README.md", "docs/results.md")
 QUIET_LOAD = 1.0  # the cost command's default --max-load
 
 
-class PageError(ValueError):
-    """The runs' folder cannot make a page."""
-
-
 def _num(x, digits=1, empty="—"):
     return empty if x is None else f"{x:,.{digits}f}"
 

@@ -12,10 +12,6 @@ from ..reproduce.config import load_config
 from .board import Board
 
 
-class RunError(RuntimeError):
-    """An engine invocation of the board failed."""
-
-
 def engine_argv(board: Board, group, extra: List[str]) -> List[str]:
     return [sys.executable, "-m", "ran_lab.reproduce", "leaderboard", "--config", board.config,
             "--pairs", group.pair, "--seeds", ",".join(map(str, group.seeds)),
