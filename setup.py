@@ -41,6 +41,8 @@ setup(
         "sacremoses>=0.0.53",
         # the lab's markdown tables (ran_lab/tables.py)
         "tabulate>=0.9,<0.11",
+        # Student's t of the claims' intervals (ran_lab/claims/seeds.py)
+        "scipy>=1.10,<2",
     ],
     # matplotlib: the analyses' plots (ran_lab/analysis), exercised by the tests; ruff: `make lint`;
     # pytest-xdist (3.6 for --no-loadscope-reorder): `make test` runs the test files on every core (up

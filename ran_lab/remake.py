@@ -36,8 +36,8 @@ from ran_text.textio import one_line_errors
 
 from ran_lab import checkout
 from ran_lab.common import schema
+from ran_lab.common.paths import REPO
 
-REPO = checkout.ROOT
 MANIFEST = Path("results") / "REMAKE.json"
 # the engine's line for a run it starts (one it finds stored says "done before, skipped")
 RUN_STARTS = re.compile(r"^reproduce-[\w-]+: (\S+ .+ seed \d+) \.\.\.$")
@@ -146,7 +146,7 @@ def load_manifest(path: Path, repo: Optional[Path] = None) -> List[Entry]:
                 raise ManifestError(f"{path}: entry {i + 1}: an entry names a paper and the "
                                     f"values of its options, not a command ('argv'); write "
                                     f"{EXAMPLE}; nothing was run")
-    schema.check(data, schema.REMAKE, path, ManifestError, "the remake manifest")
+    schema.check(data, schema.REMAKE, path, "the remake manifest", error=ManifestError)
     entries, seen = [], set()
     for i, item in enumerate(data):
         where = f"{path}: entry {i + 1}"

@@ -27,6 +27,7 @@ import shlex
 import shutil
 import socket
 import sys
+from pathlib import Path
 
 BOM = "\ufeff"
 
@@ -204,6 +205,18 @@ def read_json(path, what="", fix="", shape=None):
                           f"{json_kind(shape())} belongs; it was edited or made by another "
                           f"program: {fix}")
     return value
+
+
+def read_json_file(path, what):
+    """The JSON value in ``path``, a file the command was given or a config names (``what`` it
+    is): a folder or a missing file is a :class:`FileFault` naming it, a broken one a
+    :class:`BadTextFile` (:func:`read_json`)."""
+    path = Path(path)
+    if path.is_dir():
+        raise FileFault(f"{what} {path} is a folder; name a JSON file")
+    if not path.is_file():
+        raise FileFault(f"{what} {path} does not exist")
+    return read_json(path, what, "fix the file (or take it again from the repository)")
 
 
 def json_kind(value):

@@ -68,9 +68,11 @@ bench() {
     say "$name: starting with ${left} s left"
     local t0=$(date +%s)
     mkdir -p "$work/$name"
+    # the log is kept naming the checkout's files relative to it, as bench.json does
     timeout --signal=TERM --kill-after=5 "$left" "$python" scripts/bench.py --data "$data" \
-        --device cuda --out "$work/$name" "$@" > "$work/$name/bench.log" 2>&1
-    local rc=$?
+        --device cuda --out "$work/$name" "$@" 2>&1 | "$python" -m ran_lab.portable \
+        > "$work/$name/bench.log"
+    local rc=${PIPESTATUS[0]}
     say "$name: exit $rc after $(( $(date +%s) - t0 )) s"
     [ "$rc" = 0 ] || tail -n 15 "$work/$name/bench.log" | tee -a "$log" >&2
 }
@@ -92,7 +94,5 @@ bench dynmem 80 --systems configs/bench/dynmem.json --train-updates 20 --warmup-
 bench pervasive 60 --systems configs/bench/pervasive.json --train-updates 20 --warmup-updates 5 \
     --beam 4 --decode-batch-size 100 --decode-sentences 200 --max-len-a 0 --max-len-b 40
 
-# the logs name this machine's folders: record them relative to the checkout, as bench.json does
-"$python" -m ran_lab.portable "$work" "$log" > /dev/null 2>&1 || say "paths left as they are"
 tar -czf "$out/speed.tgz" -C "$work" --exclude=prepare.log . && say "packed speed.tgz into the output folder"
 say "done in $(( $(date +%s) - start )) s"

@@ -11,7 +11,8 @@ from ran_lab import checkout
 from ran_lab.common.machine import available_cores
 
 from .harness import run_parent
-from .settings import LIVE_MEMORY_MMAP_THRESHOLD, BenchError
+from .settings import LIVE_MEMORY_MMAP_THRESHOLD
+from ran_lab.common import LabError
 from .systems import train_flags_of
 from ran_text.textio import one_line_errors
 
@@ -125,7 +126,7 @@ def take_config_flags(p, args):
         try:
             args.config_flags, args.config_max_tokens, args.config_arch = \
                 train_flags_of(args.train_flags_of)
-        except BenchError as e:
+        except LabError as e:
             p.error(str(e))
     if args.max_tokens is None:
         args.max_tokens = args.config_max_tokens or 4096
@@ -179,12 +180,12 @@ def main(argv=None, prog=None):
         if argv[:1] == ["--worker"]:  # the worker protocol of earlier versions of bench.py
             checkout.require(prog or "ran-bench")
             if len(argv) != 2:
-                raise BenchError("usage: bench.py --worker SPEC.json (run by the parent)")
+                raise LabError("usage: bench.py --worker SPEC.json (run by the parent)")
             from .worker import main as worker_main
 
             return worker_main(argv[1:])
         run_parent(parse_cli(argv, prog, command=prog or "ran-bench"))
-    except BenchError as e:
+    except LabError as e:
         sys.exit(f"{prog or 'ran-bench'}: error: {e}")
 
 

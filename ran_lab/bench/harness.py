@@ -16,7 +16,8 @@ from ran_lab.common.machine import bench_machine_info
 from ran_lab.common.paths import REPO, slug
 
 from .report import add_ratios, markdown, progress_line, sweep_rows
-from .settings import LIVE_MEMORY_MMAP_THRESHOLD, SWEEP_FIELDS, WORKER_SETTINGS, BenchError
+from .settings import LIVE_MEMORY_MMAP_THRESHOLD, SWEEP_FIELDS, WORKER_SETTINGS
+from ran_lab.common import LabError
 from .systems import chosen_systems, read_systems
 
 USER_DIR = REPO / "ran_fairseq"
@@ -25,11 +26,11 @@ USER_DIR = REPO / "ran_fairseq"
 def check_data(data, src, tgt):
     data = Path(data)
     if not data.is_dir():
-        raise BenchError(f"data directory {data} does not exist (--data)")
+        raise LabError(f"data directory {data} does not exist (--data)")
     langs = [src, tgt] if src and tgt else []
     missing = [f"dict.{lang}.txt" for lang in langs if not (data / f"dict.{lang}.txt").is_file()]
     if missing or not list(data.glob("dict.*.txt")):
-        raise BenchError(f"{data} is not a fairseq-preprocess output directory for this language "
+        raise LabError(f"{data} is not a fairseq-preprocess output directory for this language "
                          f"pair: missing {', '.join(missing) or 'dict.*.txt'} (--data, "
                          f"--source-lang, --target-lang)")
     return data.resolve()
@@ -39,7 +40,7 @@ def resolve_device(device):
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
-        raise BenchError("--device cuda: torch sees no CUDA device; use --device cpu")
+        raise LabError("--device cuda: torch sees no CUDA device; use --device cpu")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
@@ -52,14 +53,14 @@ def check_device(args, common, selected, device):
              flag_names(args.config_flags) else f"{args.systems} (common_flags)")
     check_device_flags(device, args.config_flags + common, selected, where,
                        "time it on a GPU (--device cuda), or on the CPU without the flag (a "
-                       "config or systems file without it)", error=BenchError)
+                       "config or systems file without it)")
     if args.fp16 and device != "cuda":
-        raise BenchError("--fp16 trains in float16, which fairseq runs on CUDA only: drop --fp16 "
+        raise LabError("--fp16 trains in float16, which fairseq runs on CUDA only: drop --fp16 "
                          "or use --device cuda")
     if args.cuda_launches and device != "cuda":
-        raise BenchError("--cuda-launches counts GPU kernels: drop it or use --device cuda")
+        raise LabError("--cuda-launches counts GPU kernels: drop it or use --device cuda")
     if args.live_memory and device == "cuda":
-        raise BenchError("--live-memory applies to CPU memory; on CUDA the peak is already the "
+        raise LabError("--live-memory applies to CPU memory; on CUDA the peak is already the "
                          "memory allocated to live tensors: drop --live-memory or use "
                          "--device cpu")
 
@@ -82,7 +83,7 @@ def system_checkpoint(pattern, name):
     """The checkpoint of system ``name`` under ``--checkpoint PATTERN``, which must exist."""
     path = Path(pattern.replace("{system}", slug(name)))
     if not path.is_file():
-        raise BenchError(f"system {name!r}: no checkpoint at {path} (--checkpoint)")
+        raise LabError(f"system {name!r}: no checkpoint at {path} (--checkpoint)")
     return str(path.resolve())
 
 
@@ -110,7 +111,7 @@ def worker_env(spec):
 
 
 def run_worker_process(spec, workdir):
-    """Run one system's worker; return its result dict or raise BenchError with its stderr."""
+    """Run one system's worker; return its result dict or raise LabError with its stderr."""
     spec_path, result_path = worker_files(workdir, spec["name"])
     spec["result_path"] = str(result_path)
     spec_path.write_text(json.dumps(spec))
@@ -118,7 +119,7 @@ def run_worker_process(spec, workdir):
                           env=worker_env(spec), capture_output=True, text=True)
     result_path = Path(spec["result_path"])
     if proc.returncode != 0 or not result_path.is_file():
-        raise BenchError(
+        raise LabError(
             f"system {spec['name']!r} (arch {spec['arch']}) failed with exit code "
             f"{proc.returncode}\nfairseq flags: {' '.join(spec['argv'])}\n"
             f"--- worker stderr (tail) ---\n{proc.stderr[-5000:]}")

@@ -6,10 +6,6 @@ from pathlib import Path
 from ran_lab.common import LabError
 
 
-class PeerError(LabError):
-    """A problem with the peer benchmark's input; the message says what to do."""
-
-
 # The authors' released code, by side: where to get it, the commit measured, and a file that only
 # that commit's tree has where the code is read.
 PEERS = {
@@ -47,7 +43,7 @@ def clone_problem(peer, clone):
 def require_clone(peer, clone):
     problem = clone_problem(peer, clone)
     if problem:
-        raise PeerError(problem)
+        raise LabError(problem)
 
 
 def clone_commit(clone):

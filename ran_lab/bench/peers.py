@@ -27,7 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .peer_clones import PEERS, PeerError, clone_commit, clone_problem, require_clone  # noqa: F401
+from .peer_clones import PEERS, clone_commit, clone_problem, require_clone  # noqa: F401
+from ran_lab.common import LabError
 from ran_lab.common.machine import available_cores, cpu_model, git_commit, utc_now
 from ran_lab import portable
 from ran_lab.tables import markdown_table
@@ -110,11 +111,11 @@ class ProcessRunner:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise PeerError(f"the {self.name} worker ended (exit code {self.proc.wait()}); its "
+            raise LabError(f"the {self.name} worker ended (exit code {self.proc.wait()}); its "
                             f"log says why")
         answer = json.loads(line)
         if not answer.pop("ok"):
-            raise PeerError(f"{self.name}: {answer['error']}")
+            raise LabError(f"{self.name}: {answer['error']}")
         return answer
 
     def close(self):
@@ -313,12 +314,12 @@ def selected_cases(args):
         names = [c.strip() for c in args.cases.split(",") if c.strip()]
         unknown = [n for n in names if n not in CASES]
         if unknown:
-            raise PeerError(f"unknown case(s) {', '.join(unknown)}; the cases are "
+            raise LabError(f"unknown case(s) {', '.join(unknown)}; the cases are "
                             f"{', '.join(CASES)}")
     else:
         names = [n for n, c in CASES.items() if c["peer"] in clones]
         if not names:
-            raise PeerError("no clone of the authors' code given: "
+            raise LabError("no clone of the authors' code given: "
                             + "; ".join(clone_problem(peer, None) for peer in PEERS))
     for peer in sorted({CASES[n]["peer"] for n in names}):
         require_clone(peer, clones.get(peer))
@@ -329,7 +330,7 @@ def main(argv=None):
     args = parser().parse_args(argv)
     try:
         names, clones = selected_cases(args)
-    except PeerError as e:
+    except LabError as e:
         sys.exit(f"bench-peers: error: {e}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,6 @@
-"""What the harness, its workers and its report agree on: the error, the flags the harness owns,
+"""What the harness, its workers and its report agree on: the flags the harness owns,
 the figures and their headings, the decoding parts the breakdown times, the settings a worker
 reads and the columns of a speed sweep."""
-from ran_lab.common import LabError
-
-
-class BenchError(LabError):
-    """A problem with the benchmark's input; the message names it and the flag to change."""
-
 
 # Flags the harness sets itself; a systems file that sets them would be silently overridden.
 RESERVED_FLAGS = {

@@ -4,16 +4,16 @@ names (the baseline always among them, in file order), and the training flags of
 config (``--train-flags-of``)."""
 from pathlib import Path
 
+from ran_text import textio
 from ran_lab.common import LabError
 from ran_lab.common.flags import check_flags, flag_pairs
-from ran_lab.common.jsonio import load_json
 from ran_lab.common.systems import Systems, parse_systems, select_systems
 
-from .settings import NOT_BENCHED_FLAGS, RESERVED_FLAGS, BenchError
+from .settings import NOT_BENCHED_FLAGS, RESERVED_FLAGS
 
 
 def check_bench_flags(flags, where):
-    check_flags(flags, RESERVED_FLAGS, where, error=BenchError, verb="the harness controls")
+    check_flags(flags, RESERVED_FLAGS, where, verb="the harness controls")
 
 
 def read_systems(path) -> Systems:
@@ -21,18 +21,18 @@ def read_systems(path) -> Systems:
     (its own, without common_flags), and a baseline that names one of them."""
     path = Path(path)
     if not path.is_file():
-        raise BenchError(f"systems file {path} does not exist (--systems)")
-    spec = load_json(path, "systems file (--systems)", "fix the file (or take it again from the "
-                     "repository)", BenchError)
+        raise LabError(f"systems file {path} does not exist (--systems)")
+    spec = textio.read_json(path, "systems file (--systems)",
+                            "fix the file (or take it again from the repository)")
     if not (isinstance(spec, dict) and isinstance(spec.get("systems"), list) and spec["systems"]):
-        raise BenchError(f"{path}: expected an object with a non-empty 'systems' list")
+        raise LabError(f"{path}: expected an object with a non-empty 'systems' list")
     check_bench_flags(spec.get("common_flags", []), f"{path}: common_flags")
-    systems = parse_systems(spec, path, error=BenchError, check=lambda system: check_bench_flags(
+    systems = parse_systems(spec, path, check=lambda system: check_bench_flags(
         system.get("flags", []), f"{path}: system {system['name']!r} flags"))
     systems.systems = {name: {"name": name, "arch": s["arch"], "flags": list(s.get("flags", []))}
                        for name, s in systems.systems.items()}
     if systems.baseline not in systems.systems:
-        raise BenchError(f"{path}: baseline {systems.baseline!r} is not one of the systems "
+        raise LabError(f"{path}: baseline {systems.baseline!r} is not one of the systems "
                          f"({', '.join(systems.systems)})")
     return systems
 
@@ -41,7 +41,7 @@ def chosen_systems(systems: Systems, only):
     """The systems to run, in file order; ``only`` is the --systems-only value or None."""
     def refuse(names, unknown):
         if unknown:
-            return BenchError(f"--systems-only: unknown system(s) {', '.join(unknown)}; "
+            return LabError(f"--systems-only: unknown system(s) {', '.join(unknown)}; "
                               f"the systems file has: {', '.join(systems.systems)}")
         return None
 
@@ -60,7 +60,7 @@ def train_flags_of(path):
         config = read_config(path)
         pairs = flag_pairs(config_train_flags(config, path))
     except LabError as e:
-        raise BenchError(f"--train-flags-of: {e}") from e
+        raise LabError(f"--train-flags-of: {e}") from e
     max_tokens = pairs.get("--max-tokens")
     kept = []
     for flag, value in pairs.items():
@@ -69,6 +69,6 @@ def train_flags_of(path):
             kept += [flag] if value is None else [flag, value]
     arch = config.get("arch")
     if arch is not None and not (isinstance(arch, str) and arch):
-        raise BenchError(f"--train-flags-of: config {path}: 'arch' must be an architecture name, "
+        raise LabError(f"--train-flags-of: config {path}: 'arch' must be an architecture name, "
                          f"not {arch!r}")
     return kept, int(max_tokens) if max_tokens is not None else None, arch

@@ -3,7 +3,7 @@ the decoding breakdown, GPU launches and kernel counts.
 
 The harness starts ``python -m ran_lab.bench.worker SPEC.json``: SPEC.json holds the
 system, its fairseq-train command line and the settings of WORKER_SETTINGS; the worker writes its
-result as JSON to the spec's ``result_path`` and, on a BenchError, exits with the message on
+result as JSON to the spec's ``result_path`` and, on a LabError, exits with the message on
 stderr, which the harness shows.
 """
 import json
@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from .settings import BREAKDOWN_PARTS, BREAKDOWN_SHARE, BenchError
+from .settings import BREAKDOWN_PARTS, BREAKDOWN_SHARE
+from ran_lab.common import LabError
 
 
 class MemoryProbe:
@@ -124,7 +125,7 @@ def train_batches(trainer, count):
             if len(batches) == count:
                 break
         if len(batches) == before:
-            raise BenchError("the training set yields no batches; check --data and "
+            raise LabError("the training set yields no batches; check --data and "
                              "--max-tokens")
     return batches
 
@@ -139,14 +140,14 @@ def decode_batches(task, model, subset, n, batch_size, seed):
     dataset = task.dataset(subset)
     n = min(n, len(dataset))
     if n == 0:
-        raise BenchError(f"the {subset!r} split of --data is empty; pick another --gen-subset")
+        raise LabError(f"the {subset!r} split of --data is empty; pick another --gen-subset")
     with data_utils.numpy_seed(seed):
         order = dataset.ordered_indices()
     order = order[order < n]
     max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
     order, ignored = dataset.filter_indices_by_size(order, max_positions)
     if len(ignored):
-        raise BenchError(f"{len(ignored)} of the first {n} sentences of {subset!r} are longer "
+        raise LabError(f"{len(ignored)} of the first {n} sentences of {subset!r} are longer "
                          f"than the model allows ({max_positions}); lower --decode-sentences "
                          f"or pick another --gen-subset")
     return [dataset.collater([dataset[i] for i in batch])
@@ -334,7 +335,7 @@ def load_checkpoint(model, spec):
     try:
         model.load_state_dict(state["model"], strict=True)
     except RuntimeError as e:
-        raise BenchError(f"system {spec['name']!r}: {spec['checkpoint']} does not fit the "
+        raise LabError(f"system {spec['name']!r}: {spec['checkpoint']} does not fit the "
                          f"model its flags build (the systems file's arch and flags, and "
                          f"common_flags, must be those it was trained with):\n{e}") from None
 
@@ -423,10 +424,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
         if len(argv) != 1:
-            raise BenchError("usage: python -m ran_lab.bench.worker SPEC.json (run by "
+            raise LabError("usage: python -m ran_lab.bench.worker SPEC.json (run by "
                              "the harness)")
         run_worker(json.loads(Path(argv[0]).read_text()))
-    except BenchError as e:
+    except LabError as e:
         sys.exit(f"bench.py: error: {e}")
 
 

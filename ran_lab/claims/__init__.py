@@ -11,15 +11,13 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ran_lab import checkout
+from ran_lab.common.paths import REPO
 from ran_lab.common import schema
-from ran_text.textio import FileFault, read_json
+from ran_text.textio import read_json
 from . import provenance, report
 from .engine import Verdict, evaluate
 from .results import Folder, ResultsError
 from .spec import Claims, ClaimsError, load
-
-REPO = checkout.ROOT
 
 __all__ = ["Claims", "ClaimsError", "Folder", "ResultsError", "Verdict", "claims_file_of",
            "compute", "holds_of", "load", "write_claims", "verdicts_by_key"]
@@ -30,7 +28,7 @@ def claims_file_of(folder: Path, repo: Path = REPO) -> Path:
     results.json names."""
     path = Path(folder) / "results.json"
     settings = schema.check(read_json(path, "a results folder's table data", shape=dict),
-                            schema.TABLE_DATA, path, FileFault, "a results folder's table data",
+                            schema.TABLE_DATA, path, "a results folder's table data",
                             "delete it: the reproduction command with --resume writes it again from the runs' result.json")["settings"]
     return (repo / settings["paper_file"]).parent / "claims.json"
 

@@ -491,11 +491,11 @@ def fill(text: str, verdicts_of: Callable[[str], Dict[str, Verdict]],
     rewritten from the engine's verdicts and the results' files; ``verdicts_of(folder)`` gives a
     folder's verdicts by key (``ID`` or ``ID@PAIR``), ``holds_of(folder)`` the lines of
     :func:`.provenance.holds`; ``repo``: where the figures' folders are (this checkout)."""
-    from ran_lab import checkout
+    from ran_lab.common.paths import REPO
     from .figures import figure
 
     def number(m):
-        return f"{m[1]}{figure(m[2], m[3], repo or checkout.ROOT, verdicts_of)}{m[5]}"
+        return f"{m[1]}{figure(m[2], m[3], repo or REPO, verdicts_of)}{m[5]}"
 
     def span(m):
         found = verdicts_of(m[2])

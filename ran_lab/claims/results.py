@@ -16,8 +16,9 @@ import hashlib
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ran_text import textio
 from ran_lab.common import schema
-from ran_text.textio import FileFault, read_json
+from ran_text.textio import read_json
 from ..portable import expand_path
 from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
@@ -50,7 +51,7 @@ class Folder:
         self.repo = Path(repo) if repo else None
         self.report = schema.check(
             read_json(self.path / "results.json", "a results folder's table data", shape=dict),
-            schema.TABLE_DATA, self.path / "results.json", FileFault,
+            schema.TABLE_DATA, self.path / "results.json",
             "a results folder's table data", "delete it: the reproduction command with --resume writes it again from the runs' result.json")
         self.settings = self.report["settings"]
         self.baseline = self.settings["baseline"]
@@ -131,13 +132,12 @@ class Folder:
         if not ref.is_file():
             raise ResultsError(f"{self.path}: the references {ref} are needed to test {what} "
                                f"({pair}, {subset}); pass --refs {pair}:{subset}=FILE")
-        from ..common.jsonio import read_text_lines
-        refs = read_text_lines(ref)
+        refs = textio.read_lines(ref)
         stats = {}
         for key, f in hyps.items():
             cache_key = (str(f), metric)
             if cache_key not in self._stats:
-                self._stats[cache_key] = bootstrap.sentence_stats(read_text_lines(f), refs,
+                self._stats[cache_key] = bootstrap.sentence_stats(textio.read_lines(f), refs,
                                                                   BOOTSTRAP_METRIC[metric])
             stats[key] = self._stats[cache_key]
         return stats, bootstrap.Scorer(BOOTSTRAP_METRIC[metric], refs)

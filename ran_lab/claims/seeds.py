@@ -36,8 +36,10 @@ nothing to ``sigma²``: its runs repeat its owner's seeds.
 import math
 from functools import lru_cache
 from dataclasses import dataclass
-from statistics import NormalDist, fmean
+from statistics import fmean
 from typing import Dict, Optional, Sequence, Tuple
+
+from scipy.stats import t as student_t
 
 
 def seed_variance(scores: Dict[str, Sequence[float]]) -> Tuple[float, int]:
@@ -53,59 +55,15 @@ def seed_variance(scores: Dict[str, Sequence[float]]) -> Tuple[float, int]:
     return (squares / df if df else 0.0), df
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (Lentz's method)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1, a - 1
-    c, d = 1.0, 1 - qab * x / qap
-    d = 1 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1 + aa * d
-            d = 1 / (d if abs(d) > tiny else tiny)
-            c = 1 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-            last = d * c
-        if abs(last - 1) < 1e-15:
-            break
-    return h
-
-
-def _ibeta(a: float, b: float, x: float) -> float:
-    """The regularised incomplete beta function I_x(a, b)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) +
-                     a * math.log(x) + b * math.log(1 - x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1 - front * _betacf(b, a, 1 - x) / b
-
-
 def t_sf2(t: float, df: float) -> float:
     """Two-sided tail of Student's t: P(|T| >= |t|); the normal's where ``df`` is infinite."""
-    if math.isinf(df):
-        return 2 * (1 - NormalDist().cdf(abs(t)))
-    return _ibeta(df / 2, 0.5, df / (df + t * t))
+    return float(2 * student_t.sf(abs(t), df))
 
 
 @lru_cache(maxsize=None)
 def t_quantile(level: float, df: float) -> float:
-    """The t with P(|T| >= t) = ``level`` (bisection on :func:`t_sf2`)."""
-    if math.isinf(df):
-        return NormalDist().inv_cdf(1 - level / 2)
-    lo, hi = 0.0, 1.0
-    while t_sf2(hi, df) > level:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_sf2(mid, df) > level else (lo, mid)
-    return hi
+    """The t with P(|T| >= t) = ``level``."""
+    return float(student_t.isf(level / 2, df))
 
 
 @dataclass(frozen=True)

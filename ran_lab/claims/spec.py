@@ -299,7 +299,7 @@ def load(path, repo: Optional[Path] = None) -> Claims:
         raise ClaimsError(str(e)) from None
     except OSError as e:
         raise ClaimsError(f"{path}: {e}") from None
-    schema.check(data, schema.CLAIMS, path, ClaimsError, "claims file")
+    schema.check(data, schema.CLAIMS, path, "claims file", error=ClaimsError)
     paper_numbers = None
     if data.get("paper_file"):
         paper_path = Path(repo or Path.cwd()) / data["paper_file"]

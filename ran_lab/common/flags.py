@@ -7,15 +7,15 @@ from .errors import LabError
 GPU_ONLY_FLAG, CPU_FP16_FLAG = "--fp16", "--fp16-no-flatten-grads"
 
 
-def check_flags(flags, owned, where, error=LabError, verb="the script controls"):
+def check_flags(flags, owned, where, verb="the script controls"):
     """Refuse a flag list that is not a list of strings or sets a flag in ``owned`` (flag -> where
     its value comes from)."""
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise error(f"{where} must be a list of strings")
+        raise LabError(f"{where} must be a list of strings")
     for flag in flags:
         name = flag.split("=", 1)[0]
         if name in owned:
-            raise error(f"{where} sets {name}, which {verb}; remove it (its value comes from "
+            raise LabError(f"{where} sets {name}, which {verb}; remove it (its value comes from "
                         f"{owned[name]})")
 
 
@@ -47,27 +47,27 @@ def flag_pairs(flags):
     return out
 
 
-def config_train_flags(config, path, owned, error=LabError):
+def config_train_flags(config, path, owned):
     """The training flags of a reproduction config (as read, its ``base`` filled in): its
     ``train_flags`` with ``set_train_flags`` applied, checked against ``owned`` (the flags the
     engine sets: flag -> where its value comes from)."""
     if "train_flags" not in config:
-        raise error(f"config {path} lacks train_flags")
-    check_flags(config["train_flags"], owned, f"config {path}: train_flags", error)
+        raise LabError(f"config {path} lacks train_flags")
+    check_flags(config["train_flags"], owned, f"config {path}: train_flags")
     # {"--max-epoch": "12"}: values changed in (or added to) train_flags, e.g. over a base config's
     changes = config.get("set_train_flags", {})
     if not (isinstance(changes, dict) and all(isinstance(k, str) and k.startswith("-")
                                               and isinstance(v, str) for k, v in changes.items())):
-        raise error(f"config {path}: set_train_flags must map flags to string values, e.g. "
+        raise LabError(f"config {path}: set_train_flags must map flags to string values, e.g. "
                     f"{{\"--max-epoch\": \"12\"}}, not {changes!r}")
-    check_flags(list(changes), owned, f"config {path}: set_train_flags", error)
+    check_flags(list(changes), owned, f"config {path}: set_train_flags")
     train_flags = config["train_flags"]
     for flag, value in changes.items():
         train_flags = set_flag(train_flags, flag, value)
     return train_flags
 
 
-def check_device_flags(device, train_flags, systems, where, change, error=LabError):
+def check_device_flags(device, train_flags, systems, where, change):
     """A CPU training with --fp16 (flattened, fairseq's default) fails deep in fairseq ('Torch not
     compiled with CUDA enabled'): say so first, naming the flag, where it comes from, and
     ``change`` (what to do instead). ``systems``: dicts with 'name' and 'flags', trained with
@@ -79,7 +79,7 @@ def check_device_flags(device, train_flags, systems, where, change, error=LabErr
         if GPU_ONLY_FLAG in names and CPU_FP16_FLAG not in names:
             origin = (where if GPU_ONLY_FLAG in flag_names(train_flags)
                       else f"system {system['name']!r}")
-            raise error(f"{origin} trains with {GPU_ONLY_FLAG}, which fairseq runs only on a "
+            raise LabError(f"{origin} trains with {GPU_ONLY_FLAG}, which fairseq runs only on a "
                         f"CUDA GPU (its fp16 optimizer keeps a flat copy of the parameters "
                         f"there; {CPU_FP16_FLAG} or --memory-efficient-fp16 instead train on "
                         f"a CPU too), and this run is on the CPU: {change}")

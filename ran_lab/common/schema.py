@@ -226,7 +226,7 @@ def plural(description):
     return description
 
 
-def check(value, spec, path, error=LabError, what=None, fix=None):
+def check(value, spec, path, what=None, fix=None, error=LabError):
     """``value`` (read from the file ``path``) if it fits ``spec``; else an ``error`` of one line:
     the file (``what`` it is), the key, what was expected and what it holds, and ``fix``."""
     try:

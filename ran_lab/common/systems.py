@@ -23,25 +23,25 @@ class Systems:
     notes: Optional[str] = None
 
 
-def parse_systems(spec, path, error=LabError, known=None,
+def parse_systems(spec, path, known=None,
                   check: Optional[Callable[[dict], None]] = None) -> Systems:
     """The systems of the JSON value ``spec`` of systems file ``path``: every entry of its
     ``systems`` an object with non-empty string fields 'name' and 'arch' and, where ``known`` is
     given, no field outside it; no name twice. ``check(entry)`` runs on each entry after that
     (its flags, say) and raises for what it refuses."""
-    schema.check(spec, schema.SYSTEMS, path, error, "systems file")
+    schema.check(spec, schema.SYSTEMS, path, what="systems file")
     systems = {}
     for i, system in enumerate(spec["systems"]):
         if not isinstance(system, dict) or not all(
                 isinstance(system.get(k), str) and system[k] for k in ("name", "arch")):
-            raise error(f"{path}: systems[{i}] needs string fields 'name' and 'arch'")
+            raise LabError(f"{path}: systems[{i}] needs string fields 'name' and 'arch'")
         name = system["name"]
         unknown = sorted(set(system) - set(known)) if known is not None else []
         if unknown:
-            raise error(f"{path}: system {name!r} has unknown field(s) {', '.join(unknown)} "
+            raise LabError(f"{path}: system {name!r} has unknown field(s) {', '.join(unknown)} "
                         f"(known: {', '.join(sorted(known))})")
         if name in systems:
-            raise error(f"{path}: system name {name!r} appears twice")
+            raise LabError(f"{path}: system name {name!r} appears twice")
         if check is not None:
             check(system)
         systems[name] = system

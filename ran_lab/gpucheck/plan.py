@@ -4,8 +4,8 @@ config's order, with the plan's time estimate."""
 import math
 from dataclasses import dataclass, field
 
+from ran_text import textio
 from ..common.errors import LabError
-from ..common.jsonio import read_json
 from ..common.paths import REPO, repo_path, slug
 
 DTYPE_FLAGS = {"float32": [], "float16": ["--fp16"], "bfloat16": ["--bf16"]}
@@ -39,7 +39,7 @@ def without(flags, drop):
 
 
 def load(path):
-    config = read_json(repo_path(path), "the GPU check's config")
+    config = textio.read_json_file(repo_path(path), "the GPU check's config")
     missing = [k for k in ("updates", "dtypes", "systems", "tolerance", "concurrent")
                if k not in config]
     if missing:
@@ -56,7 +56,7 @@ def load_check_dtypes(config, where):
 
 def _system(recipe, name):
     systems_path = recipe.get("systems")
-    spec = read_json(repo_path(systems_path), "a systems file")
+    spec = textio.read_json_file(repo_path(systems_path), "a systems file")
     for system in spec["systems"]:
         if system["name"] == name:
             return system, spec.get("common_flags", [])
@@ -68,14 +68,14 @@ def _prepare_argv(recipe, pair):
     engine prepares in its process, :mod:`ran_lab.reproduce.preparations`), or [] when the
     recipe prepares nothing."""
     from ..reproduce import preparations
-    from ..reproduce.errors import ReproError
+    from ran_lab.common import LabError
 
     prepare = recipe.get("prepare")
     if not prepare:
         return []
     try:
         prepare = preparations.check(prepare, "a paper's recipe")
-    except ReproError as e:
+    except LabError as e:
         raise LabError(str(e)) from None
     src, tgt = pair.split("-")
     script, argv = preparations.command(prepare, src, tgt)
@@ -90,7 +90,7 @@ def jobs(config, device, pair="de-en", data_bin=None):
     ``data_bin``: one data-bin for all (nothing prepared) instead of each recipe's."""
     out = []
     for entry in config["systems"]:
-        recipe = read_json(repo_path(entry["recipe"]), "a paper's recipe")
+        recipe = textio.read_json_file(repo_path(entry["recipe"]), "a paper's recipe")
         system, common = _system(recipe, entry["name"])
         src, tgt = pair.split("-")
         own_data = data_bin is None

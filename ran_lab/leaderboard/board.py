@@ -21,16 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..common.jsonio import read_json
+from ran_text import textio
+from ran_lab.common import LabError
 from ..common.paths import repo_path
 
 BOARD = "configs/leaderboard/board.json"
 KEYS = {"config", "page", "seeds", "seeds_of", "cost", "why"}
 COST_KEYS = {"pair", "seed", "train_updates", "threads"}
-
-
-class BoardError(ValueError):
-    """A board file that is not as :mod:`ran_lab.leaderboard.board` describes."""
 
 
 @dataclass
@@ -82,40 +79,40 @@ def _seed_list(value, where):
     if not (isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool)
                                             and x >= 0 for x in value)
             and len(set(value)) == len(value)):
-        raise BoardError(f"{where}: a list of distinct non-negative seeds, not {value!r}")
+        raise LabError(f"{where}: a list of distinct non-negative seeds, not {value!r}")
     return value
 
 
 def load_board(path=None) -> Board:
     path = Path(path) if path else repo_path(BOARD)
-    data = read_json(path, "the board's plan", BoardError)
+    data = textio.read_json_file(path, "the board's plan")
     if not isinstance(data, dict) or not {"config", "page", "seeds", "cost"} <= set(data) \
             or set(data) - KEYS:
-        raise BoardError(f"{path}: an object with config, page, seeds and cost (and optionally "
+        raise LabError(f"{path}: an object with config, page, seeds and cost (and optionally "
                          f"seeds_of, why), got {sorted(data) if isinstance(data, dict) else data}")
     seeds = data["seeds"]
     if not (isinstance(seeds, dict) and seeds):
-        raise BoardError(f"{path}: 'seeds' maps each direction to its seeds")
+        raise LabError(f"{path}: 'seeds' maps each direction to its seeds")
     seeds = {pair: _seed_list(v, f"{path}: seeds of {pair}") for pair, v in seeds.items()}
     if any(not v for v in seeds.values()):
-        raise BoardError(f"{path}: every direction of 'seeds' has a seed")
+        raise LabError(f"{path}: every direction of 'seeds' has a seed")
     seeds_of = data.get("seeds_of", {})
     if not isinstance(seeds_of, dict):
-        raise BoardError(f"{path}: 'seeds_of' maps a system to {{PAIR: [seeds]}}")
+        raise LabError(f"{path}: 'seeds_of' maps a system to {{PAIR: [seeds]}}")
     for system, by_pair in seeds_of.items():
         if not isinstance(by_pair, dict) or set(by_pair) - set(seeds):
-            raise BoardError(f"{path}: seeds_of {system!r} maps directions of 'seeds' "
+            raise LabError(f"{path}: seeds_of {system!r} maps directions of 'seeds' "
                              f"({', '.join(seeds)}) to seeds, not {by_pair!r}")
         for pair, v in by_pair.items():
             _seed_list(v, f"{path}: seeds_of {system!r} {pair}")
     cost = data["cost"]
     if not isinstance(cost, dict) or set(cost) != COST_KEYS or cost["pair"] not in seeds:
-        raise BoardError(f"{path}: 'cost' is {{{', '.join(sorted(COST_KEYS))}}} with a pair of "
+        raise LabError(f"{path}: 'cost' is {{{', '.join(sorted(COST_KEYS))}}} with a pair of "
                          f"'seeds', not {cost!r}")
     if not (isinstance(cost["threads"], list) and cost["threads"] and all(
             t == "all" or (isinstance(t, int) and t >= 1) for t in cost["threads"])):
-        raise BoardError(f"{path}: cost threads is a list of thread counts or \"all\"")
+        raise LabError(f"{path}: cost threads is a list of thread counts or \"all\"")
     why = data.get("why", {})
     if not (isinstance(why, dict) and all(isinstance(v, str) for v in why.values())):
-        raise BoardError(f"{path}: 'why' maps a choice to a sentence")
+        raise LabError(f"{path}: 'why' maps a choice to a sentence")
     return Board(path, data["config"], data["page"], seeds, seeds_of, cost, why)

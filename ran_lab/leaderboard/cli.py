@@ -9,9 +9,9 @@
 import argparse
 import sys
 
+from ran_lab.common import LabError
 from ran_lab import checkout
-from ran_text.textio import FileFault
-from .board import BOARD, BoardError, load_board
+from .board import BOARD, load_board
 
 
 def main(argv=None):
@@ -38,7 +38,7 @@ def main(argv=None):
     p.add_argument("--max-load", type=float, default=1.0,
                    help="cost: refuse to start above this one-minute load average")
     args = p.parse_args(argv)
-    from .page import PageError, write_page
+    from .page import write_page
     try:
         board = load_board(args.board)
         if args.action == "run":
@@ -62,7 +62,5 @@ def main(argv=None):
             code = 0
         print(f"leaderboard: {write_page(board)}", file=sys.stderr)
         sys.exit(code)
-    except (BoardError, PageError, FileFault) as e:
-        sys.exit(f"leaderboard: error: {e}")
-    except RuntimeError as e:  # RunError, CostError
+    except LabError as e:
         sys.exit(f"leaderboard: error: {e}")

@@ -20,9 +20,9 @@ from statistics import median
 from typing import Dict, List, Optional
 
 from ran_text import textio
+from ran_lab.common import LabError
 from .. import portable
 from ..common import paths
-from ..common.jsonio import read_json
 from ..common.machine import available_cores
 from ..common.paths import slug
 from ..reproduce.config import load_config
@@ -35,10 +35,6 @@ WPS_RE = re.compile(r"\| train_inner \|.*?\bwps=([\d.]+).*?\bnum_updates=(\d+)")
 LOG_INTERVAL = 10
 PEER_CASES = {"ran-cpu": "RAN-ALL as the authors' code", "pa-cpu": "Pervasive Attention small"}
 PEER_RUNS = "results/bench/peers/cpu-run*/peers.json"
-
-
-class CostError(RuntimeError):
-    """A cost measurement that could not be made."""
 
 
 def _set(argv: List[str], flag: str, *values: str) -> List[str]:
@@ -73,7 +69,7 @@ def timed(argv: List[str], log: Path, threads: int) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-5:]
-        raise CostError(f"{' '.join(argv[:2])} failed (exit {proc.returncode}): "
+        raise LabError(f"{' '.join(argv[:2])} failed (exit {proc.returncode}): "
                         + " / ".join(tail))
     rss = usage.ru_maxrss / (2 ** 20 if sys.platform == "darwin" else 1024)
     return {"seconds": seconds, "peak_rss_mib": rss}
@@ -94,7 +90,7 @@ def train_cost(result: dict, updates: int, threads: int, work: Path) -> dict:
     kept = [w for u, w in speeds if u > LOG_INTERVAL]
     if not kept:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-3:]
-        raise CostError(f"no training speed past update {LOG_INTERVAL} in the timed training's "
+        raise LabError(f"no training speed past update {LOG_INTERVAL} in the timed training's "
                         f"log: {' / '.join(tail)}")
     return {"train_tokens_per_s": median(kept), "train_peak_rss_mib": run["peak_rss_mib"],
             "train_updates": updates, "train_threads": threads}
@@ -108,7 +104,7 @@ def decode_cost(result: dict, beam: int, threads: int, work: Path) -> dict:
     run = timed(["generate", *argv], log, threads)
     speed = SPEED_RE.search(log.read_text(encoding="utf-8", errors="replace"))
     if not speed:
-        raise CostError(f"no timing line in {log}")
+        raise LabError(f"no timing line in {log}")
     sentences = float(speed.group(1).replace(",", ""))
     return {"sentences": int(sentences),
             "sentences_per_s": float(speed.group(4).replace(",", "")),
@@ -148,7 +144,7 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
     systems' cost."""
     load = load_average()
     if load is not None and load > max_load:
-        raise CostError(f"the machine's load average is {load:g}, above {max_load:g}: the cost "
+        raise LabError(f"the machine's load average is {load:g}, above {max_load:g}: the cost "
                         f"columns are measured with nothing else running (wait, or raise "
                         f"--max-load where a background load is part of the machine)")
     config = load_config(paths.repo_path(board.config))
@@ -165,7 +161,7 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
             print(f"leaderboard cost: {name}: no {pair} seed {seed} run yet, skipped",
                   file=sys.stderr)
             continue
-        result = read_json(result_file, "a board run's result", CostError)
+        result = textio.read_json_file(result_file, "a board run's result")
         print(f"leaderboard cost: {name} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="leaderboard-cost-") as tmp:
             work = Path(tmp)
@@ -202,7 +198,7 @@ def peer_rows(pattern: str = PEER_RUNS) -> List[dict]:
     files = sorted(paths.REPO.glob(pattern))
     by: Dict[str, dict] = {}
     for f in files:
-        results = read_json(f, "a peer benchmark run", CostError).get("results", {})
+        results = textio.read_json_file(f, "a peer benchmark run").get("results", {})
         for case, system in PEER_CASES.items():
             r = results.get(case)
             if not r:

@@ -12,7 +12,6 @@ from typing import List, Optional
 from ran_text import textio
 from .. import claims as claims_pkg
 from ..common import paths
-from ..common.jsonio import read_json
 from ..common.paths import shown
 from ..reproduce.config import load_config
 from . import quality
@@ -21,10 +20,6 @@ from .board import BOARD, Board
 SHORT_SPAN = re.compile(r"(<!-- leaderboard -->\n).*?(<!-- /leaderboard -->)", re.S)
 QUOTED_BY = ("README.md", "docs/results.md")
 QUIET_LOAD = 1.0  # the cost command's default --max-load
-
-
-class PageError(ValueError):
-    """The runs' folder cannot make a page."""
 
 
 def _num(x, digits=1, empty="—"):
@@ -396,10 +391,10 @@ def write_page(board: Board, repo: Path = paths.REPO) -> Path:
     config["config_shown"] = board.config
     runs = paths.repo_path(config["out"])
     page = paths.repo_path(board.page)
-    report = read_json(runs / "results.json", "the board's runs (results.json: "
-                       "scripts/reproduce-leaderboard.sh writes it)", PageError)
+    report = textio.read_json_file(runs / "results.json", "the board's runs (results.json: "
+                                   "scripts/reproduce-leaderboard.sh writes it)")
     cost_file = page / "cost.json"
-    cost = read_json(cost_file, "the cost measurements", PageError) if cost_file.is_file() \
+    cost = textio.read_json_file(cost_file, "the cost measurements") if cost_file.is_file() \
         else None
     table, claims, folder, verdicts, claims_data = rows_of(board, config, report, runs, repo,
                                                            cost)

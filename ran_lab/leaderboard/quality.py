@@ -26,12 +26,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ran_text import textio
 from ..claims import bootstrap
 from ..claims import seeds as seeds_mod
 from ..claims.engine import evaluate
 from ..claims.results import Folder
 from ..claims.spec import Claims, validate
-from ..common.jsonio import read_text_lines
 from ..common.paths import slug
 from .. import portable
 from ..common import paths
@@ -130,9 +130,9 @@ def system_intervals(runs: Path, results: List[dict], level: float,
             {key: [r["subsets"]["test"][metric] for r in rs] for key, rs in by.items()})
         for (pair, system), rs in by.items():
             rs = sorted(rs, key=lambda r: r["seed"])
-            refs = read_text_lines(refs_of[pair], ValueError)
+            refs = textio.read_lines(refs_of[pair])
             counts = resample_counts(len(refs))
-            stats = [sentence_stats(read_text_lines(hyp_path(runs, r), ValueError), refs, metric)
+            stats = [sentence_stats(textio.read_lines(hyp_path(runs, r)), refs, metric)
                      for r in rs]
             scores = [r["subsets"]["test"][metric] for r in rs]
             out.setdefault((pair, system), {})[metric] = interval(

@@ -6,14 +6,10 @@ import sys
 import time
 from typing import List, Optional
 
+from ran_text import textio
 from ..common import paths
-from ..common.jsonio import read_json
 from ..reproduce.config import load_config
 from .board import Board
-
-
-class RunError(RuntimeError):
-    """An engine invocation of the board failed."""
 
 
 def engine_argv(board: Board, group, extra: List[str]) -> List[str]:
@@ -27,7 +23,7 @@ def stored(board: Board, config: dict):
     ``PAIR/SYSTEM/seedN/result.json``), whether or not a table holds them yet."""
     found = set()
     for path in sorted(paths.repo_path(config["out"]).glob("*/*/seed*/result.json")):
-        run = read_json(path, "a run of the board", RunError)
+        run = textio.read_json_file(path, "a run of the board")
         found.add((run["pair"], run["system"], run["seed"]))
     return found
 

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import List, Optional
 
 from ran_lab import checkout
-from ran_text.textio import FileFault, FolderLock, os_error_line
+from ran_text.textio import FolderLock, os_error_line
 from .runguard import Stopped
 from ..common.machine import available_cores
 from ..common.paths import repo_path, shown
 from .config import (Paper, check_data_template, check_device_flags, load_config, parse_pairs,
                      parse_seeds, select_systems)
-from .errors import ReproError
+from ran_lab.common import LabError
 from .launch.local import Local
 from .schedule import make_all
 from . import launch
@@ -163,7 +163,7 @@ def run_all(paper, args):
     data_template = args.data or str(repo_path(config["data"]))
     check_data_template(data_template, "--data" if args.data else f"{args.config}: \"data\"")
     if args.data is None and config["prepare"] is None and not args.dry_run:
-        raise ReproError(f"config {args.config}: \"prepare\" is null (the engine prepares no "
+        raise LabError(f"config {args.config}: \"prepare\" is null (the engine prepares no "
                          f"corpus for it): give --data the folder of a data-bin ({{src}} and "
                          f"{{tgt}} replaced per pair)")
     runs = [Run(args, config, pair, system,
@@ -210,18 +210,18 @@ def run_all(paper, args):
                   f"{'; '.join(not_run)} (rerun with --resume)", file=sys.stderr)
         if not results and args.launcher == "slurm" and not_run:
             if failed:  # no table to write, and an error, as below
-                raise ReproError(f"{len(failed)} run(s) without a result: {'; '.join(failed)}")
+                raise LabError(f"{len(failed)} run(s) without a result: {'; '.join(failed)}")
             print(f"{name}: no run finished yet; rerun with --resume to collect them",
                   file=sys.stderr)
             return
         if not results:
-            raise ReproError("no run finished before --stop-after; nothing to tabulate")
+            raise LabError("no run finished before --stop-after; nothing to tabulate")
         # engines sharing --out (with different runs) write its table one at a time
         with FolderLock(args.out, "the results folder's table",
                         lock_file=args.out / ".table.lock").acquire(wait=True):
             tabulate(paper, args, config, runs, results, not_run, data_template, name)
         if failed:  # reported in the table, then an error
-            raise ReproError(f"{len(failed)} run(s) without a result: {'; '.join(failed)}")
+            raise LabError(f"{len(failed)} run(s) without a result: {'; '.join(failed)}")
     finally:
         CHILDREN.wait_all()
         if restore is not None:
@@ -237,9 +237,7 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
     args = parse_cli(paper, sys.argv[1:] if argv is None else argv, prog)
     try:
         run_all(paper, args)
-    except ReproError as e:
-        sys.exit(f"reproduce-{paper.key}: error: {e}")
-    except FileFault as e:  # a damaged or refused file the engine read
+    except LabError as e:  # a refused input, or a damaged or refused file the engine read
         sys.exit(f"reproduce-{paper.key}: error: {e}")
     except OSError as e:  # a read-only folder, a full disk
         sys.exit(f"reproduce-{paper.key}: error: {os_error_line(e)}")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ran_text import replace_unk
 from ran_text import unk_dictionary
-from ..common.jsonio import read_text_lines
-from .errors import ReproError
+from ran_text import textio
+from ran_lab.common import LabError
 from .scores import detokenize, tokenized_bleu
 
 
@@ -26,7 +26,7 @@ def decoding_of(folder, subset):
     for name in (f"generate{suffix}.txt.gz", f"generate{suffix}.txt"):
         if (Path(folder) / name).is_file():
             return Path(folder) / name
-    raise ReproError(f"{folder} keeps no generate{suffix}.txt.gz or generate{suffix}.txt")
+    raise LabError(f"{folder} keeps no generate{suffix}.txt.gz or generate{suffix}.txt")
 
 
 def score_file(path, data, src, tgt, subset):
@@ -34,8 +34,8 @@ def score_file(path, data, src, tgt, subset):
     from ran_text.evaluate import read_generate_output, score
 
     hyps_tok = read_generate_output(str(path), prefix="H")
-    refs = read_text_lines(Path(data) / f"{subset}.raw.{tgt}", ReproError)
-    tok_refs = read_text_lines(Path(data) / f"{subset}.tok.{tgt}", ReproError)
+    refs = textio.read_lines(Path(data) / f"{subset}.raw.{tgt}")
+    tok_refs = textio.read_lines(Path(data) / f"{subset}.tok.{tgt}")
     return (tokenized_bleu(hyps_tok, tok_refs),
             score(detokenize(hyps_tok, src, tgt), refs)["bleu"][0])
 

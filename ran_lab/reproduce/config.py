@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+from ran_text import textio
 from ..common.flags import check_device_flags as common_device_flags
 from ..common.flags import check_flags
 from ..common.flags import config_train_flags as common_train_flags
-from ..common.jsonio import read_json
 from ..common import schema
 from ..common.paths import repo_path, slug
 from ..common.systems import parse_systems
 from ..common.systems import select_systems as common_select
-from .errors import ReproError
+from ran_lab.common import LabError
 from . import postprocessing, preparations
 from .runs import SELECT
 
@@ -124,21 +124,20 @@ def parse_seeds(items):
 
 def load_systems(path, arch_override=None):
     """Systems of a systems file by name, in file order, with their links checked."""
-    spec = read_json(path, "systems file (the config's 'systems')", ReproError)
+    spec = textio.read_json_file(path, "systems file (the config's 'systems')")
 
     def check(system):
         name = system["name"]
-        check_flags(system.get("flags", []), TRAIN_OWNED, f"{path}: system {name!r} flags",
-                    ReproError)
+        check_flags(system.get("flags", []), TRAIN_OWNED, f"{path}: system {name!r} flags")
         check_flags(system.get("generate_flags", []), GENERATE_OWNED,
-                    f"{path}: system {name!r} generate_flags", ReproError)
+                    f"{path}: system {name!r} generate_flags")
         if system.get("postprocess") is not None:
             system["postprocess"] = postprocessing.template(system["postprocess"],
                                                             f"{path}: system {name!r}")
 
-    found = parse_systems(spec, path, ReproError, known=SYSTEM_KEYS, check=check)
+    found = parse_systems(spec, path, known=SYSTEM_KEYS, check=check)
     # the flags of every system: the same rules as each system's own
-    check_flags(found.common_flags, TRAIN_OWNED, f"{path}: common_flags", ReproError)
+    check_flags(found.common_flags, TRAIN_OWNED, f"{path}: common_flags")
     systems = {name: {
         "name": name, "arch": arch_override or system["arch"],
         "flags": found.common_flags + list(system.get("flags", [])),
@@ -147,27 +146,27 @@ def load_systems(path, arch_override=None):
         "generate_flags": list(system.get("generate_flags", [])),
         "postprocess": system.get("postprocess")} for name, system in found.systems.items()}
     if not systems:
-        raise ReproError(f"{path} lists no systems")
+        raise LabError(f"{path} lists no systems")
     for system in systems.values():
         owner = system["checkpoint_of"]
         if owner is None:
             continue
         if owner not in systems or systems[owner]["checkpoint_of"] is not None:
-            raise ReproError(f"{path}: system {system['name']!r} decodes the checkpoint of "
+            raise LabError(f"{path}: system {system['name']!r} decodes the checkpoint of "
                              f"{owner!r}, which is not a trained system of this file")
         if (system["arch"], system["flags"]) != (systems[owner]["arch"], systems[owner]["flags"]):
-            raise ReproError(f"{path}: system {system['name']!r} decodes {owner!r}'s checkpoint, so "
+            raise LabError(f"{path}: system {system['name']!r} decodes {owner!r}'s checkpoint, so "
                              f"its arch and flags must equal {owner!r}'s")
     try:
         dirs = [slug(name) for name in systems]
     except ValueError as e:
-        raise ReproError(f"{path}: {e}") from None
+        raise LabError(f"{path}: {e}") from None
     if len(set(dirs)) != len(dirs):
-        raise ReproError(f"{path}: system names must differ in more than punctuation "
+        raise LabError(f"{path}: system names must differ in more than punctuation "
                          f"(their directories: {', '.join(dirs)})")
     baseline = spec.get("baseline")
     if baseline not in systems:
-        raise ReproError(f"{path}: 'baseline' must name one of its systems ({', '.join(systems)}),"
+        raise LabError(f"{path}: 'baseline' must name one of its systems ({', '.join(systems)}),"
                          f" not {baseline!r}")
     return baseline, systems
 
@@ -176,15 +175,15 @@ def read_config(path, seen=()):
     """A config's keys, those of the config it names as ``base`` (a path from the repository root)
     filled in under its own: a GPU config is its CPU config with ``device`` and ``out`` changed."""
     what = "config (--config)" if not seen else "base config"
-    config = dict(schema.check(read_json(path, what, ReproError),
+    config = dict(schema.check(textio.read_json_file(path, what),
                                schema.Obj(optional={"base": schema.Str(nonempty=True)},
-                                          extra=True), path, ReproError, what))
+                                          extra=True), path, what))
     base = config.pop("base", None)
     if base is None:
         return config
     base_path = repo_path(base) if isinstance(base, str) else None
     if base_path is None or base_path.resolve() in seen or Path(path).resolve() == base_path.resolve():
-        raise ReproError(f"config {path}: 'base' must be the path of another config, with no "
+        raise LabError(f"config {path}: 'base' must be the path of another config, with no "
                          f"cycle, not {base!r}")
     inherited = read_config(base_path, seen + (Path(path).resolve(),))
     # the base's notes describe the base; a config that inherits says what it changes
@@ -196,55 +195,53 @@ def load_config(path):
     """The scale config with its systems (in file order) and paper numbers resolved."""
     config = read_config(path)
     if "checkpoint" in config:
-        raise ReproError(f"config {path}: 'checkpoint' is replaced by 'select' (one of "
+        raise LabError(f"config {path}: 'checkpoint' is replaced by 'select' (one of "
                          f"{', '.join(SELECT)}: checkpoint_last.pt, or checkpoint_best.pt by "
                          f"validation loss or BLEU)")
     missing = sorted(k for k in CONFIG_KEYS if k not in config)
     if missing:
-        raise ReproError(f"config {path} lacks {', '.join(missing)}")
+        raise LabError(f"config {path} lacks {', '.join(missing)}")
     config["prepare"] = preparations.check(config.get("prepare"), path)
-    schema.check(config, schema.CONFIG, path, ReproError, "config, with its base")
+    schema.check(config, schema.CONFIG, path, "config, with its base")
     unknown = sorted(set(config) - CONFIG_KEYS - OPTIONAL_CONFIG_KEYS)
     if unknown:
-        raise ReproError(f"config {path} has unknown key(s) {', '.join(unknown)} (known: "
+        raise LabError(f"config {path} has unknown key(s) {', '.join(unknown)} (known: "
                          f"{', '.join(sorted(CONFIG_KEYS | OPTIONAL_CONFIG_KEYS))})")
     if config["device"] not in ("cpu", "cuda"):
-        raise ReproError(f"config {path}: device must be 'cpu' or 'cuda', not "
+        raise LabError(f"config {path}: device must be 'cpu' or 'cuda', not "
                          f"{config['device']!r}")
     if config.get("bpe", "subword_nmt") not in ("subword_nmt", None):
-        raise ReproError(f"config {path}: bpe must be 'subword_nmt' or null (word-level data)")
+        raise LabError(f"config {path}: bpe must be 'subword_nmt' or null (word-level data)")
     if config["select"] not in SELECT:
-        raise ReproError(f"config {path}: select must be one of {', '.join(SELECT)}, not "
+        raise LabError(f"config {path}: select must be one of {', '.join(SELECT)}, not "
                          f"{config['select']!r}")
     subsets = config["gen_subset"]
     subsets = [subsets] if isinstance(subsets, str) else subsets
     if not (isinstance(subsets, list) and subsets and all(isinstance(x, str) and x for x in subsets)
             and len(set(subsets)) == len(subsets)):
-        raise ReproError(f"config {path}: gen_subset must be a subset name or a list of distinct "
+        raise LabError(f"config {path}: gen_subset must be a subset name or a list of distinct "
                          f"names (the first is the main one), not {config['gen_subset']!r}")
     try:
         seeds = parse_seeds(config.get("seeds", [1]))
     except (ValueError, TypeError) as e:
-        raise ReproError(f"config {path}: seeds: {e}") from e
+        raise LabError(f"config {path}: seeds: {e}") from e
     significance = dict(SIGNIFICANCE, **config.get("significance", {}))
     if set(significance) != set(SIGNIFICANCE) or not isinstance(significance["samples"], int) \
             or significance["samples"] < 100 or not 0 < significance["level"] < 1:
-        raise ReproError(f"config {path}: significance must be {{\"samples\": N >= 100, "
+        raise LabError(f"config {path}: significance must be {{\"samples\": N >= 100, "
                          f"\"level\": p in (0, 1)}}, not {config['significance']!r}")
     config = dict(config, train_flags=config_train_flags(config, path))
-    check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags",
-                ReproError)
+    check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags")
     systems_file = repo_path(config["systems"])
     baseline, systems = load_systems(systems_file, config.get("arch"))
     paper_file = repo_path(config["paper"])
-    paper = schema.check(read_json(paper_file, "paper numbers (the config's 'paper')",
-                                   ReproError), schema.PAPER, paper_file, ReproError,
-                         "paper numbers")
+    paper = schema.check(textio.read_json_file(paper_file, "paper numbers (the config's 'paper')"),
+                         schema.PAPER, paper_file, "paper numbers")
     keys = [c.get("key") for c in paper.get("columns", [])]
     shown_keys = config.get("paper_columns", keys)
     unknown = [k for k in shown_keys if k not in keys] if isinstance(shown_keys, list) else None
     if unknown is None or unknown:
-        raise ReproError(f"config {path}: paper_columns must list keys of {config['paper']}'s "
+        raise LabError(f"config {path}: paper_columns must list keys of {config['paper']}'s "
                          f"columns ({', '.join(map(str, keys))}); unknown: {unknown}")
     paper = dict(paper, columns=[c for c in paper.get("columns", []) if c.get("key") in shown_keys])
     speed = (load_speed_bench(config["speed_bench"], baseline, f"config {path}")
@@ -260,19 +257,19 @@ def continued_config(name, path):
     keeps its checkpoints and training logs."""
     where = f"config {path}: continues"
     if not isinstance(name, str) or not repo_path(name).is_file():
-        raise ReproError(f"{where} must name an existing config (a path from the repository "
+        raise LabError(f"{where} must name an existing config (a path from the repository "
                          f"root, e.g. \"configs/ran/cpu.json\"), not {name!r}")
     other = read_config(repo_path(name))
     for key in ("out", "checkpoints"):
         if not isinstance(other.get(key), str):
-            raise ReproError(f"{where}: {name} has no '{key}'")
+            raise LabError(f"{where}: {name} has no '{key}'")
     return {"config": name, "out": other["out"], "checkpoints": other["checkpoints"]}
 
 
 def config_train_flags(config, path):
     """The training flags of a config (as read by :func:`read_config`): its ``train_flags`` with
     ``set_train_flags`` applied, checked against the flags the engine sets."""
-    return common_train_flags(config, path, TRAIN_OWNED, ReproError)
+    return common_train_flags(config, path, TRAIN_OWNED)
 
 
 def load_speed_bench(paths, baseline, where):
@@ -283,21 +280,21 @@ def load_speed_bench(paths, baseline, where):
     what the table shows of them."""
     paths = [paths] if isinstance(paths, str) else paths
     if not (isinstance(paths, list) and paths and all(isinstance(x, str) for x in paths)):
-        raise ReproError(f"{where}: speed_bench must be the path of a bench.json or a list of "
+        raise LabError(f"{where}: speed_bench must be the path of a bench.json or a list of "
                          f"them, not {paths!r}")
     runs = []
     for path in paths:
-        bench = read_json(repo_path(path), f"{where}: speed_bench (made by scripts/bench.py "
-                                           f"--systems SYSTEMS --train-flags-of CONFIG --out DIR)",
-                          ReproError)
+        bench = textio.read_json_file(repo_path(path), f"{where}: speed_bench (made by "
+                                      f"scripts/bench.py --systems SYSTEMS --train-flags-of CONFIG "
+                                      f"--out DIR)")
         try:
             tps = {r["name"]: r["metrics"]["train_tokens_per_s"] for r in bench["systems"]}
             settings, machine = bench["settings"], bench["machine"]
         except (KeyError, TypeError) as e:
-            raise ReproError(f"{where}: speed_bench {path} is not a bench.py report (no {e})") \
+            raise LabError(f"{where}: speed_bench {path} is not a bench.py report (no {e})") \
                 from e
         if not tps.get(baseline):
-            raise ReproError(f"{where}: speed_bench {path} has no training speed of the baseline "
+            raise LabError(f"{where}: speed_bench {path} has no training speed of the baseline "
                              f"{baseline!r} (systems: {', '.join(tps)}); run bench.py with this "
                              f"config's systems file")
         runs.append((path, tps, settings, machine))
@@ -326,9 +323,9 @@ def parse_pairs(text):
         parts = item.strip().split("-")
         if len(parts) != 2 or not all(re.fullmatch(r"[a-z]{2,3}", x) for x in parts) \
                 or parts[0] == parts[1]:
-            raise ReproError(f"--pairs: {item.strip()!r} is not a pair like de-en")
+            raise LabError(f"--pairs: {item.strip()!r} is not a pair like de-en")
         if tuple(parts) in pairs:
-            raise ReproError(f"--pairs: {item.strip()} appears twice")
+            raise LabError(f"--pairs: {item.strip()} appears twice")
         pairs.append(tuple(parts))
     return pairs
 
@@ -340,13 +337,13 @@ def check_data_template(template, where):
         template.format(src="src", tgt="tgt")
     except (KeyError, IndexError, ValueError, AttributeError) as e:
         what = f"unknown field {{{e.args[0]}}}" if isinstance(e, KeyError) else str(e)
-        raise ReproError(f"{where} {template!r}: {what}; a data-bin path may hold {{src}} and "
+        raise LabError(f"{where} {template!r}: {what}; a data-bin path may hold {{src}} and "
                          f"{{tgt}} (replaced per pair), and {{{{ }}}} for a brace") from None
 
 
 def check_device_flags(device, train_flags, systems, where, change):
-    """:func:`ran_lab.common.flags.check_device_flags`, refusing with a ReproError."""
-    common_device_flags(device, train_flags, systems, where, change, ReproError)
+    """:func:`ran_lab.common.flags.check_device_flags`, refusing with a LabError."""
+    common_device_flags(device, train_flags, systems, where, change)
 
 
 def select_systems(systems, wanted, config_path):
@@ -355,7 +352,7 @@ def select_systems(systems, wanted, config_path):
     earlier: the order in which their runs start (the table keeps the file's order)."""
     def refuse(names, unknown):
         if unknown or not names:
-            return ReproError(f"--systems: unknown system(s) "
+            return LabError(f"--systems: unknown system(s) "
                               f"{', '.join(map(repr, unknown)) or '(none)'}; {config_path} has: "
                               f"{', '.join(systems)}")
         return None

@@ -9,10 +9,9 @@ import time
 from ran_text import textio
 from .. import portable
 from ..common import paths
-from ..common.jsonio import load_json, read_text_lines
 from . import inputs
 from .checkpoints import selected_checkpoint
-from .errors import ReproError
+from ran_lab.common import LabError
 from .logs import SPEED_RE
 from .process import run_logged
 from .scores import detokenize, tokenized_bleu
@@ -43,12 +42,12 @@ def execute(run, env, trained):
             del training["continued_from"]
     if not run.checkpoint.is_file() and not run.trains:
         # the decoded system's result was kept (--resume) but its checkpoints were removed
-        raise ReproError(f"{label} decodes the checkpoint of {run.system['checkpoint_of']!r}, "
+        raise LabError(f"{label} decodes the checkpoint of {run.system['checkpoint_of']!r}, "
                          f"and {run.checkpoint} is gone: train that system again (move its "
                          f"result folder aside and rerun with --resume), or point "
                          f"--checkpoints at the folder that holds it")
     if not run.checkpoint.is_file():
-        raise ReproError(f"{label}: training left no {run.checkpoint} (select: "
+        raise LabError(f"{label}: training left no {run.checkpoint} (select: "
                          f"{run.checkpoint.name}); see {run.dir / 'train.log'}")
     selected = selected_checkpoint(run.checkpoint)
     # fairseq stores the epoch its data iterator will start next; name the validation's instead
@@ -73,7 +72,7 @@ def execute(run, env, trained):
 def check_text(run, subset):
     for path in (run.raw_src[subset], run.raw_ref[subset], run.tok_ref[subset]):
         if not path.is_file():
-            raise ReproError(f"{path} is missing: the data-bin needs the raw and tokenized text "
+            raise LabError(f"{path} is missing: the data-bin needs the raw and tokenized text "
                              f"that scripts/prepare-*.sh write (data-bins made before tokenized "
                              f"references were kept need a rebuild: add --force)")
 
@@ -81,21 +80,21 @@ def check_text(run, subset):
 def score_subset(run, subset, env, label):
     """Decode ``subset`` with the selected checkpoint, postprocess, and score it."""
     check_text(run, subset)
-    refs = read_text_lines(run.raw_ref[subset], ReproError)
+    refs = textio.read_lines(run.raw_ref[subset])
     start = time.perf_counter()
     gen = run_logged(["-m", "ran_lab.run_fairseq", "generate", *run.generate_argv[subset]],
                      run.output[subset], env, f"fairseq-generate {label} on {subset}")
     seconds = time.perf_counter() - start
     speed = SPEED_RE.search(gen)
     if not speed:
-        raise ReproError(f"no timing line in {run.output[subset]}")
+        raise LabError(f"no timing line in {run.output[subset]}")
 
     def number(text):
         return float(text.replace(",", ""))
 
     translated = int(number(speed.group(1)))
     if translated != len(refs):
-        raise ReproError(f"{label}: fairseq-generate translated {translated} of the {len(refs)} "
+        raise LabError(f"{label}: fairseq-generate translated {translated} of the {len(refs)} "
                          f"sentences of {subset} ({run.output[subset]}); a sentence longer than "
                          f"the model's max positions is skipped or refused: see its log")
     scores, post_record = score_output(run, subset, env, label)
@@ -115,7 +114,7 @@ def score_output(run, subset, env, label):
     decoding is then kept gzip'd (:func:`keep_generate_output`)."""
     from ran_text.evaluate import read_generate_output, score
 
-    refs = read_text_lines(run.raw_ref[subset], ReproError)
+    refs = textio.read_lines(run.raw_ref[subset])
     output = run.output[subset]
     post_record = None
     if run.postprocess[subset]:
@@ -123,7 +122,7 @@ def score_output(run, subset, env, label):
                    f"postprocessing {label} on {subset}")
         output = run.post_output[subset]
         if not output.is_file():
-            raise ReproError(f"the postprocess command of {label} wrote no {output}")
+            raise LabError(f"the postprocess command of {label} wrote no {output}")
         post_record = postprocess_record(output)
     try:
         hyps_tok = read_generate_output(output, prefix="H")
@@ -131,17 +130,17 @@ def score_output(run, subset, env, label):
         ref_unks = sum(line.split().count("<<unk>>")
                        for line in read_generate_output(run.output[subset], prefix="T"))
     except ValueError as e:
-        raise ReproError(f"{label}: {e}") from e
+        raise LabError(f"{label}: {e}") from e
     hyps = detokenize(hyps_tok, run.src, run.tgt)
     textio.write_text_atomic(run.hyp_file[subset], "".join(h + "\n" for h in hyps))
-    tok_refs = read_text_lines(run.tok_ref[subset], ReproError)
+    tok_refs = textio.read_lines(run.tok_ref[subset])
     try:
         sacre = score(hyps, refs)
         tok = tokenized_bleu(hyps_tok, tok_refs) if len(tok_refs) == len(hyps_tok) else None
     except ValueError as e:
-        raise ReproError(f"{label}: {e} ({run.raw_ref[subset]})") from e
+        raise LabError(f"{label}: {e} ({run.raw_ref[subset]})") from e
     if tok is None:
-        raise ReproError(f"{label}: {run.tok_ref[subset]} has {len(tok_refs)} lines for "
+        raise LabError(f"{label}: {run.tok_ref[subset]} has {len(tok_refs)} lines for "
                          f"{len(hyps_tok)} hypotheses")
     digests = inputs.hashes(run, subset)  # (before the decoding is gzip'd)
     if run.postprocess[subset]:
@@ -162,8 +161,8 @@ def postprocess_record(output):
     path = output.with_name(output.name + ".json")
     if not path.is_file():
         return None
-    return load_json(path, "the postprocess command's record",
-                     "delete it and decode the run again", ReproError)
+    return textio.read_json(path, "the postprocess command's record",
+                            "delete it and decode the run again")
 
 
 def keep_generate_output(plain, kept):

@@ -8,7 +8,7 @@ import json
 
 from ran_text import textio
 from ran_text.prepare.stamp import STAMP
-from .errors import ReproError
+from ran_lab.common import LabError
 
 # the stamp's fields that say what a data-bin holds (the others: its inputs' paths and times, the
 # tools' versions, what a build found)
@@ -34,7 +34,7 @@ def recipe_sha256(data):
         stamp = textio.read_json(path, "the data-bin's stamp", "rebuild the data-bin with "
                                  "ran-prepare --force", shape=dict)
     except textio.BadTextFile as e:
-        raise ReproError(str(e)) from None
+        raise LabError(str(e)) from None
     recipe = {k: stamp.get(k) for k in RECIPE}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
@@ -70,12 +70,12 @@ WHAT = {"hyps": "the run's hypotheses", "refs": "the references",
 
 
 def refuse_changed(run, subset, recorded):
-    """A one-line ReproError naming the input of ``subset`` that changed since it was scored."""
+    """A one-line LabError naming the input of ``subset`` that changed since it was scored."""
     found = changed(run, subset, recorded)
     if found is None:
         return
     name, path = found
-    raise ReproError(f"{path} ({WHAT[name]} of {run.pair} {run.system['name']} seed {run.seed}, "
+    raise LabError(f"{path} ({WHAT[name]} of {run.pair} {run.system['name']} seed {run.seed}, "
                      f"{subset}) changed since the run was scored: its SHA-256 is not the one "
                      f"{run.dir / 'result.json'} records. Restore it, or rerun with --rescore to "
                      f"score the run against it")

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from ran_text.textio import FolderLock, LockedError, link_message
-from .errors import ReproError
+from ran_lab.common import LabError
 
 
 def folder_lock(folder, what):
@@ -15,7 +15,7 @@ def folder_lock(folder, what):
 
 
 def lock_runs(runs):
-    """Lock every run's output folder and, for a training, its checkpoint folder; a ReproError
+    """Lock every run's output folder and, for a training, its checkpoint folder; a LabError
     naming the holder if another engine holds one (nothing is then kept locked). Returns the
     locks. Engines with different runs may share --out (the table then holds both); two with a
     run in common may not (each would take the other's checkpoint or result)."""
@@ -32,7 +32,7 @@ def lock_runs(runs):
                 if key in held:
                     other, lock = held[key]
                     if other is not run:  # two runs of this invocation, one folder
-                        raise ReproError(
+                        raise LabError(
                             f"{folder} is the folder of two runs of this command "
                             f"({other.pair} {other.system['name']} seed {other.seed}, and "
                             f"{run.pair} {run.system['name']} seed {run.seed}); name each "
@@ -44,10 +44,10 @@ def lock_runs(runs):
                 mine.append(lock)
                 locks.append(lock)
             run.lock_fds = tuple(lock.fileno() for lock in mine)
-    except (LockedError, ReproError) as e:
+    except (LockedError, LabError) as e:
         for lock in locks:
             lock.release()
-        raise ReproError(str(e)) from None
+        raise LabError(str(e)) from None
     return locks
 
 
@@ -84,7 +84,7 @@ def submitit_own(top, name):
 
 
 def refuse_links(runs, out, checkpoints):
-    """A ReproError naming the first symbolic link the runs' writes would go through: a folder
+    """A LabError naming the first symbolic link the runs' writes would go through: a folder
     between --out (--checkpoints) and a run's folder, a file or folder inside it (its
     generate.txt, its lock file ``.seedN.lock``), or a file the table writes in --out. A link
     there would carry a write outside the folder the engine names."""
@@ -101,4 +101,4 @@ def refuse_links(runs, out, checkpoints):
             found.append(lock if lock.is_symlink() else None)
     link = next((path for path in found if path is not None), None)
     if link is not None:
-        raise ReproError(f"{link_message(link)}; nothing was changed")
+        raise LabError(f"{link_message(link)}; nothing was changed")

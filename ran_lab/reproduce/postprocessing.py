@@ -4,7 +4,7 @@ parameters (``{"step": "replace_unk", "method": "dictionary"}``), never a module
 step is the module of the project it runs and the arguments the code builds from its
 parameters, with the run's files as placeholders (:class:`~.runs.Run` fills them in)."""
 from ..common import schema
-from .errors import ReproError
+from ran_lab.common import LabError
 
 # the run's files and names a step's arguments are made of (filled in per run and subset)
 FIELDS = ("generate", "output", "data", "src", "tgt", "raw_src", "raw_ref", "subset")
@@ -33,18 +33,18 @@ def template(declared, where):
     systems file's ``postprocess`` (``where``: the file and system, for the error); one line
     saying what to write when it is not a step of :data:`STEPS` with its parameters."""
     if isinstance(declared, list):
-        raise ReproError(f"{where}: \"postprocess\" names a step of the engine, not a module and "
+        raise LabError(f"{where}: \"postprocess\" names a step of the engine, not a module and "
                          f"its arguments: write {EXAMPLE} (steps: {', '.join(STEPS)})")
     if isinstance(declared, str):
         declared = {"step": declared}
     if not isinstance(declared, dict):
-        raise ReproError(f"{where}: \"postprocess\": expected a step's name or an object naming "
+        raise LabError(f"{where}: \"postprocess\": expected a step's name or an object naming "
                          f"one ({EXAMPLE}), found {schema.found(declared)}")
     name = declared.get("step")
     if name not in STEPS:
-        raise ReproError(f"{where}: \"postprocess\": {schema.found(name)} is not a step of the "
+        raise LabError(f"{where}: \"postprocess\": {schema.found(name)} is not a step of the "
                          f"engine; the steps: {', '.join(STEPS)}")
     make, params = STEPS[name]
     schema.check(declared, schema.Obj(required={"step": schema.Str()}, optional=params), where,
-                 ReproError, "postprocess")
+                 "postprocess")
     return make(**{k: v for k, v in declared.items() if k != "step"})

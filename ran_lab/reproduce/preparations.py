@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ..common import schema
-from .errors import ReproError
+from ran_lab.common import LabError
 
 
 @dataclass(frozen=True)
@@ -76,24 +76,24 @@ def check(prepare, path):
     if prepare is None:
         return None
     if isinstance(prepare, list):
-        raise ReproError(f"config {path}: \"prepare\" names a corpus of the engine and its "
+        raise LabError(f"config {path}: \"prepare\" names a corpus of the engine and its "
                          f"parameters, not a command: write e.g. {EXAMPLE} (corpora: "
                          f"{', '.join(CORPORA)}; docs/adding-a-paper.md)")
     if not isinstance(prepare, dict):
-        raise ReproError(f"config {path}: \"prepare\": expected null or an object naming a "
+        raise LabError(f"config {path}: \"prepare\": expected null or an object naming a "
                          f"corpus (e.g. {EXAMPLE}), found {schema.found(prepare)}")
     corpus = prepare.get("corpus")
     if corpus not in CORPORA:
-        raise ReproError(f"config {path}: \"prepare.corpus\": {schema.found(corpus)} is not a "
+        raise LabError(f"config {path}: \"prepare.corpus\": {schema.found(corpus)} is not a "
                          f"corpus of the engine; the corpora: {', '.join(CORPORA)} (a new corpus "
                          f"is an entry of ran_lab/reproduce/preparations.py)")
-    schema.check(prepare, spec(corpus), path, ReproError, "config, \"prepare\"")
+    schema.check(prepare, spec(corpus), path, "config, \"prepare\"")
     for name, value in prepare.items():
         try:
             if isinstance(value, str) and name != "corpus":
                 value.format(src="de", tgt="en")
         except (KeyError, IndexError, ValueError):
-            raise ReproError(f"config {path}: \"prepare.{name}\": {value!r} holds a placeholder "
+            raise LabError(f"config {path}: \"prepare.{name}\": {value!r} holds a placeholder "
                              f"other than {{src}} and {{tgt}}") from None
     return prepare
 

@@ -12,7 +12,7 @@ from ran_text import textio
 from .runguard import Children
 from .. import portable
 from ..common import paths
-from .errors import ReproError
+from ran_lab.common import LabError
 from . import preparations
 
 
@@ -62,7 +62,7 @@ def open_log(path, mode):
     try:
         return textio.open_no_follow(path, mode)
     except textio.LinkRefused as e:
-        raise ReproError(str(e)) from None
+        raise LabError(str(e)) from None
 
 
 def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
@@ -87,11 +87,11 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
         saving = FILE_RE.findall(text)
         folder = argv[argv.index("--save-dir") + 1] if "--save-dir" in argv else None
         where = saving[-1] if saving else folder or log_path.parent
-        raise ReproError(f"{what}: the disk is full (writing {where}): free space on it, or give "
+        raise LabError(f"{what}: the disk is full (writing {where}): free space on it, or give "
                          f"--checkpoints (--out) a folder on another disk, and rerun with "
                          f"--resume; the log: {log_path}")
     if returncode != 0:
-        raise ReproError(f"{what} failed with exit code {returncode}: {shlex.join(cmd)}\n"
+        raise LabError(f"{what} failed with exit code {returncode}: {shlex.join(cmd)}\n"
                          f"--- {log_path} (tail) ---\n{text[-4000:]}")
     return text
 
@@ -112,7 +112,7 @@ def prepare_here(argv, log_path, what):
             returncode = e.code if isinstance(e.code, int) else 2
     portable.rewrite_log(log_path, paths.REPO)
     if returncode != 0:
-        raise ReproError(f"preparing {what} failed: {shlex.join([PREPARE_HERE, *argv])}\n--- "
+        raise LabError(f"preparing {what} failed: {shlex.join([PREPARE_HERE, *argv])}\n--- "
                          f"{log_path} (tail) ---\n{log_path.read_text()[-3000:]}")
 
 
@@ -145,5 +145,5 @@ def prepare(config, pair, log_path, env):
                                   cwd=paths.REPO)
     portable.rewrite_log(log_path, paths.REPO)
     if returncode != 0:
-        raise ReproError(f"preparing {src}-{tgt} failed: {shlex.join(cmd)}\n--- {log_path} "
+        raise LabError(f"preparing {src}-{tgt} failed: {shlex.join(cmd)}\n--- {log_path} "
                          f"(tail) ---\n{log_path.read_text()[-3000:]}")

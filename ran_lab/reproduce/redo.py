@@ -3,9 +3,7 @@ made again from the decoding its folder keeps, without its checkpoint."""
 import gzip
 import shutil
 
-from .. import portable
-from ..common import paths
-from .errors import ReproError
+from ran_lab.common import LabError
 from .execute import check_text, score_output
 from .store import device_free
 
@@ -13,8 +11,7 @@ from .store import device_free
 def same_decoding(run, old):
     """Whether the stored result ``old`` was trained and decoded by ``run``'s commands (its
     postprocess may differ)."""
-    mine = portable.record(device_free(run.recorded()), paths.REPO)
-    theirs = device_free(portable.upgrade_result(old, paths.REPO).get("commands"))
+    mine, theirs = device_free(run.recorded()), device_free(old.get("commands"))
     return (isinstance(theirs, dict) and theirs.get("train") == mine["train"]
             and theirs.get("generate") == mine["generate"])
 
@@ -44,7 +41,7 @@ def redo_postprocess(run, env, old):
         check_text(run, subset)
         kept = kept_decoding(run, subset)
         if kept is None:
-            raise ReproError(f"{label}: --redo-postprocess needs the decoding the run keeps "
+            raise LabError(f"{label}: --redo-postprocess needs the decoding the run keeps "
                              f"({run.kept_output[subset]}); without it, decode again (drop "
                              f"--redo-postprocess)")
         if kept != run.output[subset]:

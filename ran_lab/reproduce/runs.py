@@ -2,6 +2,7 @@
 import json
 from pathlib import Path
 
+from .. import portable
 from ..common import paths
 from ..common.flags import flag_pairs, set_flag
 from ..common.paths import repo_path, slug
@@ -84,9 +85,10 @@ class Run:
         return cmds
 
     def recorded(self):
-        """What makes a stored result this run's: every command it runs."""
-        return {"train": self.train_argv, "generate": self.generate_argv,
-                "postprocess": self.postprocess}
+        """What makes a stored result this run's: every command it runs, as a result records
+        them (the checkout's files as ``{repo}/PATH``)."""
+        return portable.record({"train": self.train_argv, "generate": self.generate_argv,
+                                "postprocess": self.postprocess}, paths.REPO)
 
 
 def selection_flags(select, generate_flags, bpe, tgt):

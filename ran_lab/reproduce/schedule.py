@@ -11,16 +11,16 @@ import time
 from ran_text import textio
 from .. import portable
 from ..common import paths
-from .errors import ReproError
+from ran_lab.common import LabError
 from .process import CHILDREN
 from . import replace
 from .redo import redo_postprocess, redoable
 from .store import difference, read_result, stored_result, stored_train_argv
 
 
-def made_otherwise(run):
-    """Whether ``run``'s folders hold a result or checkpoints made by other commands."""
-    old = read_result(run)
+def made_otherwise(run, old):
+    """Whether ``run``'s folders hold a result (``old``, as read) or checkpoints made by other
+    commands."""
     if old is not None and difference(run, old) is not None:
         return True
     argv = stored_train_argv(run) if run.trains else None
@@ -47,7 +47,7 @@ def check_data_bin(run):
     if missing:
         listed = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4
                                            else "")
-        raise ReproError(f"{run_label(run)}: the data-bin {run.data} is not whole: it lacks "
+        raise LabError(f"{run_label(run)}: the data-bin {run.data} is not whole: it lacks "
                          f"{listed}; make it again (ran-prepare with --force), or leave --data out "
                          f"to prepare the config's")
 
@@ -102,7 +102,8 @@ def make_all(runs, args, launcher, env, name):
         if trainer is not None and trained is None:
             return None  # its checkpoint's training did not run
         try:
-            old, rescored = (stored_result(run, args.force, getattr(args, "rescore", False))
+            stored = read_result(run)  # the run's record, read once
+            old, rescored = (stored_result(run, stored, args.force, getattr(args, "rescore", False))
                              if args.resume else (None, False))
             if old is not None:
                 say(f"{run_label(run)}: done before, skipped (--resume)"
@@ -111,20 +112,19 @@ def make_all(runs, args, launcher, env, name):
             if errors or stopped() or (args.stop_after is not None
                                        and time.monotonic() - start > 60 * args.stop_after):
                 return None
-            stored = read_result(run) if getattr(args, "redo_postprocess", False) else None
-            if stored is not None and redoable(run, stored):
+            if getattr(args, "redo_postprocess", False) and redoable(run, stored):
                 # no device needed: its machine stays the one that decoded it
                 say(f"{run_label(run)}: postprocessed again from its kept decoding "
                     f"(--redo-postprocess) ...")
                 result = portable.record(redo_postprocess(run, env, stored), paths.REPO)
             else:
                 if not run.data.is_dir():  # (--data: nothing was prepared)
-                    raise ReproError(f"{run_label(run)}: its data-bin {run.data} does not "
+                    raise LabError(f"{run_label(run)}: its data-bin {run.data} does not "
                                      f"exist: give --data the folder of a data-bin (ran-prepare "
                                      f"writes one), or leave --data out to prepare the config's")
                 check_data_bin(run)
                 launcher.check()  # (before any file is moved)
-                if not args.resume or (args.force and made_otherwise(run)):
+                if not args.resume or (args.force and made_otherwise(run, stored)):
                     # made again from the start (check_stored refused a finished run, or other
                     # commands' files, unless --force): a finished run's folders wait aside
                     # until the new one is whole (.replace)

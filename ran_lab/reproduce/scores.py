@@ -3,11 +3,10 @@ against the baseline."""
 import sys
 from pathlib import Path
 
+from ran_text import textio
 from .. import portable
 from ..common import paths
-from ..common.jsonio import read_text_lines
 from ..common.paths import slug
-from .errors import ReproError
 
 
 def detokenize(hyps, src, tgt):
@@ -94,7 +93,7 @@ def add_significance(results, baseline, significance, out, refs=None):
                     print(f"significance: {r['pair']} {subset}: no references at {ref_file}; "
                           f"its p-values are left empty", file=sys.stderr)
                 continue
-            texts = [read_text_lines(f, ReproError) for f in (base_hyps, hyps, ref_file)]
+            texts = [textio.read_lines(f) for f in (base_hyps, hyps, ref_file)]
             level = significance.get("level", 0.01)
             scores["p_value"], settled = settled_p(*texts, significance["samples"], "BLEU", level)
             if not settled:

@@ -9,11 +9,10 @@ from ran_text import textio
 from .. import portable
 from ..common import paths, schema
 from ..common.flags import flag_pairs
-from ..common.jsonio import load_json, read_text_lines
 from ..common.paths import shown, slug
 from .config import parse_pairs
 from . import inputs, replace
-from .errors import ReproError
+from ran_lab.common import LabError
 from .runs import Run
 from .scores import tokenized_bleu
 
@@ -52,8 +51,7 @@ def difference(run, old):
     """None if the stored result ``old`` was made by ``run``'s commands (on any device, in any
     checkout: both sides name the checkout's files as ``{repo}/PATH``), else what differs, e.g.
     'training: --max-update 1300 → 300'."""
-    mine = portable.record(device_free(run.recorded()), paths.REPO)
-    theirs = device_free(portable.upgrade_result(old, paths.REPO).get("commands"))
+    mine, theirs = device_free(run.recorded()), device_free(old.get("commands"))
     if mine == theirs:
         return None
     if not isinstance(theirs, dict):
@@ -76,21 +74,19 @@ def stored_train_argv(run):
     fix = (f"delete it if the checkpoints beside it were trained by this run's command "
            f"({shown(run.save_dir)}), else delete the folder")
     what = "the training command of the folder's checkpoints"
-    argv = schema.check(load_json(path, what, fix, ReproError, shape=list), schema.FLAGS, path,
-                        ReproError, what, fix)
+    argv = schema.check(textio.read_json(path, what, fix, shape=list), schema.FLAGS, path, what,
+                        fix)
     return portable.expand(argv, paths.REPO)
 
 
 def read_result(run):
-    """``run``'s stored result.json (None if there is none), as this engine records one: a result
-    made before paths were recorded relative to the checkout (with the checkout it was made in as
-    its ``repo``) names them as ``{repo}/PATH`` too (:func:`portable.upgrade_result`)."""
+    """``run``'s stored result.json (None if there is none), checked, its paths as recorded
+    (``{repo}/PATH``)."""
     path = run.dir / "result.json"
     if not path.is_file():
         return None
-    result = portable.upgrade_result(load_json(path, "a run's result", FIX_RESULT, ReproError,
-                                               shape=dict), paths.REPO)
-    schema.check(result, schema.RESULT, path, ReproError, "a run's result", FIX_RESULT)
+    result = textio.read_json(path, "a run's result", FIX_RESULT, shape=dict)
+    schema.check(result, schema.RESULT, path, "a run's result", FIX_RESULT)
     check_place(run, result, path)
     return result
 
@@ -106,32 +102,31 @@ def check_place(run, result, path):
         says = (result["pair"], result["system"], f"seed{result['seed']}")
     place = (folder.parent.parent.name, folder.parent.name, folder.name)
     if says != place:
-        raise ReproError(f"{path} says it is the run {'/'.join(says)} but lies in "
+        raise LabError(f"{path} says it is the run {'/'.join(says)} but lies in "
                          f"{'/'.join(place)}: a result belongs to its folder; restore it, or "
                          f"{FIX_RESULT}")
 
 
-def previous_result(run, force=False):
-    """The stored result of ``run`` if it was made by the same commands (on any device); error if
-    by others, or, with ``force``, None (the run is made again)."""
-    old = read_result(run)
+def previous_result(run, old, force=False):
+    """``old``, the stored result of ``run`` (or None), if it was made by the same commands (on
+    any device); error if by others, or, with ``force``, None (the run is made again)."""
     if old is None:
         return None
     diff = difference(run, old)
     if diff is not None:
         if force:
             return None
-        raise ReproError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
+        raise LabError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
                          f"kept: rerun with --force to replace it, or pick another --out"
                          f"{replace.aside_note([run])}")
     return old
 
 
-def stored_result(run, force=False, again=False):
-    """(``run``'s stored result, rescored in place and on disk by :func:`rescore`, True if that
-    changed it), or (None, False) where it has none (or, with ``force``, one made by other
-    commands); error if made by other commands."""
-    old = previous_result(run, force)
+def stored_result(run, stored, force=False, again=False):
+    """(``stored``, ``run``'s stored result as read, rescored in place and on disk by
+    :func:`rescore`, True if that changed it), or (None, False) where it has none (or, with
+    ``force``, one made by other commands); error if made by other commands."""
+    old = previous_result(run, stored, force)
     if old is None:
         return None, False
     rescored = rescore(run, old, again)
@@ -149,12 +144,12 @@ def stored_report(out):
     path = Path(out) / "results.json"
     if not path.is_file():
         return {}
-    report = load_json(path, "the folder's table data", FIX_REPORT, ReproError, shape=dict)
+    report = textio.read_json(path, "the folder's table data", FIX_REPORT, shape=dict)
     rows = report.get("results", [])
     if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
-        raise ReproError(f"{path} (the folder's table data) holds no list of result objects under "
+        raise LabError(f"{path} (the folder's table data) holds no list of result objects under "
                          f'"results"; it was edited or made by another program: {FIX_REPORT}')
-    return schema.check(report, schema.RESULTS, path, ReproError, "the folder's table data",
+    return schema.check(report, schema.RESULTS, path, "the folder's table data",
                         FIX_REPORT)
 
 
@@ -241,7 +236,7 @@ def check_stored(args, config, runs, data_template, name):
     if finished and not args.force:
         listed = ", ".join(finished[:4]) + (f" and {len(finished) - 4} more"
                                             if len(finished) > 4 else "")
-        raise ReproError(f"nothing was changed: {listed} hold(s) a finished run of these "
+        raise LabError(f"nothing was changed: {listed} hold(s) a finished run of these "
                          f"commands. Rerun with --resume to keep it (it is skipped), or with "
                          f"--force to make it again (its files stay until the new ones are "
                          f"whole){replace.aside_note(runs)}")
@@ -253,7 +248,7 @@ def check_stored(args, config, runs, data_template, name):
         return
     listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else "")
     if not args.force:
-        raise ReproError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
+        raise LabError(f"nothing was changed: {listed}. Rerun with --force to go on, or with "
                          f"another --out (and --checkpoints) to keep them"
                          f"{replace.aside_note(runs)}")
     print(f"{name}: --force: {listed}", file=sys.stderr, flush=True)
@@ -294,7 +289,7 @@ def check_table(args, config, runs, data_template):
         listed = "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8
                                          else "")
         mine = ", ".join(shown(run.dir / "result.json") for run in runs[:3])
-        raise ReproError(f"the table was not written (another run in {shown(args.out)} finished "
+        raise LabError(f"the table was not written (another run in {shown(args.out)} finished "
                          f"meanwhile): {listed}. This invocation's results are kept ({mine}"
                          f"{', ...' if len(runs) > 3 else ''}); tabulate them in another --out "
                          f"(copy their folders there and rerun with --resume), or rerun with "
@@ -323,9 +318,9 @@ def rescore(run, old, again=False):
         hyps, refs = run.dir / scores.get("hyp_file", ""), run.raw_ref.get(subset)
         if not (scores.get("hyp_file") and hyps.is_file() and refs and refs.is_file()):
             continue
-        lines, ref_lines = read_text_lines(hyps, ReproError), read_text_lines(refs, ReproError)
+        lines, ref_lines = textio.read_lines(hyps), textio.read_lines(refs)
         if len(lines) != len(ref_lines):
-            raise ReproError(f"{hyps} (the run's hypotheses) has {len(lines)} lines for the "
+            raise LabError(f"{hyps} (the run's hypotheses) has {len(lines)} lines for the "
                              f"{len(ref_lines)} references of {refs}: it was cut short or "
                              f"edited; delete the run's result.json: --resume then decodes and "
                              f"scores the run again (its training is kept)")
@@ -341,13 +336,13 @@ def rescore(run, old, again=False):
         if again and isinstance(recorded, dict) and recorded.get("tok_refs") != now["tok_refs"]:
             output = tokenized_output(run, subset)
             if output is None:
-                raise ReproError(f"{run.tok_ref[subset]} changed since {run.pair} "
+                raise LabError(f"{run.tok_ref[subset]} changed since {run.pair} "
                                  f"{run.system['name']} seed {run.seed} was scored, and its "
                                  f"tokenized BLEU needs the run's decoding, which its folder no "
                                  f"longer keeps: delete {run.dir / 'result.json'} and rerun with "
                                  f"--resume (the run is decoded again)")
             scores["tok_bleu"] = tokenized_bleu(read_generate_output(output, prefix="H"),
-                                                read_text_lines(run.tok_ref[subset], ReproError))
+                                                textio.read_lines(run.tok_ref[subset]))
         if recorded != now:
             scores["sha256"] = now
             changed = True

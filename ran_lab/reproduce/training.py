@@ -8,10 +8,9 @@ from .. import portable
 from ..common import paths
 from ..common.flags import flag_pairs
 from ..common import schema
-from ..common.jsonio import load_json
 from ..common.paths import shown
 from .checkpoints import copy_atomic, load_checkpoint, remove_partial_files
-from .errors import ReproError
+from ran_lab.common import LabError
 from .logs import PARAMS_RE, WALL_RE, training_seconds, training_speed, validation_curve
 from .process import run_logged
 from .store import stored_train_argv
@@ -26,8 +25,8 @@ FIX_FINISHED = ("delete it: --resume then compares checkpoint_last.pt's update c
 
 def read_finished(path, what="the record of a finished training"):
     """A checkpoint folder's train_finished.json: {"argv": [...], "seconds": N}, checked."""
-    return schema.check(load_json(path, what, FIX_FINISHED, ReproError), schema.TRAIN_FINISHED,
-                        path, ReproError, what, FIX_FINISHED)
+    return schema.check(textio.read_json(path, what, FIX_FINISHED), schema.TRAIN_FINISHED,
+                        path, what, FIX_FINISHED)
 
 
 def start_from_continued(run, label):
@@ -96,7 +95,7 @@ def finished_at_budget(run, label):
     if updates is None or updates < budget:
         return None
     if updates > budget:
-        raise ReproError(f"{label}: {last} is at update {updates}, past this run's --max-update "
+        raise LabError(f"{label}: {last} is at update {updates}, past this run's --max-update "
                          f"{budget} (a training went on beyond it); rerun without --resume to "
                          f"train it again from the start")
     print(f"reproduce: {label}: {shown(last)} is at update {updates} of {budget}: its training "
@@ -111,7 +110,7 @@ def train(run, env, label):
     run.save_dir.mkdir(parents=True, exist_ok=True)
     remove_partial_files(run.save_dir)
     if stored_train_argv(run) not in (None, run.train_argv):
-        raise ReproError(f"{run.save_dir} holds checkpoints trained with other flags; they "
+        raise LabError(f"{run.save_dir} holds checkpoints trained with other flags; they "
                          f"are kept: rerun with --force to train there again, or pass "
                          f"--checkpoints DIR")
     textio.write_json(run.save_dir / "train_argv.json",
@@ -137,7 +136,7 @@ def train(run, env, label):
     log = (run.dir / "train.log").read_text(encoding="utf-8", errors="replace")
     params = PARAMS_RE.search(log)
     if not params:
-        raise ReproError(f"no parameter count in {run.dir / 'train.log'}")
+        raise LabError(f"no parameter count in {run.dir / 'train.log'}")
     walls = WALL_RE.findall(log)
     training = {"params": int(params.group(1).replace(",", "")),
                 "params_trained": int(params.group(2).replace(",", "")),
@@ -147,8 +146,7 @@ def train(run, env, label):
                 "valid_curve": validation_curve(log)}
     started = run.dir / "continued_from.json"
     if started.is_file():
-        training["continued_from"] = load_json(
+        training["continued_from"] = textio.read_json(
             started, "where the training was continued from",
-            f"delete {run.dir} and rerun with --resume (the training's checkpoints are kept)",
-            ReproError)
+            f"delete {run.dir} and rerun with --resume (the training's checkpoints are kept)")
     return training

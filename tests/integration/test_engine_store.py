@@ -67,7 +67,8 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
     out of the table without --force; the error names it, what differs and what to do."""
     from ran_lab.reproduce.cli import parse_cli
     from ran_lab.reproduce.config import load_config
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab import portable
+    from ran_lab.common import LabError
     from ran_lab.reproduce.runs import Run
     from ran_lab.reproduce.store import check_stored
 
@@ -81,7 +82,7 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
     args.out, args.checkpoints = (tmp_path / "out").resolve(), (tmp_path / "ckpt").resolve()
     run = Run(args, config, ("de", "en"), config["systems"]["TransF"],
                         (tmp_path / "bin.de-en").resolve(), 1)
-    stored = {"commands": run.recorded(), "repo": str(REPO), "sacrebleu": 30.0, "pair": "de-en",
+    stored = {"commands": portable.record(run.recorded()), "sacrebleu": 30.0, "pair": "de-en",
               "system": "TransF", "seed": 1, "tok_bleu": 30.0, "chrf": 50.0, "ter": 60.0,
               "subsets": {}}
     (run_dir / "result.json").write_text(json.dumps(stored))
@@ -103,7 +104,7 @@ def test_a_run_of_other_commands_does_not_replace_a_stored_result(tmp_path):
                           (tmp_path / "bin.de-en").resolve(), 1)]
     check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
     args.force = False
-    with pytest.raises(ReproError, match="was made with other settings"):
+    with pytest.raises(LabError, match="was made with other settings"):
         check_stored(args, config, runs, str(tmp_path / "bin.{src}-{tgt}"), "x")
 
 

@@ -18,6 +18,12 @@ def test_student_t_quantiles_and_tails():
     assert seeds.t_quantile(0.01, math.inf) == pytest.approx(2.5758, abs=1e-4)
     assert seeds.t_sf2(3.707, 6) == pytest.approx(0.01, abs=1e-4)
     assert seeds.t_sf2(0.0, 4) == pytest.approx(1.0)
+    # the quantiles and tails the claims' intervals were drawn with (to 1e-9)
+    for df, quantile, tail in ((2, 9.924843200918293, 0.12961172022151074),
+                               (6, 3.7074280213247794, 0.0465282322841673),
+                               (10, 3.169272672616952, 0.03144684423660886)):
+        assert seeds.t_quantile(0.01, df) == pytest.approx(quantile, rel=1e-9, abs=0)
+        assert seeds.t_sf2(2.5, df) == pytest.approx(tail, rel=1e-9, abs=0)
 
 
 def test_the_pooled_seed_variance():

@@ -12,6 +12,7 @@ import torch
 
 from ran_fairseq.modules.densenet2d import DenseNet2d
 from ran_lab.bench import peer_worker, peers
+from ran_lab.common import LabError
 
 TINY_PA = {"arch": "pervasive_attention", "peer": "stub", "sentences": 3, "source_length": 6,
            "target_length": 5, "vocab": 30, "seed": 1, "embed_dim": 8, "layers": 2,
@@ -33,7 +34,7 @@ def test_the_workers_run_a_case_in_processes_of_their_own(tmp_path):
 def test_a_failing_worker_is_named_with_its_error(tmp_path):
     runner = peers.ProcessRunner("nope", log=tmp_path / "log")
     try:
-        with pytest.raises(peers.PeerError, match="nope: ValueError: unknown side 'nope'"):
+        with pytest.raises(LabError, match="nope: ValueError: unknown side 'nope'"):
             runner.call(cmd="setup", side="nope", case=TINY_PA)
     finally:
         runner.close()

@@ -231,7 +231,7 @@ def test_speed_runs_each_benchmark_alone_in_order_and_packs_them(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in calls.read_text().splitlines() if "scripts/bench.py" in line]
     systems = [line.split("--systems ")[1].split()[0] for line in lines]
-    assert "-m ran_lab.portable" in calls.read_text()  # the logs made portable
+    assert "-m ran_lab.portable" in calls.read_text()  # the logs kept portable
     assert systems == ["configs/bench/ran-base.json", "configs/recurrent_cross/systems.json",
                        "configs/bench/dynmem.json", "configs/bench/pervasive.json"]
     assert all("--device cuda" in line for line in lines)

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 import helpers
-from ran_lab.leaderboard.board import BoardError, load_board
+from ran_lab.common import LabError
+from ran_lab.leaderboard.board import load_board
 from ran_lab.reproduce.config import load_config
 
 SCRIPT = helpers.REPO / "scripts" / "reproduce-leaderboard.sh"
@@ -152,5 +153,5 @@ def test_a_board_with_an_unknown_direction_in_seeds_of_is_refused(tmp_path):
     plan = json.loads((helpers.REPO / "configs/leaderboard/board.json").read_text())
     plan["seeds_of"] = {"Transformer": {"fr-en": [1]}}
     (tmp_path / "board.json").write_text(json.dumps(plan))
-    with pytest.raises(BoardError, match="seeds_of"):
+    with pytest.raises(LabError, match="seeds_of"):
         load_board(tmp_path / "board.json")

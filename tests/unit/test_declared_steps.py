@@ -11,7 +11,7 @@ import pytest
 
 from ran_lab.reproduce import papers, preparations
 from ran_lab.reproduce.config import load_config, load_systems
-from ran_lab.reproduce.errors import ReproError
+from ran_lab.common import LabError
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "declared-steps-ran-code"
@@ -45,7 +45,7 @@ def one_line(error):
 def test_a_config_prepares_only_a_corpus_of_the_registry(tmp_path, monkeypatch, prepare,
                                                          expected):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ReproError) as e:
+    with pytest.raises(LabError) as e:
         load_config(config_with(tmp_path, prepare=prepare))
     assert expected in one_line(e)
     assert not (tmp_path / MARKER).exists()
@@ -66,7 +66,7 @@ def test_a_corpus_is_prepared_by_the_code_that_its_entry_names():
     assert preparations.command(files, "de", "en")[1][5:] == [
         "--train-prefix", "raw/train", "--valid-prefix", "raw/valid", "--test-prefix",
         "raw/test", "--bpe-merges", "0"]
-    with pytest.raises(ReproError, match='"train": expected a non-empty string'):
+    with pytest.raises(LabError, match='"train": expected a non-empty string'):
         preparations.check({"corpus": "files", "valid": "v", "test": "t"}, "c.json")
 
 
@@ -91,7 +91,7 @@ def systems_with(tmp_path, postprocess):
 ])
 def test_a_system_postprocesses_only_with_a_step_of_the_registry(tmp_path, postprocess,
                                                                  expected):
-    with pytest.raises(ReproError) as e:
+    with pytest.raises(LabError) as e:
         load_systems(systems_with(tmp_path, postprocess))
     assert expected in one_line(e)
 

@@ -327,6 +327,7 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
     the pairs they train): the engine prepares en-de too, or a fresh checkout's table would lose
     those runs' p-values; a table without a pair's references says so instead of leaving them
     empty in silence."""
+    from ran_lab import portable
     from ran_lab.reproduce import cli, scores
     from ran_lab.reproduce.config import load_config
     from ran_lab.reproduce.runs import Run
@@ -341,7 +342,8 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
     stored.dir.mkdir(parents=True)
     (stored.dir / "result.json").write_text(json.dumps(
         {"pair": "en-de", "system": "RAN-ALL", "seed": 1, "tok_bleu": 1.0, "sacrebleu": 1.0,
-         "chrf": 1.0, "ter": 1.0, "subsets": {}, "commands": stored.recorded()}))
+         "chrf": 1.0, "ter": 1.0, "subsets": {},
+         "commands": portable.record(stored.recorded())}))
     prepared = []
 
     class Prepared(Exception):
@@ -377,7 +379,7 @@ def test_a_system_name_that_gives_no_folder_is_refused_with_the_name(tmp_path, n
     named 'seed1' (whose results the run would delete)."""
     from ran_lab.common.paths import slug
     from ran_lab.reproduce.config import load_systems
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.common import LabError
 
     with pytest.raises(ValueError, match=re.escape(repr(name))):
         slug(name)
@@ -388,7 +390,7 @@ def test_a_system_name_that_gives_no_folder_is_refused_with_the_name(tmp_path, n
                            {"name": "seed1", "arch": "ran_transformer_small"}]
     path = tmp_path / "systems.json"
     path.write_text(json.dumps(systems))
-    with pytest.raises(ReproError, match=re.escape(f"system name {name!r} gives no folder name")):
+    with pytest.raises(LabError, match=re.escape(f"system name {name!r} gives no folder name")):
         load_systems(path)
 
 
@@ -402,7 +404,7 @@ def fake_checkpoint(path, updates, seconds=12.5):
 def test_resume_compares_a_checkpoints_updates_with_the_budget(tmp_path):
     """A training whose engine died as it ended (no train_finished.json) is found finished by its
     checkpoint's update count; fairseq-train would take one more update."""
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.common import LabError
     from ran_lab.reproduce.training import finished_at_budget
 
     run = SimpleNamespace(save_dir=tmp_path, train_argv=["data", "--max-update", "20"])
@@ -412,7 +414,7 @@ def test_resume_compares_a_checkpoints_updates_with_the_budget(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint_last.pt", 20)
     assert finished_at_budget(run, "x") == 12.5  # at the budget: finished
     fake_checkpoint(tmp_path / "checkpoint_last.pt", 21)
-    with pytest.raises(ReproError, match=r"at update 21, past this run's --max-update 20"):
+    with pytest.raises(LabError, match=r"at update 21, past this run's --max-update 20"):
         finished_at_budget(run, "x")
 
 
@@ -448,7 +450,7 @@ def test_a_slurm_table_whose_jobs_all_failed_is_an_error(tmp_path, monkeypatch):
     0, so a failed job went unseen (it now names the runs and their jobs' errors, as it does
     when some runs finished)."""
     from ran_lab.reproduce import cli
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.common import LabError
 
     args = cli.parse_cli(reproduce_paper(), [
         "--config", str(CONFIG), "--pairs", "de-en", "--systems", "TransF",
@@ -461,7 +463,7 @@ def test_a_slurm_table_whose_jobs_all_failed_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "prepare", lambda *_: None)
     monkeypatch.setattr(cli, "check_jobs", lambda *_: None)
     monkeypatch.setattr(cli, "make_all", lambda *_: Made([], [reason], [reason]))
-    with pytest.raises(ReproError, match=r"1 run\(s\) without a result: .*ValueError: boom"):
+    with pytest.raises(LabError, match=r"1 run\(s\) without a result: .*ValueError: boom"):
         cli.run_all(reproduce_paper(), args)
     # jobs still under way (none failed): collected later, no error
     monkeypatch.setattr(cli, "make_all", lambda *_: Made([], ["under way"], []))

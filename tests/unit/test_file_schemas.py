@@ -33,9 +33,9 @@ def config_with(tmp_path, change=None, systems=None, paper=None):
 
 def load_error(path):
     from ran_lab.reproduce.config import load_config
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.common import LabError
 
-    with pytest.raises(ReproError) as e:
+    with pytest.raises(LabError) as e:
         load_config(path)
     message = str(e.value)
     assert "\n" not in message and str(path.parent) in message

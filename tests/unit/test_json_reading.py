@@ -93,9 +93,9 @@ def test_a_file_larger_than_any_of_the_project_is_refused(tmp_path, monkeypatch)
 
 def test_a_folder_given_as_config_is_named_a_folder(tmp_path):
     from ran_lab.reproduce.config import load_config
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.common import LabError
 
-    with pytest.raises(ReproError, match=f"config \\(--config\\) {tmp_path} is a folder; name a "
+    with pytest.raises(LabError, match=f"config \\(--config\\) {tmp_path} is a folder; name a "
                                          f"JSON file"):
         load_config(tmp_path)
 

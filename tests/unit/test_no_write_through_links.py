@@ -72,12 +72,12 @@ def test_a_lock_file_is_never_opened_through_a_link(tmp_path, victim):
 
 
 def test_a_log_is_never_written_through_a_link(tmp_path, victim):
-    from ran_lab.reproduce.errors import ReproError
+    from ran_lab.common import LabError
     from ran_lab.reproduce.process import open_log
 
     log = link(tmp_path / "run" / "train.log", victim)
     for mode in ("w", "a"):
-        with pytest.raises(ReproError, match="is a symbolic link"):
+        with pytest.raises(LabError, match="is a symbolic link"):
             open_log(log, mode)
     assert victim.read_text() == VICTIM
 

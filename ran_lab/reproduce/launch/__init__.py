@@ -87,10 +87,10 @@ def check_arguments(p, args, argv):
 
 
 def require_submitit():
-    """submitit, or a ReproError saying how to install it."""
-    from ..errors import ReproError
+    """submitit, or a LabError saying how to install it."""
+    from ran_lab.common import LabError
     try:
         import submitit
     except ImportError:
-        raise ReproError(INSTALL_SUBMITIT) from None
+        raise LabError(INSTALL_SUBMITIT) from None
     return submitit

@@ -3,9 +3,9 @@
 leaves it alone, and only ``--launcher slurm --resume`` attaches to the job."""
 import subprocess
 
+from ran_text import textio
 from ...common import schema
-from ...common.jsonio import load_json
-from ..errors import ReproError
+from ran_lab.common import LabError
 
 RECORD = "slurm.json"  # in a run folder: the job id of its latest job, when, and its resources
 
@@ -21,8 +21,8 @@ def read_record(run):
     if not path.is_file():
         return None
     fix = f"delete {path} once its job has ended"
-    return schema.check(load_json(path, "the run's Slurm job", fix, ReproError), schema.SLURM,
-                        path, ReproError, "the run's Slurm job", fix)
+    return schema.check(textio.read_json(path, "the run's Slurm job", fix), schema.SLURM,
+                        path, "the run's Slurm job", fix)
 
 
 def job_state(job_id):
@@ -44,7 +44,7 @@ def active_state(state):
 
 
 def check_jobs(runs, args):
-    """A ReproError naming the first run whose Slurm job is pending or running, unless this
+    """A LabError naming the first run whose Slurm job is pending or running, unless this
     engine collects it (``--launcher slurm --resume``)."""
     if getattr(args, "launcher", "local") == "slurm" and args.resume:
         return
@@ -52,7 +52,7 @@ def check_jobs(runs, args):
         record = read_record(run)
         state = job_state(record["job_id"]) if record else None
         if active_state(state):
-            raise ReproError(
+            raise LabError(
                 f"{run.dir} is in use by Slurm job {record['job_id']} ({state[0].lower()}): "
                 f"rerun with --launcher slurm --resume to wait for it and collect it, or "
                 f"scancel {record['job_id']}")

@@ -3,7 +3,7 @@ engine's children, ``--jobs`` runs at a time."""
 import functools
 
 from ...common.machine import machine_info
-from ..errors import ReproError
+from ran_lab.common import LabError
 from ..execute import finished_result
 from . import Outcome
 
@@ -26,7 +26,7 @@ class Local:
             import torch
 
             if not torch.cuda.is_available():
-                raise ReproError(f"{self.config_path} trains on a GPU and torch sees none; use "
+                raise LabError(f"{self.config_path} trains on a GPU and torch sees none; use "
                                  f"--dry-run to print the commands, or the CPU config")
         return dict(machine_info(self.config["device"], self.threads), jobs=self.jobs)
 

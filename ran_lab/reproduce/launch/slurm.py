@@ -18,9 +18,8 @@ from ran_text import textio
 from ... import portable
 from ...common import paths
 from ...common.flags import flag_pairs, set_flag
-from ...common.jsonio import load_json
 from ...common.machine import machine_info
-from ..errors import ReproError
+from ran_lab.common import LabError
 from ..training import read_finished
 from .jobs import RECORD, active_state, job_state, read_record
 from . import Outcome, require_submitit
@@ -39,7 +38,7 @@ def resources(args, config):
         gpus = int(config.get("gpus", 1)) if config["device"] == "cuda" else 0
     nodes = args.nodes_per_run
     if gpus and gpus % nodes:
-        raise ReproError(f"--gpus-per-run {gpus} is not a multiple of --nodes-per-run {nodes}")
+        raise LabError(f"--gpus-per-run {gpus} is not a multiple of --nodes-per-run {nodes}")
     if gpus:
         return {"nodes": nodes, "tasks_per_node": 1, "gpus_per_node": gpus // nodes,
                 "cpus_per_task": args.cpus_per_run or 4 * (gpus // nodes), "world_size": gpus}
@@ -103,14 +102,14 @@ def executor(run, args):
 
 def submit(run, args, work):
     """``work`` submitted as ``run``'s Slurm job; where sbatch refuses it (no Slurm running here,
-    an unknown partition or account), a ReproError of one line with sbatch's own reason."""
+    an unknown partition or account), a LabError of one line with sbatch's own reason."""
     try:
         return executor(run, args).submit(work)
     except (submitit.core.utils.FailedJobError, OSError) as e:
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         reason = next((line for line in lines if "error" in line.lower()),
                       lines[-1] if lines else type(e).__name__)
-        raise ReproError(f"{label(run)}: sbatch did not take the job ({reason}); is Slurm "
+        raise LabError(f"{label(run)}: sbatch did not take the job ({reason}); is Slurm "
                          f"running here (scontrol ping), and are the partition and "
                          f"--slurm-extra options the cluster's?") from None
 
@@ -149,8 +148,8 @@ class RunJob(submitit.helpers.Checkpointable):
             return None
         trained = None
         if not run.trains:
-            trained = load_json(run.dir / "trained.json", "the trained run's result",
-                                "resubmit with --resume", ReproError)
+            trained = textio.read_json(run.dir / "trained.json", "the trained run's result",
+                                       "resubmit with --resume")
         paper = PAPERS.get(self.paper_key)
         result = finished_result(run, env, trained, paper.measure if paper else None,
                                  self.machine())
@@ -178,7 +177,7 @@ def must_train(run):
     if finished.is_file():
         try:
             record = read_finished(finished)
-        except ReproError:
+        except LabError:
             record = {}
         if portable.expand(record.get("argv"), paths.REPO) == run.train_argv:
             return False
@@ -235,8 +234,8 @@ class Slurm:
             time.sleep(POLL_SECONDS)
         result_file = run.dir / "result.json"
         if result_file.is_file() and result_file.stat().st_mtime >= record["submitted"]:
-            return Outcome(load_json(result_file, "the run's result", "resubmit with --resume",
-                                     ReproError))
+            return Outcome(textio.read_json(result_file, "the run's result",
+                                            "resubmit with --resume"))
         why = failure(run, job_id, state)
         textio.write_json(run.dir / RECORD, dict(record, failed=why))
         say(f"{label(run)}: Slurm job {job_id} {why}")
