@@ -51,14 +51,20 @@ def max_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
     """Eq. 2 and the Eq. 7 weights: (B, T, C), (B, T, S) or None."""
     _source_lengths(source_padding)
     masked = _without_padded_columns(features, source_padding)
-    pooled, argmax = masked.max(dim=-1)  # (B, C, T)
-    pooled = pooled.transpose(1, 2)
+    # The maximum over j of the (B, T, S, C) view: its backward scatters the gradient into a
+    # (B, T, S, C) tensor, which is the features' own layout when they are channels last (the
+    # model's grid; ran_fairseq/models/pervasive_attention.py) and the batch norm before it then
+    # reads both in one layout. The maxima and their (first) indices are those over the last axis
+    # of the (B, C, T, S) features; the pooled values are returned in (B, C, T) memory as that
+    # maximum gives them, which the dropout after pooling draws its mask in.
+    pooled, argmax = masked.permute(0, 2, 3, 1).max(dim=2)  # (B, T, C)
+    pooled = pooled.transpose(1, 2).contiguous().transpose(1, 2)
     if not need_weights:
         return pooled, None
     with torch.no_grad():
         mass = pooled.float().clamp_min(0)  # (B, T, C)
         share = mass.new_zeros(features.size(0), features.size(2), features.size(3))
-        share.scatter_add_(2, argmax.transpose(1, 2), mass)  # Eq. 7: per-source-token sum
+        share.scatter_add_(2, argmax, mass)  # Eq. 7: per-source-token sum
         total = share.sum(-1, keepdim=True)
         uniform = _uniform(source_padding, features.size(2), share.dtype)
         weights = torch.where(total > 0, share / total.clamp_min(1e-30), uniform)

@@ -11,6 +11,8 @@ at every layer and left out of the batch-norm statistics. In training, BN → Re
 Function (:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md); :data:`USE_EAGER`
 selects its eager reference. docs/pervasive_attention.md gives the choices where the paper is
 silent (gating, padding, the memory-efficient mode, incremental decoding).
+The grid may come in channels-last memory (the model builds it so), which every layer's tensors
+then keep; values and dropout masks are the same in either layout (:func:`dropout_channels_first`).
 """
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -366,7 +368,17 @@ class DenseLayer2d(nn.Module):
             h = F.glu(h, dim=1)
         if keep is not None:
             h = h * keep
-        return F.dropout(h, self.dropout, self.training)
+        return dropout_channels_first(h, self.dropout, self.training)
+
+
+def dropout_channels_first(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout(x, p, training)`` with its random mask drawn in the channels-first order of x's
+    elements whatever x's memory layout (torch draws in memory order): a grid in channels-last
+    memory drops the same cells, from the same seed, as in channels-first memory."""
+    if not training or p == 0 or p == 1 or x.is_contiguous():
+        return F.dropout(x, p, training)
+    noise = torch.empty(x.shape, dtype=x.dtype, device=x.device).bernoulli_(1 - p)
+    return x * noise.div_(1 - p)  # as F.dropout: the mask scaled by 1/(1 - p), then the product
 
 
 def real_cell_mask(pad: Tensor, dtype: torch.dtype) -> Tensor:
