@@ -132,6 +132,12 @@ class _MaskedMoments(torch.autograd.Function):
         return grad, None, None, None
 
 
+# A batch norm of one feature without padding (the 4g channels after each layer's 1×1 convolution,
+# whose statistics no other layer shares) runs torch's training-mode kernels and autograd nodes
+# (the statistics of every cell, which are then the real cells; the same values up to the order
+# of float sums); False: the fused path with its own statistics, as with padding.
+NATIVE_UNPADDED_NORM = True
+
 # The backward of the fused BN → ReLU takes the normalized input x̂ = (y − b)/w from its output y
 # where the gradient flows (y > 0), instead of concatenating the layer's input features again,
 # for channels whose |b| ≤ 8·|w| (w ≠ 0), which bounds the rounding that division adds to x̂ by
@@ -250,15 +256,21 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
 
     def relu(self, features: Sequence[Tensor], keep: Optional[Tensor], pad: Optional[Tensor],
              count: Optional[int], update_stats: bool = True,
-             moments: Optional[Tuple[Tensor, Tensor]] = None, zero_output: bool = True
-             ) -> Tensor:
+             moments: Optional[Tuple[Tensor, Tensor]] = None, zero_output: bool = True,
+             native: bool = False) -> Tensor:
         """ReLU(BN(x)) of x, the channel concatenation of ``features``, zero at padded cells,
         times the real-cell mask ``keep`` (B, 1, T, S) (None: no padding in the batch) when
         ``zero_output``. ``pad`` is the padding mask itself (True at padding, or None). In
         training the concatenation is not kept for the backward pass (see
-        :class:`_BatchNormReLU`)."""
+        :class:`_BatchNormReLU`). ``native``: one feature without padding or given statistics
+        may take torch's training-mode batch norm (:data:`NATIVE_UNPADDED_NORM`; not under
+        activation checkpointing, which needs the same autograd nodes when it recomputes)."""
         features = list(features)
         fast = _fast(features[0])
+        if (native and NATIVE_UNPADDED_NORM and fast and self.training and pad is None
+                and moments is None and len(features) == 1
+                and features[0].size(1) == self.num_features):
+            return self._native_training(features[0], update_stats).relu_()
         if fast and self.training:
             if sum(f.size(1) for f in features) != self.num_features:
                 self._check(torch.cat(features, dim=1))
@@ -281,9 +293,21 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             out = out.mul_(keep)
         return out.relu_()
 
+    def _native_training(self, x: Tensor, update_stats: bool) -> Tensor:
+        """Training-mode batch normalization of x without padding by torch's own kernels (its
+        statistics over every cell, running statistics updated as :meth:`_update_running_stats`
+        does: unbiased variance, the same momentum), when ``update_stats``."""
+        factor = 0.0
+        if update_stats:
+            self.num_batches_tracked.add_(1)
+            factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                      else self.momentum)
+        running = (self.running_mean, self.running_var) if update_stats else (None, None)
+        return F.batch_norm(x, *running, self.weight, self.bias, True, factor, self.eps)
+
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, count: int):
-        self.num_batches_tracked += 1
+        self.num_batches_tracked.add_(1)  # in place: no nn.Module attribute assignment
         factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
                   else self.momentum)
         unbiased = var * (count / max(count - 1, 1))
@@ -341,7 +365,8 @@ class DenseLayer2d(nn.Module):
         nn.init.kaiming_normal_(self.conv1.weight, nonlinearity="relu")
 
     def bottleneck(self, *inputs: Tensor, pad: Optional[Tensor], keep: Optional[Tensor],
-                   count: Optional[int], update_stats: bool = True) -> Tensor:
+                   count: Optional[int], update_stats: bool = True, native: bool = True
+                   ) -> Tensor:
         """Concatenation → BN → ReLU → 1×1 convolution (→ GLU) → BN → ReLU: the masked
         convolution's input (B, 4g, T, S). ``inputs``: the features, then in training their
         concatenated per-channel mean and mean of squares (:func:`masked_moments`). ``pad`` and
@@ -358,7 +383,7 @@ class DenseLayer2d(nn.Module):
             x = F.glu(x, dim=1)
         if keep is not None:
             x = x * keep
-        return self.norm2.relu([x], keep, pad, count, update_stats)
+        return self.norm2.relu([x], keep, pad, count, update_stats, native=native)
 
     def forward(self, features: List[Tensor], pad: Optional[Tensor], count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -376,7 +401,7 @@ class DenseLayer2d(nn.Module):
 
         def bottleneck(*inputs, update_stats):
             return self.bottleneck(*inputs, pad=pad, keep=keep, count=count,
-                                   update_stats=update_stats)
+                                   update_stats=update_stats, native=not memory_efficient)
 
         if self.training and count is None:
             count = _cells(features[0], pad)
