@@ -140,14 +140,19 @@ NATIVE_UNPADDED_NORM = True
 
 # The backward of the fused BN → ReLU takes the normalized input x̂ = (y − b)/w from its output y
 # where the gradient flows (y > 0), instead of concatenating the layer's input features again,
-# for channels whose |b| ≤ 8·|w| (w ≠ 0), which bounds the rounding that division adds to x̂ by
-# about 17 units in the last place of max(|x̂|, 1); otherwise, and with False, it concatenates.
+# when every batch norm of the DenseNet has |b| < 8·|w| in every channel (so w ≠ 0), which keeps
+# the rounding that the division adds to x̂ within a few units in the last place of
+# max(|x̂|, 8); otherwise, and with False, it concatenates.
 NORMALIZED_FROM_OUTPUT = True
 
 
-def _normalized_from_output(weight: Tensor, bias: Tensor) -> bool:
-    """Whether every channel's x̂ can be taken from the output (see NORMALIZED_FROM_OUTPUT)."""
-    return bool(((weight != 0) & (bias.abs() <= 8 * weight.abs())).all())
+@torch.no_grad()
+def _normalized_from_output(norms: Sequence[nn.BatchNorm2d]) -> bool:
+    """Whether x̂ can be taken from the output of each of ``norms`` (NORMALIZED_FROM_OUTPUT):
+    one check per forward pass for all of them."""
+    weight = torch.cat([n.weight for n in norms])
+    bias = torch.cat([n.bias for n in norms])
+    return bool((bias.abs() < 8 * weight.abs()).all())
 
 
 class _BatchNormReLU(torch.autograd.Function):
@@ -165,7 +170,7 @@ class _BatchNormReLU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, mean: Tensor, meansq: Tensor, weight: Tensor, bias: Tensor, eps: float,
-                keep: Optional[Tensor], *features: Tensor):
+                keep: Optional[Tensor], from_output: bool, *features: Tensor):
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         var = meansq - mean * mean
         clamped = var < 0
@@ -174,7 +179,7 @@ class _BatchNormReLU(torch.autograd.Function):
         if keep is not None:
             y = y.mul_(keep)
         ctx.save_for_backward(y, weight, bias, mean, var, clamped, *features)
-        ctx.eps = eps
+        ctx.eps, ctx.from_output = eps, from_output
         return y
 
     @staticmethod
@@ -182,9 +187,9 @@ class _BatchNormReLU(torch.autograd.Function):
         y, weight, bias, mean, var, clamped, *features = ctx.saved_tensors
         # y is zero wherever ReLU or the mask cut it: the gradient flows only where y > 0
         grad = relu_backward(grad_y, y)
-        need_x = any(ctx.needs_input_grad[6:])
+        need_x = any(ctx.needs_input_grad[7:])
         invstd = torch.rsqrt(var + ctx.eps)
-        if NORMALIZED_FROM_OUTPUT and _normalized_from_output(weight, bias):
+        if ctx.from_output:
             # Where the gradient flows, y = w·x̂ + b with x̂ = (x − m)/√(v + ε), so x̂ = (y − b)/w
             # and grad_w = Σ g·x̂ = Σ g·(y − b)/w: the features need not be concatenated again.
             # torch's kernel on y with weight w/√(v + ε), mean b, variance 1 and ε = 0 gives
@@ -201,7 +206,7 @@ class _BatchNormReLU(torch.autograd.Function):
         grad_mean = -weight * invstd * grad_b - 2 * mean * grad_var  # v = q − m²
         grad_features = (grad_x.split([f.size(1) for f in features], dim=1) if need_x
                          else [None] * len(features))
-        return (grad_mean, grad_var, grad_w, grad_b, None, None, *grad_features)
+        return (grad_mean, grad_var, grad_w, grad_b, None, None, None, *grad_features)
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
@@ -257,12 +262,13 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     def relu(self, features: Sequence[Tensor], keep: Optional[Tensor], pad: Optional[Tensor],
              count: Optional[int], update_stats: bool = True,
              moments: Optional[Tuple[Tensor, Tensor]] = None, zero_output: bool = True,
-             native: bool = False) -> Tensor:
+             native: bool = False, from_output: bool = False) -> Tensor:
         """ReLU(BN(x)) of x, the channel concatenation of ``features``, zero at padded cells,
         times the real-cell mask ``keep`` (B, 1, T, S) (None: no padding in the batch) when
         ``zero_output``. ``pad`` is the padding mask itself (True at padding, or None). In
         training the concatenation is not kept for the backward pass (see
-        :class:`_BatchNormReLU`). ``native``: one feature without padding or given statistics
+        :class:`_BatchNormReLU`; ``from_output``: its backward may take the normalized input
+        from the output, see :data:`NORMALIZED_FROM_OUTPUT`). ``native``: one feature without padding or given statistics
         may take torch's training-mode batch norm (:data:`NATIVE_UNPADDED_NORM`; not under
         activation checkpointing, which needs the same autograd nodes when it recomputes)."""
         features = list(features)
@@ -277,9 +283,13 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             whole = features[0] if moments is not None or len(features) == 1 else \
                 torch.cat(features, dim=1)  # the statistics read it only when not given
             mean, meansq = self._statistics(whole, pad, count, update_stats, True, moments)
-            fused = batch_norm_relu_eager if USE_EAGER else _BatchNormReLU.apply
-            return fused(mean.to(features[0].dtype), meansq.to(features[0].dtype), self.weight,
-                         self.bias, self.eps, keep if zero_output else None, *features)
+            if USE_EAGER:
+                return batch_norm_relu_eager(mean.to(features[0].dtype),
+                                             meansq.to(features[0].dtype), self.weight, self.bias,
+                                             self.eps, keep if zero_output else None, *features)
+            return _BatchNormReLU.apply(mean.to(features[0].dtype), meansq.to(features[0].dtype),
+                                        self.weight, self.bias, self.eps,
+                                        keep if zero_output else None, from_output, *features)
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         self._check(x)
         if not fast:
@@ -365,8 +375,8 @@ class DenseLayer2d(nn.Module):
         nn.init.kaiming_normal_(self.conv1.weight, nonlinearity="relu")
 
     def bottleneck(self, *inputs: Tensor, pad: Optional[Tensor], keep: Optional[Tensor],
-                   count: Optional[int], update_stats: bool = True, native: bool = True
-                   ) -> Tensor:
+                   count: Optional[int], update_stats: bool = True, native: bool = True,
+                   from_output: bool = False) -> Tensor:
         """Concatenation → BN → ReLU → 1×1 convolution (→ GLU) → BN → ReLU: the masked
         convolution's input (B, 4g, T, S). ``inputs``: the features, then in training their
         concatenated per-channel mean and mean of squares (:func:`masked_moments`). ``pad`` and
@@ -377,23 +387,25 @@ class DenseLayer2d(nn.Module):
         # only padded cells of its output, zeroed there: the narrow 4g channels are masked
         # instead of the wide input.
         x = self.norm1.relu(features, keep, pad, count, update_stats, moments,
-                            zero_output=False)
+                            zero_output=False, from_output=from_output)
         x = self.conv1(x)
         if self.gate_bottleneck:
             x = F.glu(x, dim=1)
         if keep is not None:
             x = x * keep
-        return self.norm2.relu([x], keep, pad, count, update_stats, native=native)
+        return self.norm2.relu([x], keep, pad, count, update_stats, native=native,
+                               from_output=from_output)
 
     def forward(self, features: List[Tensor], pad: Optional[Tensor], count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
                 memory_efficient: bool = False,
                 moments: Optional[Tuple[Tensor, Tensor]] = None,
-                keep: Optional[Tensor] = None) -> Tensor:
+                keep: Optional[Tensor] = None, from_output: bool = False) -> Tensor:
         """``pad``: the padding mask (B, 1, T, S), or None for a batch without padding;
         ``keep``: 1 − pad in the features' dtype (computed here when not given). ``moments``: in
         training, the features' concatenated per-channel mean and mean of squares; computed here
-        when not given."""
+        when not given. ``from_output``: see :data:`NORMALIZED_FROM_OUTPUT` (the DenseNet
+        checks its batch norms once per forward pass)."""
         if pad is not None and keep is None:
             keep = real_cell_mask(pad, features[0].dtype)
         if pad is None:
@@ -401,7 +413,8 @@ class DenseLayer2d(nn.Module):
 
         def bottleneck(*inputs, update_stats):
             return self.bottleneck(*inputs, pad=pad, keep=keep, count=count,
-                                   update_stats=update_stats, native=not memory_efficient)
+                                   update_stats=update_stats, native=not memory_efficient,
+                                   from_output=from_output)
 
         if self.training and count is None:
             count = _cells(features[0], pad)
@@ -462,6 +475,7 @@ class DenseNet2d(nn.Module):
             for i in range(num_layers))
         self.out_channels = in_channels + num_layers * growth_rate
         self.norm = MaskedBatchNorm2d(self.out_channels)
+        self._batch_norms = tuple(m for m in self.modules() if isinstance(m, MaskedBatchNorm2d))
 
     def extra_repr(self) -> str:
         return f"memory_efficient_densenet={self.memory_efficient_densenet}"
@@ -482,6 +496,8 @@ class DenseNet2d(nn.Module):
         pad = padding.unsqueeze(1) if bool(padding.any()) else None
         keep = real_cell_mask(pad, x.dtype) if pad is not None else None
         count = _cells(x, pad) if self.training else None
+        from_output = (NORMALIZED_FROM_OUTPUT and self.training and torch.is_grad_enabled()
+                       and _normalized_from_output(self._batch_norms))
         features = [x * keep if keep is not None else x]
         # Training statistics of each feature, computed once and shared by every later layer.
         stats = [masked_moments(features[0], pad, count)] if self.training else None
@@ -491,13 +507,15 @@ class DenseNet2d(nn.Module):
 
         for layer in self.layers:
             features.append(layer(features, pad, count, incremental_state,
-                                  self.memory_efficient_densenet, concatenated_stats(), keep))
+                                  self.memory_efficient_densenet, concatenated_stats(), keep,
+                                  from_output))
             if stats is not None:
                 stats.append(masked_moments(features[-1], pad, count))
 
         def close(*inputs, update_stats):
             features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
-            return self.norm.relu(features, keep, pad, count, update_stats, moments)
+            return self.norm.relu(features, keep, pad, count, update_stats, moments,
+                                  from_output=from_output)
 
         inputs = features + list(concatenated_stats() or ())
         return _recompute_in_backward(close, inputs, self.memory_efficient_densenet)
