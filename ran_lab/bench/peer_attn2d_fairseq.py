@@ -72,8 +72,6 @@ def load_port(clone):
 
     require_clone("attn2d-fairseq", clone)
     root = Path(clone).resolve()
-    if f"{PACKAGE}.densenet" in sys.modules:
-        return sys.modules[f"{PACKAGE}.densenet"].DenseNet, sys.modules[f"{PACKAGE}.aggregators"].MAX
     package = types.ModuleType(PACKAGE)
     package.__path__ = []
     # the registries of examples/pervasive/modules/__init__.py, as plain decorators
