@@ -175,7 +175,9 @@ class PervasiveAttentionDecoder(FairseqIncrementalDecoder):
         grid = _grid(target, source, rows, columns)
         padding = tokens.eq(self.padding_idx).unsqueeze(2) | source_padding.unsqueeze(1)
         features = self.densenet(grid, padding, incremental_state if cached else None)
-        pooled, attn = self.aggregator(features, source_padding, need_weights=not self.training)
+        # the DenseNet's output is a ReLU's, zero at padding: pooling need not mask it
+        pooled, attn = self.aggregator(features, source_padding, need_weights=not self.training,
+                                       rectified=True)
         if attn is not None and attn.dim() == 4:  # (1, B, T, S) when per-head weights were asked
             attn = attn.mean(0)
         if incremental_state is not None and not cached:  # --recompute-grid: the newest row

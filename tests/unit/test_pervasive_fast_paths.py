@@ -189,3 +189,29 @@ def test_dropout_channels_first_draws_the_mask_of_a_channels_first_tensor():
     got = dropout_channels_first(x.contiguous(memory_format=torch.channels_last), 0.4, True)
     assert torch.equal(got, expected)
     assert torch.equal(dropout_channels_first(x, 0.4, False), x)
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+@pytest.mark.parametrize("kind", ["max", "avg", "max-attn"])
+def test_pooling_rectified_features_needs_no_mask(kind, left):
+    """Features ≥ 0 and 0 at padded columns (with ties at 0 in real columns too): pooled values,
+    weights and the gradients through the ReLU that made them equal the masked pooling's."""
+    from ran_fairseq.modules.aggregators import SourceAggregator
+
+    torch.manual_seed(0)
+    columns, lengths = 5, torch.tensor([[5], [3], [1]])
+    position = torch.arange(columns).expand(3, -1)
+    padding = position < columns - lengths if left else position >= lengths
+    pre = torch.randn(3, 4, 2, columns) - 0.5
+    pre[:, 0] = -1.0  # a channel with every real cell cut by the ReLU: ties at 0
+    aggregator = SourceAggregator(kind, 4)
+    results = []
+    for rectified in (False, True):
+        x = pre.clone().requires_grad_()
+        features = torch.relu(x) * (~padding)[:, None, None, :]
+        pooled, weights = aggregator(features, padding, need_weights=True, rectified=rectified)
+        (pooled * torch.randn(pooled.shape, generator=torch.Generator().manual_seed(1))).sum() \
+            .backward()
+        results.append((pooled.detach(), weights, x.grad))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
