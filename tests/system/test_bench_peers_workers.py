@@ -182,7 +182,8 @@ def matched_port_pair(kernel_size, seed=0):
     from ran_lab.bench.peer_attn2d_fairseq import densenet_args, load_port
 
     torch.manual_seed(seed)
-    ours = DenseNet2d(12, 3, 4, kernel_size, dropout=0.0).train()
+    ours = DenseNet2d(12, 3, 4, kernel_size, dropout=0.0, gated_convolutions="none",
+                      memory_efficient_densenet=False).train()
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for m in ours.modules():
