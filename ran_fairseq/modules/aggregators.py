@@ -46,19 +46,29 @@ def _without_padded_columns(features: Tensor, source_padding: Tensor) -> Tensor:
     return features + minus_inf[:, None, None, :]
 
 
-def max_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
-             ) -> Tuple[Tensor, Optional[Tensor]]:
-    """Eq. 2 and the Eq. 7 weights: (B, T, C), (B, T, S) or None."""
+def max_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True,
+             rectified: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+    """Eq. 2 and the Eq. 7 weights: (B, T, C), (B, T, S) or None. ``rectified``: the features
+    are ≥ 0 and 0 at padded columns (the DenseNet's closing ReLU, zero at padding), so a padded
+    column never exceeds a row's real maximum and needs no -inf; where it ties (a maximum of 0),
+    the pooled value, the Eq. 7 weights (no mass) and every gradient through that ReLU (none at
+    0) are those of the masked maximum."""
     _source_lengths(source_padding)
-    masked = _without_padded_columns(features, source_padding)
-    pooled, argmax = masked.max(dim=-1)  # (B, C, T)
-    pooled = pooled.transpose(1, 2)
+    masked = features if rectified else _without_padded_columns(features, source_padding)
+    # The maximum over j of the (B, T, S, C) view: its backward scatters the gradient into a
+    # (B, T, S, C) tensor, which is the features' own layout when they are channels last (the
+    # model's grid; ran_fairseq/models/pervasive_attention.py) and the batch norm before it then
+    # reads both in one layout. The maxima and their (first) indices are those over the last axis
+    # of the (B, C, T, S) features; the pooled values are returned in (B, C, T) memory as that
+    # maximum gives them, which the dropout after pooling draws its mask in.
+    pooled, argmax = masked.permute(0, 2, 3, 1).max(dim=2)  # (B, T, C)
+    pooled = pooled.transpose(1, 2).contiguous().transpose(1, 2)
     if not need_weights:
         return pooled, None
     with torch.no_grad():
         mass = pooled.float().clamp_min(0)  # (B, T, C)
         share = mass.new_zeros(features.size(0), features.size(2), features.size(3))
-        share.scatter_add_(2, argmax.transpose(1, 2), mass)  # Eq. 7: per-source-token sum
+        share.scatter_add_(2, argmax, mass)  # Eq. 7: per-source-token sum
         total = share.sum(-1, keepdim=True)
         uniform = _uniform(source_padding, features.size(2), share.dtype)
         weights = torch.where(total > 0, share / total.clamp_min(1e-30), uniform)
@@ -85,11 +95,12 @@ def eq7_contributions(features: Tensor, source_padding: Tensor, output_rows: Ten
     return alpha.scatter_add_(2, argmax.transpose(1, 2), terms)
 
 
-def avg_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True
-             ) -> Tuple[Tensor, Optional[Tensor]]:
-    """Eq. 3, (1/√|s|)·Σ_j: (B, T, C) and uniform weights (B, T, S) or None."""
+def avg_pool(features: Tensor, source_padding: Tensor, need_weights: bool = True,
+             rectified: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+    """Eq. 3, (1/√|s|)·Σ_j: (B, T, C) and uniform weights (B, T, S) or None; ``rectified``:
+    as :func:`max_pool` (padded columns are 0 and add nothing)."""
     lengths = _source_lengths(source_padding)
-    if bool(source_padding.any()):
+    if not rectified and bool(source_padding.any()):
         features = features * (~source_padding).to(features.dtype)[:, None, None, :]
     summed = features.sum(-1).transpose(1, 2)
     pooled = summed / lengths.sqrt().to(features.dtype).view(-1, 1, 1)
@@ -114,7 +125,8 @@ class SourceAggregator(nn.Module):
     """One of :data:`AGGREGATORS` over C input channels; ``out_channels`` is C, or 2C for
     ``max-attn``. ``forward(features (B, C, T, S), source_padding (B, S))`` returns the pooled
     features (B, T, out_channels) and the weights: (B, T, S), (1, B, T, S) with
-    ``need_head_weights``, or None without ``need_weights``."""
+    ``need_head_weights``, or None without ``need_weights``; ``rectified``: the features are ≥ 0
+    and 0 at padded columns (see :func:`max_pool`), which spares masking them."""
 
     records_attention = True  # modules/attention_entropy.py records its weights
     attention_side = "crs"
@@ -137,7 +149,8 @@ class SourceAggregator(nn.Module):
         return f"{self.kind}, channels={self.channels}"
 
     def forward(self, features: Tensor, source_padding: Tensor, need_weights: bool = True,
-                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+                need_head_weights: bool = False, rectified: bool = False
+                ) -> Tuple[Tensor, Optional[Tensor]]:
         if features.dim() != 4 or features.size(1) != self.channels:
             raise ValueError(f"the aggregator expects (batch, {self.channels}, target, source), "
                              f"got {tuple(features.shape)}")
@@ -146,13 +159,13 @@ class SourceAggregator(nn.Module):
                              f"grid's (batch, source) = {(features.size(0), features.size(3))}")
         need_weights = need_weights or need_head_weights
         if self.kind == "max":
-            pooled, weights = max_pool(features, source_padding, need_weights)
+            pooled, weights = max_pool(features, source_padding, need_weights, rectified)
         elif self.kind == "avg":
-            pooled, weights = avg_pool(features, source_padding, need_weights)
+            pooled, weights = avg_pool(features, source_padding, need_weights, rectified)
         elif self.kind == "attn":
             pooled, weights = attention_pool(features, source_padding, self.score, need_weights)
         else:
-            pooled_max, weights_max = max_pool(features, source_padding, need_weights)
+            pooled_max, weights_max = max_pool(features, source_padding, need_weights, rectified)
             pooled_att, weights_att = attention_pool(features, source_padding, self.score,
                                                      need_weights)
             pooled = torch.cat([pooled_max, pooled_att], dim=-1)

@@ -11,6 +11,8 @@ at every layer and left out of the batch-norm statistics. In training, BN → Re
 Function (:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md); :data:`USE_EAGER`
 selects its eager reference. docs/pervasive_attention.md gives the choices where the paper is
 silent (gating, padding, the memory-efficient mode, incremental decoding).
+The grid may come in channels-last memory (the model builds it so), which every layer's tensors
+then keep; values and dropout masks are the same in either layout (:func:`dropout_channels_first`).
 """
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -130,6 +132,29 @@ class _MaskedMoments(torch.autograd.Function):
         return grad, None, None, None
 
 
+# A batch norm of one feature without padding (the 4g channels after each layer's 1×1 convolution,
+# whose statistics no other layer shares) runs torch's training-mode kernels and autograd nodes
+# (the statistics of every cell, which are then the real cells; the same values up to the order
+# of float sums); False: the fused path with its own statistics, as with padding.
+NATIVE_UNPADDED_NORM = True
+
+# The backward of the fused BN → ReLU takes the normalized input x̂ = (y − b)/w from its output y
+# where the gradient flows (y > 0), instead of concatenating the layer's input features again,
+# when every batch norm of the DenseNet has |b| < 8·|w| in every channel (so w ≠ 0), which keeps
+# the rounding that the division adds to x̂ within a few units in the last place of
+# max(|x̂|, 8); otherwise, and with False, it concatenates.
+NORMALIZED_FROM_OUTPUT = True
+
+
+@torch.no_grad()
+def _normalized_from_output(norms: Sequence[nn.BatchNorm2d]) -> bool:
+    """Whether x̂ can be taken from the output of each of ``norms`` (NORMALIZED_FROM_OUTPUT):
+    one check per forward pass for all of them."""
+    weight = torch.cat([n.weight for n in norms])
+    bias = torch.cat([n.bias for n in norms])
+    return bool((bias.abs() < 8 * weight.abs()).all())
+
+
 class _BatchNormReLU(torch.autograd.Function):
     """ReLU(BN(x)) in training mode with the batch statistics given, (mean m, mean of squares q)
     per channel, variance v = max(q − m², 0), optionally times the real-cell mask ``keep``
@@ -145,7 +170,7 @@ class _BatchNormReLU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, mean: Tensor, meansq: Tensor, weight: Tensor, bias: Tensor, eps: float,
-                keep: Optional[Tensor], *features: Tensor):
+                keep: Optional[Tensor], from_output: bool, *features: Tensor):
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         var = meansq - mean * mean
         clamped = var < 0
@@ -153,26 +178,35 @@ class _BatchNormReLU(torch.autograd.Function):
         y = torch.batch_norm(x, weight, bias, mean, var, False, 0.0, eps, False).relu_()
         if keep is not None:
             y = y.mul_(keep)
-        ctx.save_for_backward(y, weight, mean, var, clamped, *features)
-        ctx.eps = eps
+        ctx.save_for_backward(y, weight, bias, mean, var, clamped, *features)
+        ctx.eps, ctx.from_output = eps, from_output
         return y
 
     @staticmethod
     def backward(ctx, grad_y: Tensor):
-        y, weight, mean, var, clamped, *features = ctx.saved_tensors
-        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+        y, weight, bias, mean, var, clamped, *features = ctx.saved_tensors
         # y is zero wherever ReLU or the mask cut it: the gradient flows only where y > 0
         grad = relu_backward(grad_y, y)
-        need_x = any(ctx.needs_input_grad[6:])
-        grad_x, grad_w, grad_b = batch_norm_eval_backward(grad, x, weight, mean, var, ctx.eps,
-                                                          need_x)
-        # grad_w = Σ g·(x − m)/√(v + ε) and grad_b = Σ g; y depends on m directly and through v
+        need_x = any(ctx.needs_input_grad[7:])
         invstd = torch.rsqrt(var + ctx.eps)
+        if ctx.from_output:
+            # Where the gradient flows, y = w·x̂ + b with x̂ = (x − m)/√(v + ε), so x̂ = (y − b)/w
+            # and grad_w = Σ g·x̂ = Σ g·(y − b)/w: the features need not be concatenated again.
+            # torch's kernel on y with weight w/√(v + ε), mean b, variance 1 and ε = 0 gives
+            # g·w/√(v + ε), Σ g·(y − b) and Σ g in one pass.
+            grad_x, grad_w, grad_b = batch_norm_eval_backward(
+                grad, y, weight * invstd, bias, torch.ones_like(var), 0.0, need_x)
+            grad_w = grad_w / weight
+        else:
+            x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+            grad_x, grad_w, grad_b = batch_norm_eval_backward(grad, x, weight, mean, var,
+                                                              ctx.eps, need_x)
+        # grad_w = Σ g·(x − m)/√(v + ε) and grad_b = Σ g; y depends on m directly and through v
         grad_var = (-0.5 * weight * invstd * invstd * grad_w).masked_fill(clamped, 0)
         grad_mean = -weight * invstd * grad_b - 2 * mean * grad_var  # v = q − m²
         grad_features = (grad_x.split([f.size(1) for f in features], dim=1) if need_x
                          else [None] * len(features))
-        return (grad_mean, grad_var, grad_w, grad_b, None, None, *grad_features)
+        return (grad_mean, grad_var, grad_w, grad_b, None, None, None, *grad_features)
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
@@ -227,24 +261,35 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
 
     def relu(self, features: Sequence[Tensor], keep: Optional[Tensor], pad: Optional[Tensor],
              count: Optional[int], update_stats: bool = True,
-             moments: Optional[Tuple[Tensor, Tensor]] = None, zero_output: bool = True
-             ) -> Tensor:
+             moments: Optional[Tuple[Tensor, Tensor]] = None, zero_output: bool = True,
+             native: bool = False, from_output: bool = False) -> Tensor:
         """ReLU(BN(x)) of x, the channel concatenation of ``features``, zero at padded cells,
         times the real-cell mask ``keep`` (B, 1, T, S) (None: no padding in the batch) when
         ``zero_output``. ``pad`` is the padding mask itself (True at padding, or None). In
         training the concatenation is not kept for the backward pass (see
-        :class:`_BatchNormReLU`)."""
+        :class:`_BatchNormReLU`; ``from_output``: its backward may take the normalized input
+        from the output, see :data:`NORMALIZED_FROM_OUTPUT`). ``native``: one feature without padding or given statistics
+        may take torch's training-mode batch norm (:data:`NATIVE_UNPADDED_NORM`; not under
+        activation checkpointing, which needs the same autograd nodes when it recomputes)."""
         features = list(features)
         fast = _fast(features[0])
+        if (native and NATIVE_UNPADDED_NORM and fast and self.training and pad is None
+                and moments is None and len(features) == 1
+                and features[0].size(1) == self.num_features):
+            return self._native_training(features[0], update_stats).relu_()
         if fast and self.training:
             if sum(f.size(1) for f in features) != self.num_features:
                 self._check(torch.cat(features, dim=1))
             whole = features[0] if moments is not None or len(features) == 1 else \
                 torch.cat(features, dim=1)  # the statistics read it only when not given
             mean, meansq = self._statistics(whole, pad, count, update_stats, True, moments)
-            fused = batch_norm_relu_eager if USE_EAGER else _BatchNormReLU.apply
-            return fused(mean.to(features[0].dtype), meansq.to(features[0].dtype), self.weight,
-                         self.bias, self.eps, keep if zero_output else None, *features)
+            if USE_EAGER:
+                return batch_norm_relu_eager(mean.to(features[0].dtype),
+                                             meansq.to(features[0].dtype), self.weight, self.bias,
+                                             self.eps, keep if zero_output else None, *features)
+            return _BatchNormReLU.apply(mean.to(features[0].dtype), meansq.to(features[0].dtype),
+                                        self.weight, self.bias, self.eps,
+                                        keep if zero_output else None, from_output, *features)
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         self._check(x)
         if not fast:
@@ -258,9 +303,21 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             out = out.mul_(keep)
         return out.relu_()
 
+    def _native_training(self, x: Tensor, update_stats: bool) -> Tensor:
+        """Training-mode batch normalization of x without padding by torch's own kernels (its
+        statistics over every cell, running statistics updated as :meth:`_update_running_stats`
+        does: unbiased variance, the same momentum), when ``update_stats``."""
+        factor = 0.0
+        if update_stats:
+            self.num_batches_tracked.add_(1)
+            factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                      else self.momentum)
+        running = (self.running_mean, self.running_var) if update_stats else (None, None)
+        return F.batch_norm(x, *running, self.weight, self.bias, True, factor, self.eps)
+
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, count: int):
-        self.num_batches_tracked += 1
+        self.num_batches_tracked.add_(1)  # in place: no nn.Module attribute assignment
         factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
                   else self.momentum)
         unbiased = var * (count / max(count - 1, 1))
@@ -318,7 +375,8 @@ class DenseLayer2d(nn.Module):
         nn.init.kaiming_normal_(self.conv1.weight, nonlinearity="relu")
 
     def bottleneck(self, *inputs: Tensor, pad: Optional[Tensor], keep: Optional[Tensor],
-                   count: Optional[int], update_stats: bool = True) -> Tensor:
+                   count: Optional[int], update_stats: bool = True, native: bool = True,
+                   from_output: bool = False) -> Tensor:
         """Concatenation → BN → ReLU → 1×1 convolution (→ GLU) → BN → ReLU: the masked
         convolution's input (B, 4g, T, S). ``inputs``: the features, then in training their
         concatenated per-channel mean and mean of squares (:func:`masked_moments`). ``pad`` and
@@ -329,23 +387,25 @@ class DenseLayer2d(nn.Module):
         # only padded cells of its output, zeroed there: the narrow 4g channels are masked
         # instead of the wide input.
         x = self.norm1.relu(features, keep, pad, count, update_stats, moments,
-                            zero_output=False)
+                            zero_output=False, from_output=from_output)
         x = self.conv1(x)
         if self.gate_bottleneck:
             x = F.glu(x, dim=1)
         if keep is not None:
             x = x * keep
-        return self.norm2.relu([x], keep, pad, count, update_stats)
+        return self.norm2.relu([x], keep, pad, count, update_stats, native=native,
+                               from_output=from_output)
 
     def forward(self, features: List[Tensor], pad: Optional[Tensor], count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
                 memory_efficient: bool = False,
                 moments: Optional[Tuple[Tensor, Tensor]] = None,
-                keep: Optional[Tensor] = None) -> Tensor:
+                keep: Optional[Tensor] = None, from_output: bool = False) -> Tensor:
         """``pad``: the padding mask (B, 1, T, S), or None for a batch without padding;
         ``keep``: 1 − pad in the features' dtype (computed here when not given). ``moments``: in
         training, the features' concatenated per-channel mean and mean of squares; computed here
-        when not given."""
+        when not given. ``from_output``: see :data:`NORMALIZED_FROM_OUTPUT` (the DenseNet
+        checks its batch norms once per forward pass)."""
         if pad is not None and keep is None:
             keep = real_cell_mask(pad, features[0].dtype)
         if pad is None:
@@ -353,7 +413,8 @@ class DenseLayer2d(nn.Module):
 
         def bottleneck(*inputs, update_stats):
             return self.bottleneck(*inputs, pad=pad, keep=keep, count=count,
-                                   update_stats=update_stats)
+                                   update_stats=update_stats, native=not memory_efficient,
+                                   from_output=from_output)
 
         if self.training and count is None:
             count = _cells(features[0], pad)
@@ -366,7 +427,17 @@ class DenseLayer2d(nn.Module):
             h = F.glu(h, dim=1)
         if keep is not None:
             h = h * keep
-        return F.dropout(h, self.dropout, self.training)
+        return dropout_channels_first(h, self.dropout, self.training)
+
+
+def dropout_channels_first(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout(x, p, training)`` with its random mask drawn in the channels-first order of x's
+    elements whatever x's memory layout (torch draws in memory order): a grid in channels-last
+    memory drops the same cells, from the same seed, as in channels-first memory."""
+    if not training or p == 0 or p == 1 or x.is_contiguous():
+        return F.dropout(x, p, training)
+    noise = torch.empty(x.shape, dtype=x.dtype, device=x.device).bernoulli_(1 - p)
+    return x * noise.div_(1 - p)  # as F.dropout: the mask scaled by 1/(1 - p), then the product
 
 
 def real_cell_mask(pad: Tensor, dtype: torch.dtype) -> Tensor:
@@ -404,6 +475,7 @@ class DenseNet2d(nn.Module):
             for i in range(num_layers))
         self.out_channels = in_channels + num_layers * growth_rate
         self.norm = MaskedBatchNorm2d(self.out_channels)
+        self._batch_norms = tuple(m for m in self.modules() if isinstance(m, MaskedBatchNorm2d))
 
     def extra_repr(self) -> str:
         return f"memory_efficient_densenet={self.memory_efficient_densenet}"
@@ -424,6 +496,8 @@ class DenseNet2d(nn.Module):
         pad = padding.unsqueeze(1) if bool(padding.any()) else None
         keep = real_cell_mask(pad, x.dtype) if pad is not None else None
         count = _cells(x, pad) if self.training else None
+        from_output = (NORMALIZED_FROM_OUTPUT and self.training and torch.is_grad_enabled()
+                       and _normalized_from_output(self._batch_norms))
         features = [x * keep if keep is not None else x]
         # Training statistics of each feature, computed once and shared by every later layer.
         stats = [masked_moments(features[0], pad, count)] if self.training else None
@@ -433,13 +507,15 @@ class DenseNet2d(nn.Module):
 
         for layer in self.layers:
             features.append(layer(features, pad, count, incremental_state,
-                                  self.memory_efficient_densenet, concatenated_stats(), keep))
+                                  self.memory_efficient_densenet, concatenated_stats(), keep,
+                                  from_output))
             if stats is not None:
                 stats.append(masked_moments(features[-1], pad, count))
 
         def close(*inputs, update_stats):
             features, moments = (inputs[:-2], inputs[-2:]) if self.training else (inputs, None)
-            return self.norm.relu(features, keep, pad, count, update_stats, moments)
+            return self.norm.relu(features, keep, pad, count, update_stats, moments,
+                                  from_output=from_output)
 
         inputs = features + list(concatenated_stats() or ())
         return _recompute_in_backward(close, inputs, self.memory_efficient_densenet)

@@ -17,6 +17,15 @@ PEERS = {
         "note": "the paper's code (nmt/, 2018-08-10), in the history of the repository's master "
                 "branch, whose tip is a later fairseq fork",
     },
+    "attn2d-fairseq": {
+        "paper": "Elbayad et al. 2018 (Pervasive Attention), ported to fairseq",
+        "url": "https://github.com/elbayadm/attn2d",
+        "commit": "982653439dedc7306e484e00b3dfb90e2cd7c9e1",
+        "marker": "examples/pervasive/modules/archive/densenet.py",
+        "note": "the authors' fairseq port (examples/pervasive, 2021-05-08, the master branch's "
+                "tip): its batch-normalized DenseNet (modules/archive/densenet.py) and its max "
+                "aggregator (modules/aggregators.py)",
+    },
     "thseq": {
         "paper": "Zeng et al. 2021 (Recurrent Attention)",
         "url": "https://github.com/lemon0830/RAN",

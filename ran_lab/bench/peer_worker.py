@@ -11,7 +11,8 @@ resident set since setup, ``{"cmd": "saved"}`` the tensors kept for the backward
 in-process in the tests.
 
 Sides: ``plugin`` (ran_fairseq's architecture of the case), ``attn2d`` (Elbayad et al.'s code at
-the pinned commit, from a local clone), ``thseq`` (Zeng et al.'s, likewise;
+the pinned commit, from a local clone), ``attn2d-fairseq`` (their later fairseq port, likewise;
+:mod:`ran_lab.bench.peer_attn2d_fairseq`), ``thseq`` (Zeng et al.'s, likewise;
 :mod:`ran_lab.bench.peer_thseq`), ``stub`` (:class:`StubSide`, for testing the harness without a
 clone) and any ``module:function`` returning a :class:`Side`. Every side trains with the
 same loss (the sum of the target tokens' negative log-likelihoods, padding left out) and
@@ -38,13 +39,14 @@ def plugin_flags(case):
     system of configs/ran/systems.json)."""
     arch = case["arch"]
     if arch == "pervasive_attention":
+        p = str(case.get("dropout", 0.2))
         flags = ["--arch", "pervasive_attention", "--num-layers", str(case["layers"]),
                  "--growth-rate", str(case["growth_rate"]),
                  "--kernel-size", str(case["kernel_size"]),
                  "--encoder-embed-dim", str(case["embed_dim"]),
                  "--decoder-embed-dim", str(case["embed_dim"]), "--aggregator", "max",
-                 "--share-decoder-input-output-embed", "--dropout", "0.2",
-                 "--embedding-dropout", "0.2", "--output-dropout", "0.2",
+                 "--share-decoder-input-output-embed", "--dropout", p,
+                 "--embedding-dropout", p, "--output-dropout", p,
                  "--max-source-positions", "1024", "--max-target-positions", "1024"]
     elif arch == "ran_transformer":
         # one vocabulary and one embedding matrix for source, target and output, as the CPU
@@ -117,17 +119,18 @@ def attn2d_params(case):
     """The configuration of attn2d's ``Convs2s2D`` (the paper's model: one DenseNet block of
     batch-normalized masked convolutions, max pooling over the source) at the case's sizes, with
     the plugin's choices where the code has options: no biases in the convolutions, the output
-    tied to the target embeddings through a linear map to d, dropout 0.2 everywhere."""
-    d, k = case["embed_dim"], case["kernel_size"]
+    tied to the target embeddings through a linear map to d, the case's dropout everywhere (0.2
+    unless it says)."""
+    d, k, p = case["embed_dim"], case["kernel_size"], case.get("dropout", 0.2)
     embedding = {"type": "embedding", "input_dim": d, "encode_length": 0, "encode_position": 0,
-                 "input_dropout": 0.2, "max_length": 1024}
+                 "input_dropout": p, "max_length": 1024}
     return {
         "encoder": dict(embedding),
         "decoder": dict(embedding, tie_target_weights=1, copy_source_weights=0,
-                        prediction_dropout=0.2),
+                        prediction_dropout=p),
         "network": {"type": "densenet", "kernels": [k], "kernel": k,
                     "num_layers": [case["layers"]], "growth_rate": case["growth_rate"],
-                    "bn_size": 4, "conv_dropout": 0.2, "bias": 0, "init_weights": 1},
+                    "bn_size": 4, "conv_dropout": p, "bias": 0, "init_weights": 1},
         "aggregator": {"mode": "max"},
     }
 
@@ -200,6 +203,10 @@ def build_side(side, case, clone=None):
         return PluginSide(case)
     if side == "attn2d":
         return Attn2dSide(case, clone)
+    if side == "attn2d-fairseq":
+        from .peer_attn2d_fairseq import Attn2dFairseqSide
+
+        return Attn2dFairseqSide(case, clone)
     if side == "thseq":
         from .peer_thseq import ThseqSide
 

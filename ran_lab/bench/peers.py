@@ -13,11 +13,13 @@ less the resident set before the first one.
 
 The authors' code is read from a local clone at a pinned commit (:data:`PEERS`); it is never copied
 into the project. A missing clone is an error of one line that says how to get it. The peers:
-Elbayad et al.'s attn2d for Pervasive Attention (the ``pa-`` cases), Zeng et al.'s thseq for RAN
-(the ``ran-`` cases; :mod:`ran_lab.bench.peer_thseq`).
+Elbayad et al.'s attn2d for Pervasive Attention (the ``pa-`` cases: its paper code, and in the
+``pa-fairseq-`` cases its later fairseq port, :mod:`ran_lab.bench.peer_attn2d_fairseq`), Zeng et
+al.'s thseq for RAN (the ``ran-`` cases; :mod:`ran_lab.bench.peer_thseq`).
 
     python scripts/bench-peers.py --attn2d ~/src/attn2d --out results/bench/peers/cpu-run1
     python scripts/bench-peers.py --thseq ~/src/RAN --cases ran-cpu,ran-cpu-padded --out OUT
+    python scripts/bench-peers.py --attn2d-fairseq ~/src/attn2d-fairseq --out OUT
 """
 import argparse
 import json
@@ -50,6 +52,10 @@ CASES = {
     "pa-paper": dict(_PA, embed_dim=128, layers=24, growth_rate=32, kernel_size=5,
                      about="the paper's base size (Table 1, Max)"),
 }
+# The same sizes against attn2d's later fairseq port (ran_lab/bench/peer_attn2d_fairseq.py), both
+# sides without dropout (the measurement that found the port's step faster than the plugin's).
+for _size in ("cpu", "d128", "paper"):
+    CASES[f"pa-fairseq-{_size}"] = dict(CASES[f"pa-{_size}"], peer="attn2d-fairseq", dropout=0.0)
 
 # RAN-ALL (Zeng et al. 2021) against the authors' thseq: 32 sentences of 25 tokens, the batch the
 # first comparison measured, the same vocabulary. The plugin runs the system 'RAN-ALL as the authors'
@@ -290,6 +296,11 @@ def report(results, machine):
     return "\n".join(lines) + "\n"
 
 
+def _dest(peer):
+    """The argparse attribute of ``--PEER``."""
+    return peer.replace("-", "_")
+
+
 def parser():
     p = argparse.ArgumentParser(prog="bench-peers", description=__doc__.split("\n\n")[0])
     for peer, spec in PEERS.items():
@@ -309,7 +320,7 @@ def parser():
 
 
 def selected_cases(args):
-    clones = {peer: getattr(args, peer) for peer in PEERS if getattr(args, peer)}
+    clones = {peer: getattr(args, _dest(peer)) for peer in PEERS if getattr(args, _dest(peer))}
     if args.cases:
         names = [c.strip() for c in args.cases.split(",") if c.strip()]
         unknown = [n for n in names if n not in CASES]

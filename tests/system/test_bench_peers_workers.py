@@ -1,7 +1,8 @@
 """The peer benchmark across processes (its workers, with a stand-in peer), and, opt-in, the
 agreement of the plugin with the authors' own code: set ``ATTN2D_CLONE`` to a clone of
 https://github.com/elbayadm/attn2d at the commit of ``ran_lab.bench.peers.PEERS`` (the paper's
-code, ``nmt/``), and ``THSEQ_CLONE`` to a clone of https://github.com/lemon0830/RAN at its commit
+code, ``nmt/``), ``ATTN2D_FAIRSEQ_CLONE`` to one at the commit of its fairseq port (the
+repository's tip, ``examples/pervasive``), and ``THSEQ_CLONE`` to a clone of https://github.com/lemon0830/RAN at its commit
 there (Zeng et al.'s thseq, for RAN); without them those tests skip and say how to get it. The
 harness's logic in this process: tests/unit/test_bench_peers.py."""
 import os
@@ -163,6 +164,83 @@ def test_attn2d_side_trains_and_decodes_from_the_clone():
     side = peer_worker.Attn2dSide(case, CLONE)
     first = side.train_step()
     assert first > 0 and side.train_step() < first * 1.5
+    assert side.decode() == case["sentences"] * case["target_length"]
+
+
+# ---- agreement with attn2d's fairseq port (opt-in) ------------------------------------------------
+
+PORT = os.environ.get("ATTN2D_FAIRSEQ_CLONE")
+PORT_MISSING = (peers.clone_problem("attn2d-fairseq", PORT) if PORT else
+                "set ATTN2D_FAIRSEQ_CLONE to a clone of attn2d's fairseq port to compare with it: "
+                + peers.clone_problem("attn2d-fairseq", None))
+needs_port = pytest.mark.skipif(bool(PORT_MISSING), reason=str(PORT_MISSING))
+
+
+def matched_port_pair(kernel_size, seed=0):
+    """The plugin's DenseNet and the port's archive DenseNet (the benchmark's options: one block,
+    no channel reduction, no transition, no biases, dropout 0) with the same weights, the port's
+    full k×k kernels holding the plugin's cropped ones in their first ⌈k/2⌉ rows."""
+    from ran_lab.bench.peer_attn2d_fairseq import densenet_args, load_port
+
+    torch.manual_seed(seed)
+    ours = DenseNet2d(12, 3, 4, kernel_size, dropout=0.0, gated_convolutions="none",
+                      memory_efficient_densenet=False).train()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in ours.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.uniform_(-0.5, 0.5, generator=g)
+    densenet, _ = load_port(PORT)
+    args = densenet_args({"layers": 3, "kernel_size": kernel_size, "growth_rate": 4,
+                          "dropout": 0.0})
+    theirs = densenet(12, args).train()
+    with torch.no_grad():
+        for i, layer in enumerate(ours.layers):
+            peer = getattr(theirs.features.denseblock1, f"denselayer{i + 1}")
+            peer.bn1.load_state_dict(layer.norm1.state_dict())
+            peer.layer2.bn2.load_state_dict(layer.norm2.state_dict())
+            peer.conv1.weight.copy_(layer.conv1.weight)
+            peer.layer2.mconv2.weight.zero_()
+            peer.layer2.mconv2.weight[:, :, :kernel_size // 2 + 1].copy_(layer.conv2.weight)
+        theirs.features.final_norm.load_state_dict(ours.norm.state_dict())
+    return ours, theirs
+
+
+@needs_port
+@pytest.mark.parametrize("kernel_size", [3, 5])
+def test_the_fairseq_ports_densenet_equals_the_plugins(kernel_size):
+    """Training mode on a channels-last grid without padding, as the benchmark runs both: the
+    closing features, the input's gradient and every weight's gradient equal the port's to 1e-5,
+    and so do the running statistics."""
+    ours, theirs = matched_port_pair(kernel_size)
+    x = torch.randn(3, 12, 6, 5).contiguous(memory_format=torch.channels_last)
+    padding = torch.zeros(3, 6, 5, dtype=torch.bool)
+    weights = torch.randn(3, 24, 6, 5)
+    xo, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_ours, out_theirs = ours(xo, padding), theirs(xt)
+    torch.testing.assert_close(out_ours, out_theirs, rtol=1e-5, atol=1e-5)
+    (out_ours * weights).sum().backward()
+    (out_theirs * weights).sum().backward()
+    torch.testing.assert_close(xo.grad, xt.grad, rtol=1e-5, atol=1e-5)
+    p = kernel_size // 2 + 1
+    for i, layer in enumerate(ours.layers):
+        peer = getattr(theirs.features.denseblock1, f"denselayer{i + 1}")
+        pairs = [(layer.conv1.weight.grad, peer.conv1.weight.grad),
+                 (layer.conv2.weight.grad, peer.layer2.mconv2.weight.grad[:, :, :p])]
+        for a, b in ((layer.norm1, peer.bn1), (layer.norm2, peer.layer2.bn2)):
+            pairs += [(a.weight.grad, b.weight.grad), (a.bias.grad, b.bias.grad),
+                      (a.running_mean, b.running_mean), (a.running_var, b.running_var)]
+        for a, b in pairs:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@needs_port
+def test_the_fairseq_port_side_trains_and_decodes_from_the_clone():
+    case = dict(TINY_PA, peer="attn2d-fairseq", dropout=0.0)
+    side = peer_worker.build_side("attn2d-fairseq", case, PORT)
+    first = side.train_step()
+    assert first > 0 and side.train_step() < first
     assert side.decode() == case["sentences"] * case["target_length"]
 
 

@@ -215,3 +215,110 @@ def test_a_missing_clone_is_one_line_that_says_how_to_get_it(tmp_path, capsys):
     with pytest.raises(SystemExit, match="unknown case"):
         peers.main(["--attn2d", str(tmp_path), "--cases", "nope", "--out", str(tmp_path)])
     assert not (tmp_path / "out").exists()
+
+
+# ---- attn2d's fairseq port, from a hand-made stand-in of its two files ---------------------------
+
+STAND_IN_DENSENET = '''
+import torch
+import torch.nn as nn
+
+from fairseq.modules import MaskedConvolution
+
+
+class DenseNet(nn.Module):
+    """The archive DenseNet's interface: one batch-normalized masked convolution, concatenated."""
+
+    def __init__(self, num_init_features, args):
+        super().__init__()
+        k = args.kernel_size
+        mask = torch.ones(args.growth_rate, num_init_features, k, k)
+        mask[:, :, k // 2 + 1:] = 0
+        self.norm = nn.BatchNorm2d(num_init_features)
+        self.conv = MaskedConvolution(mask, num_init_features, args.growth_rate, k,
+                                      (k - 1) // 2, bias=False)
+        self.output_channels = num_init_features + args.growth_rate
+
+    def forward(self, x):
+        return torch.cat([x, self.conv(torch.relu(self.norm(x)))], 1)
+'''
+
+STAND_IN_AGGREGATORS = '''
+import torch.nn as nn
+
+from . import register_aggregator
+
+
+@register_aggregator("max")
+class MAX(nn.Module):
+    def __init__(self, args, num_features):
+        super().__init__()
+
+    def forward(self, x, need_attention_weights=False):
+        return x.max(dim=2)[0], None
+'''
+
+
+@pytest.fixture
+def port_stand_in(tmp_path):
+    """A folder with the two files of attn2d's port that the benchmark reads, hand-made."""
+    from ran_lab.bench import peer_attn2d_fairseq
+
+    for path, text in ((peer_attn2d_fairseq.DENSENET, STAND_IN_DENSENET),
+                       (peer_attn2d_fairseq.AGGREGATORS, STAND_IN_AGGREGATORS)):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    return tmp_path
+
+
+def test_the_fairseq_port_cases_are_the_pa_cases_without_dropout():
+    for size in ("cpu", "d128", "paper"):
+        for suffix in ("", "-padded"):
+            case = peers.CASES[f"pa-fairseq-{size}{suffix}"]
+            assert case["peer"] == "attn2d-fairseq" and case["dropout"] == 0.0
+            same = {k: v for k, v in peers.CASES[f"pa-{size}{suffix}"].items()
+                    if k not in ("peer", "dropout")}
+            assert {k: case[k] for k in same} == same
+            flags = peer_worker.plugin_flags(case)
+            for flag in ("--dropout", "--embedding-dropout", "--output-dropout"):
+                assert flags[flags.index(flag) + 1] == "0.0"
+    assert peer_worker.plugin_flags(peers.CASES["pa-d128"])[
+        peer_worker.plugin_flags(peers.CASES["pa-d128"]).index("--dropout") + 1] == "0.2"
+
+
+def test_the_fairseq_port_side_runs_from_its_two_files(port_stand_in):
+    """The port's files load through the adapter (its masked convolution stands in for the
+    fork's ``fairseq.modules.MaskedConvolution`` during the import only), and the side trains and
+    decodes in a case end to end."""
+    import fairseq.modules
+
+    from ran_lab.bench import peer_attn2d_fairseq
+
+    case = dict(TINY_PA, peer="attn2d-fairseq", dropout=0.0)
+    side = peer_worker.build_side("attn2d-fairseq", case, str(port_stand_in))
+    conv = side.model.net.conv
+    assert isinstance(conv, peer_attn2d_fairseq.MaskedConvolution)
+    assert not hasattr(fairseq.modules, "MaskedConvolution")
+    first = side.train_step()
+    assert first > 0 and side.train_step() < first
+    with torch.no_grad():  # the optimizer moved the future row; a forward pass zeroes it again
+        side.log_probs(side.batch)
+    assert torch.all(conv.weight[:, :, 2:] == 0) and conv.weight[:, :, :2].abs().sum() > 0
+    assert side.decode() == case["sentences"] * case["target_length"]
+    result = peers.run_case("tiny", case, {"attn2d-fairseq": str(port_stand_in)}, reps=1,
+                            warmup=1, threads=1, runner_class=peers.InProcessRunner,
+                            memory_steps=1)
+    assert set(result["train"]["seconds"]) == {"plugin", "attn2d-fairseq"}
+    assert result["info"]["attn2d-fairseq"]["densenet"]["divide_channels"] == 1
+
+
+def test_the_fairseq_port_clone_is_asked_for_by_its_own_option(tmp_path, port_stand_in):
+    with pytest.raises(SystemExit) as exit_:
+        peers.main(["--attn2d", str(tmp_path), "--cases", "pa-fairseq-cpu", "--out",
+                    str(tmp_path / "out")])
+    message = str(exit_.value)
+    assert "attn2d-fairseq: no clone" in message and peers.PEERS["attn2d-fairseq"]["commit"] in message
+    args = peers.parser().parse_args(["--attn2d-fairseq", str(port_stand_in), "--out", "x"])
+    names, clones = peers.selected_cases(args)
+    assert names == [n for n in peers.CASES if n.startswith("pa-fairseq-")]
+    assert clones == {"attn2d-fairseq": str(port_stand_in)}

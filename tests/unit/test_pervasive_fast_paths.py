@@ -1,0 +1,219 @@
+"""Pervasive Attention's fast training paths against their eager references, each chosen by a
+module-level switch: the grid in channels-last memory (``CHANNELS_LAST_GRID`` of the model), the
+fused batch norm's backward taking the normalized input from its output instead of concatenating
+the features again (``NORMALIZED_FROM_OUTPUT``), and torch's training-mode batch norm for the
+unshared, unpadded one after each 1×1 convolution (``NATIVE_UNPADDED_NORM``). Logits, every
+gradient and the running statistics agree (dropout included: its masks are drawn alike), and the
+concatenations of a training step are counted (deterministic: no timing here)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq import options
+from fairseq.data import Dictionary
+
+import ran_fairseq.models.pervasive_attention as pervasive
+import ran_fairseq.modules.densenet2d as densenet2d
+from ran_fairseq.modules.aggregators import max_pool
+from ran_fairseq.modules.densenet2d import DenseNet2d, MaskedBatchNorm2d, dropout_channels_first
+from ran_lab.bench.kernels import KernelCounter
+
+VOCAB = 14
+SWITCHES = [(pervasive, "CHANNELS_LAST_GRID"), (densenet2d, "NORMALIZED_FROM_OUTPUT"),
+            (densenet2d, "NATIVE_UNPADDED_NORM")]
+
+
+class _Task:
+    def __init__(self):
+        self.source_dictionary, self.target_dictionary = Dictionary(), Dictionary()
+        for i in range(VOCAB - 4):
+            self.source_dictionary.add_symbol(f"s{i}")
+            self.target_dictionary.add_symbol(f"t{i}")
+
+
+def build(flags, layers=3):
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        ["unused-data", "--arch", "pervasive_attention", "--task", "translation",
+         "--num-layers", str(layers), "--growth-rate", "4", "--encoder-embed-dim", "6",
+         "--decoder-embed-dim", "5", "--max-source-positions", "50",
+         "--max-target-positions", "50", *flags])
+    torch.manual_seed(0)
+    model = pervasive.PervasiveAttentionModel.build_model(args, _Task())
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # batch norms away from their initial identity
+        for m in model.modules():
+            if isinstance(m, MaskedBatchNorm2d):
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.uniform_(-0.5, 0.5, generator=g)
+    return model
+
+
+def batch(padded):
+    g = torch.Generator().manual_seed(2)
+    src = torch.randint(4, VOCAB, (4, 7), generator=g)
+    prev = torch.randint(4, VOCAB, (4, 6), generator=g)
+    prev[:, 0] = 2
+    if padded:
+        for b, (s, t) in enumerate([(7, 6), (5, 4), (3, 6), (6, 2)]):
+            src[b, s:] = 1
+            prev[b, t:] = 1
+    return src, src.ne(1).sum(1), prev
+
+
+def training_outputs(model, padded):
+    """Logits, every parameter's gradient and the running statistics of one training step."""
+    model.train()
+    src, src_lengths, prev = batch(padded)
+    torch.manual_seed(3)
+    logits, _ = model(src, src_lengths, prev)
+    weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(4))
+    (logits * weights * prev.ne(1).unsqueeze(-1)).sum().backward()
+    result = {"logits": logits.detach()}
+    result.update({f"grad {n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
+    result.update({n: b.clone() for n, b in model.named_buffers() if "running" in n})
+    return result
+
+
+def assert_same(got, expected):
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        scale = max(1.0, value.abs().max().item())
+        assert torch.isfinite(got[key]).all(), key
+        assert (got[key] - value).abs().max().item() <= 1e-5 * scale, key
+
+
+def reference(monkeypatch):
+    for module, name in SWITCHES:
+        monkeypatch.setattr(module, name, False)
+
+
+FLAGS = {
+    "max": ["--aggregator", "max", "--share-decoder-input-output-embed"],
+    "max k5 gated both": ["--kernel-size", "5", "--aggregator", "max", "--gated-convolutions",
+                          "both"],
+    "max-attn gated": ["--kernel-size", "3", "--aggregator", "max-attn",
+                       "--gated-convolutions", "masked"],
+    "avg memory-efficient": ["--kernel-size", "3", "--aggregator", "avg",
+                             "--memory-efficient-densenet"],
+}
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("name", list(FLAGS))
+def test_fast_paths_equal_the_eager_reference(name, padded, monkeypatch):
+    flags = FLAGS[name] + ([] if "k5" in name or "kernel" in FLAGS[name] else
+                           ["--kernel-size", "3"])
+    fast = training_outputs(build(flags), padded)
+    reference(monkeypatch)
+    assert_same(fast, training_outputs(build(flags), padded))
+
+
+@pytest.mark.parametrize("module, name", SWITCHES, ids=[name for _, name in SWITCHES])
+def test_each_fast_path_alone_equals_the_reference(module, name, monkeypatch):
+    flags = FLAGS["max"] + ["--kernel-size", "3"]
+    reference(monkeypatch)
+    expected = training_outputs(build(flags), padded=False)
+    monkeypatch.setattr(module, name, True)
+    assert_same(training_outputs(build(flags), padded=False), expected)
+
+
+def test_the_normalized_input_is_not_taken_from_the_output_where_a_weight_is_zero():
+    """|b| < 8|w| fails for a zero weight: the backward concatenates, and stays finite."""
+    flags = FLAGS["max"] + ["--kernel-size", "3"]
+    model = build(flags)
+    with torch.no_grad():
+        model.decoder.densenet.layers[1].norm1.weight[2] = 0.0
+    norms = model.decoder.densenet._batch_norms
+    assert not densenet2d._normalized_from_output(norms)
+    assert densenet2d._normalized_from_output(build(flags).decoder.densenet._batch_norms)
+    grads = training_outputs(model, padded=True)
+    assert all(torch.isfinite(v).all() for v in grads.values())
+
+
+def cat_calls(net, x, padding):
+    """aten::cat calls of a training forward pass of ``net`` and of its backward pass."""
+    net.train()
+    with KernelCounter() as forward:
+        out = net(x, padding)
+    with KernelCounter() as backward:
+        out.sum().backward()
+    return forward.ops.get("aten::cat", 0), backward.ops.get("aten::cat", 0)
+
+
+@pytest.mark.parametrize("layers", [2, 5])
+def test_the_backward_pass_concatenates_no_features(layers, monkeypatch):
+    """Forward: each layer after the first and the closing norm concatenate their input
+    features (L), each reading layer its features' statistics (2 (L + 1)), and one check of the
+    batch norms' parameters concatenates them (2); backward: nothing, where the reference
+    concatenates the features of those L batch norms again."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 4, 5).contiguous(memory_format=torch.channels_last)
+    padding = torch.zeros(2, 4, 5, dtype=torch.bool)
+    net = DenseNet2d(6, layers, 3, 3, dropout=0.0, gated_convolutions="none",
+                     memory_efficient_densenet=False)
+    assert cat_calls(net, x, padding) == (layers + 2 * (layers + 1) + 2, 0)
+    reference(monkeypatch)
+    assert cat_calls(net, x, padding) == (layers + 2 * (layers + 1), layers)
+
+
+def test_a_channels_last_grid_keeps_its_layout_and_its_dropout_masks():
+    """The DenseNet's output and the gradient that max pooling sends back are channels last for
+    a channels-last grid; the values and the gradient equal those of the channels-first grid,
+    with dropout from the same seed."""
+    torch.manual_seed(0)
+    net = DenseNet2d(6, 2, 3, 3, dropout=0.3, gated_convolutions="none",
+                     memory_efficient_densenet=False).train()
+    x = torch.randn(2, 6, 4, 5)
+    padding = torch.zeros(2, 4, 5, dtype=torch.bool)
+    source = torch.zeros(2, 5, dtype=torch.bool)
+    results = []
+    for grid in (x.clone(), x.contiguous(memory_format=torch.channels_last)):
+        grid.requires_grad_()
+        torch.manual_seed(1)
+        features = net(grid, padding)
+        incoming = []
+        features.register_hook(incoming.append)
+        pooled, _ = max_pool(features, source, need_weights=False)
+        (pooled * torch.arange(pooled.numel()).view_as(pooled)).sum().backward()
+        results.append((features, grid.grad))
+    (first, first_grad), (last, last_grad) = results
+    assert last.is_contiguous(memory_format=torch.channels_last)
+    assert incoming[0].is_contiguous(memory_format=torch.channels_last)
+    assert_same({"features": last, "grid's gradient": last_grad},
+                {"features": first, "grid's gradient": first_grad})
+
+
+def test_dropout_channels_first_draws_the_mask_of_a_channels_first_tensor():
+    x = torch.randn(2, 3, 4, 5)
+    torch.manual_seed(7)
+    expected = F.dropout(x, 0.4, True)
+    torch.manual_seed(7)
+    got = dropout_channels_first(x.contiguous(memory_format=torch.channels_last), 0.4, True)
+    assert torch.equal(got, expected)
+    assert torch.equal(dropout_channels_first(x, 0.4, False), x)
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+@pytest.mark.parametrize("kind", ["max", "avg", "max-attn"])
+def test_pooling_rectified_features_needs_no_mask(kind, left):
+    """Features ≥ 0 and 0 at padded columns (with ties at 0 in real columns too): pooled values,
+    weights and the gradients through the ReLU that made them equal the masked pooling's."""
+    from ran_fairseq.modules.aggregators import SourceAggregator
+
+    torch.manual_seed(0)
+    columns, lengths = 5, torch.tensor([[5], [3], [1]])
+    position = torch.arange(columns).expand(3, -1)
+    padding = position < columns - lengths if left else position >= lengths
+    pre = torch.randn(3, 4, 2, columns) - 0.5
+    pre[:, 0] = -1.0  # a channel with every real cell cut by the ReLU: ties at 0
+    aggregator = SourceAggregator(kind, 4)
+    results = []
+    for rectified in (False, True):
+        x = pre.clone().requires_grad_()
+        features = torch.relu(x) * (~padding)[:, None, None, :]
+        pooled, weights = aggregator(features, padding, need_weights=True, rectified=rectified)
+        (pooled * torch.randn(pooled.shape, generator=torch.Generator().manual_seed(1))).sum() \
+            .backward()
+        results.append((pooled.detach(), weights, x.grad))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
