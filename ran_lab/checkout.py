@@ -4,7 +4,7 @@ The plugin (models, modules, the hub, ``ran-prepare``, ``ran-evaluate``) runs fr
 lab's commands (``ran-reproduce``, ``ran-bench``, ``ran-claims``, ``ran-remake``) read ``configs/``
 and write ``results/`` of a checkout, the folder that holds ``setup.py`` and the ``ran_fairseq``
 package. In a checkout (an editable install or ``PYTHONPATH``) that folder is the one above this
-package; in an installed wheel the folder above is ``site-packages``, and :func:`root` refuses in
+package; in an installed wheel the folder above is ``site-packages``, and :func:`require` refuses in
 one line that says how to get a checkout.
 """
 from pathlib import Path
@@ -18,29 +18,16 @@ HOW_TO_GET_ONE = ("clone the project's repository and run the command inside the
                   "`pip install --no-build-isolation -e .` there (README.md, Install)")
 
 
-class NotACheckout(RuntimeError):
-    """The package runs from an install without the checkout the command needs."""
-
-
 def is_checkout(path: Path = ROOT) -> bool:
     """Whether ``path`` (default: the folder above the package) is a checkout of the project."""
     return all((Path(path) / mark).exists() for mark in MARKS)
 
 
-def root() -> Path:
-    """The checkout's root folder; :class:`NotACheckout` when the package is installed without
-    one."""
-    if not is_checkout(ROOT):
-        raise NotACheckout(f"runs from a checkout of the project (it reads configs/ and writes "
-                           f"results/ there), and ran_lab is installed at {PACKAGE} without "
-                           f"one: {HOW_TO_GET_ONE}")
-    return ROOT
-
-
 def require(command: str) -> Path:
-    """:func:`root` for a console script: outside a checkout, exit non-zero with one line that
-    names ``command``."""
-    try:
-        return root()
-    except NotACheckout as err:
-        raise SystemExit(f"{command}: error: {command} {err}") from None
+    """The checkout's root folder, for a console script: outside a checkout (an install without
+    one), exit non-zero with one line that names ``command`` and says how to get one."""
+    if not is_checkout(ROOT):
+        raise SystemExit(f"{command}: error: {command} runs from a checkout of the project (it "
+                         f"reads configs/ and writes results/ there), and ran_lab is installed at "
+                         f"{PACKAGE} without one: {HOW_TO_GET_ONE}")
+    return ROOT

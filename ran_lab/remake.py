@@ -35,7 +35,7 @@ from ran_text import textio
 from ran_text.textio import one_line_errors
 
 from ran_lab import checkout
-from ran_lab.common import schema
+from ran_lab.common import LabError, schema
 from ran_lab.common.paths import REPO
 
 MANIFEST = Path("results") / "REMAKE.json"
@@ -43,10 +43,6 @@ MANIFEST = Path("results") / "REMAKE.json"
 RUN_STARTS = re.compile(r"^reproduce-[\w-]+: (\S+ .+ seed \d+) \.\.\.$")
 TAIL_LINES = 20
 BOARD_PAPER = "leaderboard"  # remade by its page (ran_lab/leaderboard), not by the engine alone
-
-
-class ManifestError(ValueError):
-    """A manifest that is not a list of entries naming a paper and its options."""
 
 
 @dataclass
@@ -137,28 +133,27 @@ def load_manifest(path: Path, repo: Optional[Path] = None) -> List[Entry]:
     try:
         data = textio.read_json(path, "the remake manifest", "fix the entry as "
                                 "ran_lab/remake.py describes")
-    except (OSError, textio.BadTextFile) as e:
-        raise ManifestError(str(e) if isinstance(e, textio.BadTextFile) else f"{path}: {e}") \
-            from None
+    except OSError as e:
+        raise LabError(f"{path}: {e}") from None
     if isinstance(data, list):
         for i, item in enumerate(data):
             if isinstance(item, dict) and "argv" in item:
-                raise ManifestError(f"{path}: entry {i + 1}: an entry names a paper and the "
+                raise LabError(f"{path}: entry {i + 1}: an entry names a paper and the "
                                     f"values of its options, not a command ('argv'); write "
                                     f"{EXAMPLE}; nothing was run")
-    schema.check(data, schema.REMAKE, path, "the remake manifest", error=ManifestError)
+    schema.check(data, schema.REMAKE, path, "the remake manifest")
     entries, seen = [], set()
     for i, item in enumerate(data):
         where = f"{path}: entry {i + 1}"
         folder = item["folder"]
         if Path(folder).is_absolute() or ".." in Path(folder).parts:
-            raise ManifestError(f"{where}: 'folder' must be a path relative to the checkout")
+            raise LabError(f"{where}: 'folder' must be a path relative to the checkout")
         entry = Entry(**dict(item, folder=folder.rstrip("/")))
         problem = entry_problem(repo, entry)
         if problem:
-            raise ManifestError(f"{where} ({folder}): {problem}; nothing was run")
+            raise LabError(f"{where} ({folder}): {problem}; nothing was run")
         if entry.folder in seen:
-            raise ManifestError(f"{where}: {entry.folder} is listed twice")
+            raise LabError(f"{where}: {entry.folder} is listed twice")
         seen.add(entry.folder)
         entries.append(entry)
     return entries
@@ -196,7 +191,7 @@ def run_command(repo: Path, entry: Entry, python: str, outcome: Outcome):
     tail = collections.deque(maxlen=TAIL_LINES)
     problem = entry_problem(repo, entry)
     if problem:  # load_manifest refuses it already; a caller's own entry is checked here
-        raise ManifestError(f"{problem}; nothing was run")
+        raise LabError(f"{problem}; nothing was run")
     cmd, env = ["bash", *entry.argv], dict(os.environ, PYTHON=python)
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -276,7 +271,7 @@ def select(entries: List[Entry], only: Optional[List[str]]) -> List[Entry]:
     wanted = [f.rstrip("/") for f in only]
     unknown = [f for f in wanted if f not in by_folder]
     if unknown:
-        raise ManifestError(f"not in the manifest: {', '.join(unknown)} (--list names the "
+        raise LabError(f"not in the manifest: {', '.join(unknown)} (--list names the "
                             f"folders)")
     return [by_folder[f] for f in dict.fromkeys(wanted)]
 
@@ -290,7 +285,7 @@ def main(argv: Optional[List[str]] = None, repo: Path = REPO, python: str = sys.
     try:
         entries = load_manifest(repo / args.manifest, repo)
         chosen = select(entries, args.only)
-    except ManifestError as e:
+    except LabError as e:
         sys.exit(f"ran-remake: error: {e}")
     if args.list:
         for e in chosen:

@@ -16,11 +16,11 @@ from ran_lab.common import schema
 from ran_text.textio import read_json
 from . import provenance, report
 from .engine import Verdict, evaluate
-from .results import Folder, ResultsError
-from .spec import Claims, ClaimsError, load
+from .results import Folder
+from .spec import Claims, load
 
-__all__ = ["Claims", "ClaimsError", "Folder", "ResultsError", "Verdict", "claims_file_of",
-           "compute", "holds_of", "load", "write_claims", "verdicts_by_key"]
+__all__ = ["Claims", "Folder", "Verdict", "claims_file_of", "compute", "holds_of", "load",
+           "write_claims", "verdicts_by_key"]
 
 
 def claims_file_of(folder: Path, repo: Path = REPO) -> Path:
@@ -50,7 +50,7 @@ def shown(path: Path, repo: Path) -> str:
 def compute(folder, claims_file: Optional[Path] = None, refs: Optional[dict] = None,
             repo: Path = REPO, compute_missing: bool = True):
     """``(claims, folder, verdicts)`` of a results folder. A p-value CLAIMS.json does not hold is
-    computed from the hypotheses unless ``compute_missing`` is False (ResultsError then)."""
+    computed from the hypotheses unless ``compute_missing`` is False (LabError then)."""
     folder = Path(folder)
     claims = load(claims_file or claims_file_of(folder, repo), repo)
     results = Folder(folder, repo, refs, _cache(folder), compute_missing,

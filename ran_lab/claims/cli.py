@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from ran_lab import checkout
-from . import (REPO, ClaimsError, ResultsError, claims_file_of, compute, holds_of, render,
-               verdicts_by_key)
+from ran_lab.common import LabError
+from . import REPO, claims_file_of, compute, holds_of, render, verdicts_by_key
 from . import report, write_claims
 from ran_text.textio import one_line_errors
 
@@ -110,7 +110,7 @@ def main(argv=None):
                 else:
                     page.write_text(filled, encoding="utf-8")
                     print(page)
-    except (ClaimsError, ResultsError, KeyError) as e:
+    except (LabError, KeyError) as e:
         sys.exit(f"ran-claims: error: {e}")
     if stale:
         sys.exit("claims: not what the engine computes (rerun without --check): " +

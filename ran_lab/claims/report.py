@@ -13,6 +13,7 @@ test fails where a page differs from it.
 import re
 from typing import Callable, Dict, List, Optional
 
+from ..tables import markdown_table
 from . import bootstrap
 from .engine import WEAK_BASELINE, Verdict
 from .rule import (DESCRIPTIVE, HELD, INCONCLUSIVE, NOT_HELD, NOT_JUDGED, NOT_RUN, ONE_SEED,
@@ -277,17 +278,13 @@ def compares_text(claim: dict) -> str:
     return f"{systems} {relation} {claim['against']} ({what})"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
 def claims_table(verdicts: List[Verdict], pairs: Optional[List[str]] = None) -> str:
     """The summary table a README quotes: one row per claim (and direction in ``pairs``)."""
-    rows = ["| claim | paper | here | verdict |", "|---|---|---|---|"]
+    rows = []
     for v in verdicts:
         if v.pair is not None and pairs is not None and v.pair not in pairs:
             continue
@@ -297,10 +294,9 @@ def claims_table(verdicts: List[Verdict], pairs: Optional[List[str]] = None) -> 
         verdict, _, rest = here.partition(": ")
         paper = paper_text(claim, short=True) or ("not the paper's: this project's own"
                                                   if claim.get("own") else "")
-        rows.append(f"| {_cell(_sentence(claim['claim']))} ({_cell(where)}) | "
-                    f"{_cell(paper)} | "
-                    f"{_cell(rest) or '—'} | **{_cell(verdict)}** |")
-    return "\n".join(rows)
+        rows.append([f"{_sentence(claim['claim'])} ({where})", paper, rest or "—",
+                     f"**{verdict}**"])
+    return "\n".join(markdown_table(["claim", "paper", "here", "verdict"], rows, text_columns=4))
 
 
 def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
@@ -328,36 +324,32 @@ def markdown(paper: str, claims_path: str, folder_path: str, settings: dict,
     absent = [p for p in pairs if p not in folder_pairs]
     for pair in (p for p in pairs if p in folder_pairs):
         rows = [v for v in verdicts if v.pair == pair]
-        lines += [f"## {pair}", "",
-                  "| id | where | the paper says | compares | paper | here | verdict |",
-                  "|---|---|---|---|---|---|---|"]
+        cells = []
         for v in rows:
             verdict, _, rest = quote(v, short=False).partition(": ")
-            lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
-                         f"{_cell(_sentence(v.claim['claim']))} | "
-                         f"{_cell(compares_text(v.claim))} | "
-                         f"{_cell(paper_text(v.claim))} | {_cell(rest) or '—'} | "
-                         f"**{_cell(verdict)}** |")
-        lines += [""] + _notes(rows)
+            cells.append([v.claim["id"], v.claim["where"], _sentence(v.claim["claim"]),
+                          compares_text(v.claim), paper_text(v.claim), rest or "—",
+                          f"**{verdict}**"])
+        lines += [f"## {pair}", "", *markdown_table(
+            ["id", "where", "the paper says", "compares", "paper", "here", "verdict"], cells,
+            text_columns=7), ""] + _notes(rows)
     for pair in absent:
         ids = ", ".join(v.claim["id"] for v in verdicts if v.pair == pair)
         lines += [f"## {pair}", "", f"Not run: this folder has no {pair} results ({ids}).", ""]
     thresholds = [v for v in verdicts if v.pair is None]
     if thresholds:
-        lines += ["## Analysis and speed", "",
-                  "| id | where | the paper says | measured (limit) | read from | paper "
-                  "| verdict |",
-                  "|---|---|---|---|---|---|---|"]
+        cells = []
         for v in thresholds:
             m = v.measured
             verdict, _, rest = quote(v, short=False).partition(": ")
-            files = ", ".join(f"`{f}`" for f in m.files)
             detail = "; ".join(f"{k}: {d}" for k, d in m.details.items() if k != "why")
-            lines.append(f"| {v.claim['id']} | {_cell(v.claim['where'])} | "
-                         f"{_cell(_sentence(v.claim['claim']))} | "
-                         f"{_cell(rest)}{_cell(' (' + detail + ')') if detail else ''} | "
-                         f"{files} | {_cell(paper_text(v.claim))} | **{_cell(verdict)}** |")
-        lines += [""] + _notes(thresholds)
+            cells.append([v.claim["id"], v.claim["where"], _sentence(v.claim["claim"]),
+                          rest + (f" ({detail})" if detail else ""),
+                          ", ".join(f"`{f}`" for f in m.files), paper_text(v.claim),
+                          f"**{verdict}**"])
+        lines += ["## Analysis and speed", "", *markdown_table(
+            ["id", "where", "the paper says", "measured (limit)", "read from", "paper",
+             "verdict"], cells, text_columns=7), ""] + _notes(thresholds)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ran_text import textio
-from ran_lab.common import schema
+from ran_lab.common import LabError, schema
 from ran_text.textio import read_json
 from ..portable import expand_path
 from . import bootstrap, seeds as seeds_mod
@@ -26,10 +26,6 @@ from .rule import Seed
 P_KEY = {"sacrebleu": "p_value", "ter": "ter_p_value"}
 BOOTSTRAP_METRIC = {"sacrebleu": "BLEU", "ter": "TER"}
 METHOD = "percentile"  # what a stored test or pooled variance was computed by
-
-
-class ResultsError(RuntimeError):
-    """A p-value that can be neither read nor computed (missing hypotheses or references)."""
 
 
 def digest(path: Path) -> str:
@@ -41,7 +37,7 @@ class Folder:
 
     ``refs``: (pair, subset) -> the raw references, where they are not at the path results.json
     records; ``cache``: p-values computed before (CLAIMS.json's ``pvalues``); ``compute``: False to
-    refuse computing a missing p-value (ResultsError instead)."""
+    refuse computing a missing p-value (LabError instead)."""
 
     def __init__(self, path, repo: Optional[Path] = None, refs: Optional[dict] = None,
                  cache: Optional[List[dict]] = None, compute: bool = True,
@@ -117,7 +113,7 @@ class Folder:
                 for name in names for seed in seeds}
         missing = [str(f) for f in hyps.values() if not f.is_file()]
         if missing:
-            raise ResultsError(f"no hypotheses to test {' against '.join(names)} ({pair}, "
+            raise LabError(f"no hypotheses to test {' against '.join(names)} ({pair}, "
                                f"seeds {', '.join(map(str, seeds))}, {subset}): "
                                f"{', '.join(missing)}")
         return hyps
@@ -126,11 +122,11 @@ class Folder:
         """The per-sentence statistics of each hypothesis file, and the scorer."""
         name, seed = next(iter(hyps))
         if not self.compute:
-            raise ResultsError(f"{self.path}: no stored test for {what} ({pair}, {subset}, "
+            raise LabError(f"{self.path}: no stored test for {what} ({pair}, {subset}, "
                                f"{metric}) and computing is off")
         ref = self.ref_file(pair, name, seed, subset)
         if not ref.is_file():
-            raise ResultsError(f"{self.path}: the references {ref} are needed to test {what} "
+            raise LabError(f"{self.path}: the references {ref} are needed to test {what} "
                                f"({pair}, {subset}); pass --refs {pair}:{subset}=FILE")
         refs = textio.read_lines(ref)
         stats = {}

@@ -48,7 +48,7 @@ Beside the claims, the file may hold
 from pathlib import Path
 from typing import List, Optional
 
-from ran_lab.common import schema
+from ran_lab.common import LabError, schema
 from ran_text import textio
 
 from .rule import OPS, RELATIONS, SIZE_TESTS
@@ -77,10 +77,6 @@ TEST_KEYS_OF = {"files": ("bench",), "aggregate": ("bench",), "side": ("entropy"
 SIDES = ("enc", "dec")
 STATS = ("mean", "last_minus_first")
 JS_PAIRS = ("adjacent", "all")
-
-
-class ClaimsError(ValueError):
-    """A claims file that does not follow the format above."""
 
 
 class Claims:
@@ -115,7 +111,7 @@ class Claims:
 
 def _check(ok, where, message):
     if not ok:
-        raise ClaimsError(f"{where}: {message}")
+        raise LabError(f"{where}: {message}")
 
 
 def _check_measure(measure, where):
@@ -231,7 +227,7 @@ def _check_annotations(data: dict, where: str):
 
 
 def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> List[dict]:
-    """The claims of ``data`` with the defaults applied; ClaimsError on the first fault."""
+    """The claims of ``data`` with the defaults applied; LabError on the first fault."""
     _check(isinstance(data, dict) and isinstance(data.get("claims"), list) and "paper" in data,
            where, "a claims file is an object with 'paper' and a list of 'claims'")
     _check_annotations(data, where)
@@ -295,18 +291,16 @@ def load(path, repo: Optional[Path] = None) -> Claims:
     try:
         data = textio.read_json(path, "claims file", "fix the file (or take it again from the "
                                 "repository)")
-    except textio.BadTextFile as e:
-        raise ClaimsError(str(e)) from None
     except OSError as e:
-        raise ClaimsError(f"{path}: {e}") from None
-    schema.check(data, schema.CLAIMS, path, "claims file", error=ClaimsError)
+        raise LabError(f"{path}: {e}") from None
+    schema.check(data, schema.CLAIMS, path, "claims file")
     paper_numbers = None
     if data.get("paper_file"):
         paper_path = Path(repo or Path.cwd()) / data["paper_file"]
         try:
             paper_numbers = textio.read_json(paper_path, "paper numbers")
         except (OSError, textio.BadTextFile) as e:
-            raise ClaimsError(f"{path}: paper_file: {e}") from None
+            raise LabError(f"{path}: paper_file: {e}") from None
     data = {**data, "claims": validate(data, str(path), paper_numbers)}
     return Claims(path, data)
 

@@ -226,8 +226,8 @@ def plural(description):
     return description
 
 
-def check(value, spec, path, what=None, fix=None, error=LabError):
-    """``value`` (read from the file ``path``) if it fits ``spec``; else an ``error`` of one line:
+def check(value, spec, path, what=None, fix=None):
+    """``value`` (read from the file ``path``) if it fits ``spec``; else a LabError of one line:
     the file (``what`` it is), the key, what was expected and what it holds, and ``fix``."""
     try:
         return spec.check(value, "")
@@ -235,7 +235,7 @@ def check(value, spec, path, what=None, fix=None, error=LabError):
         where = f"{path}" + (f" ({what})" if what else "")
         place = f'"{e.key}"' if e.key else "the file"
         holds = "" if "missing" in e.expected else f", found {found(e.value)}"
-        raise error(f"{where}: {place}: expected {e.expected}{holds}"
+        raise LabError(f"{where}: {place}: expected {e.expected}{holds}"
                     + (f"; {fix}" if fix else "")) from None
 
 

@@ -14,6 +14,7 @@ from .. import claims as claims_pkg
 from ..common import paths
 from ..common.paths import shown
 from ..reproduce.config import load_config
+from ..tables import markdown_table
 from . import quality
 from .board import BOARD, Board
 
@@ -155,7 +156,7 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
     for t in threads:
         head += [f"greedy sent/s ({t} thr)", f"beam 5 sent/s ({t} thr)"]
     head += ["decode peak RSS"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     by = {c["system"]: c for c in cost["systems"]}
     for name in names + [n for n in by if n not in names]:
         c = by.get(name)
@@ -172,8 +173,8 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
                  for k in ("greedy", "beam5")]
         peaks = [p for p in peaks if p]
         cells.append(f"{max(peaks):,.0f} MiB" if peaks else "—")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines + [""]
+        rows.append(cells)
+    return lines + markdown_table(head, rows) + [""]
 
 
 def peer_table() -> List[str]:
@@ -186,20 +187,16 @@ def peer_table() -> List[str]:
     lines = ["**The authors' code**, from the peer benchmark's committed runs at the board's "
              "sizes (one thread; its synthetic batch, not the test set; median over the runs of "
              "each run's median round: one training step, greedy decoding of the batch; "
-             "docs/benchmarks.md):", "",
-             "| system | authors' code | batch | train tok/s, plugin | train tok/s, authors' | "
-             "greedy sent/s, plugin | greedy sent/s, authors' | runs |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        peer = r["peer"]
-        lines.append(
-            f"| {r['system']} | {peer} | {r['sentences']} × {r['target_length']} tokens | "
-            f"{_num(r['train_tokens_per_s'].get('plugin'), 0)} | "
-            f"{_num(r['train_tokens_per_s'].get(peer), 0)} | "
-            f"{_num(r['decode_sentences_per_s'].get('plugin'), 1)} | "
-            f"{_num(r['decode_sentences_per_s'].get(peer), 1)} | "
-            f"{', '.join('`' + f + '`' for f in r['runs'])} |")
-    return lines + [""]
+             "docs/benchmarks.md):", ""]
+    head = ["system", "authors' code", "batch", "train tok/s, plugin", "train tok/s, authors'",
+            "greedy sent/s, plugin", "greedy sent/s, authors'", "runs"]
+    cells = [[r["system"], r["peer"], f"{r['sentences']} × {r['target_length']} tokens",
+              _num(r["train_tokens_per_s"].get("plugin"), 0),
+              _num(r["train_tokens_per_s"].get(r["peer"]), 0),
+              _num(r["decode_sentences_per_s"].get("plugin"), 1),
+              _num(r["decode_sentences_per_s"].get(r["peer"]), 1),
+              ", ".join(f"`{f}`" for f in r["runs"])] for r in rows]
+    return lines + markdown_table(head, cells, text_columns=3) + [""]
 
 
 def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, cost,
@@ -233,22 +230,20 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
     lines += [""]
     for pair, rows in table.items():
         ranks_by = {r["system"]: r.get("rank") for r in rows}
-        lines += [f"## {pair}", "",
-                  f"| rank | system | arch | params | seeds | sacreBLEU [{conf}] | "
-                  f"chrF [{conf}] | valid loss at budget (Δ % over the last 250 updates) | "
-                  f"target tokens trained |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        head = ["rank", "system", "arch", "params", "seeds", f"sacreBLEU [{conf}]",
+                f"chrF [{conf}]", "valid loss at budget (Δ % over the last 250 updates)",
+                "target tokens trained"]
+        cells = []
         for row in rows:
             change = row.get("valid_change_pct")
             stand = "—" if row.get("valid_loss") is None else (
                 f"{row['valid_loss']:.3f}" + ("" if change is None else f" ({change:+.1f} %)"))
             tokens = row.get("train_target_tokens")
-            lines.append(
-                f"| {_rank_cell(row, ranks_by)} | {row['system']} | `{row['arch']}` | "
-                f"{_params(row['params'])} | {_seeds_cell(row)} | "
-                f"{_interval_cell(row.get('sacrebleu'))} | {_interval_cell(row.get('chrf'))} | "
-                f"{stand} | {'—' if not tokens else f'{tokens / 1e6:.2f} M'} |")
-        lines += [""]
+            cells.append([_rank_cell(row, ranks_by), row["system"], f"`{row['arch']}`",
+                          _params(row["params"]), _seeds_cell(row),
+                          _interval_cell(row.get("sacrebleu")), _interval_cell(row.get("chrf")),
+                          stand, "—" if not tokens else f"{tokens / 1e6:.2f} M"])
+        lines += [f"## {pair}", "", *markdown_table(head, cells, text_columns=3), ""]
     lines += [
         "Rank by mean sacreBLEU; **≈ k**: the order with the system ranked k is not "
         f"significant at {level:g} (the pairwise verdict is inconclusive: CLAIMS.md). Intervals: "
@@ -315,16 +310,15 @@ def short_form(table, link: str = "TABLE.md", runs=None) -> str:
     """The short board (README.md, docs/results.md): rank, system, sacreBLEU with its interval,
     per direction; ``runs``, (finished, planned), says so while the board is incomplete."""
     pairs = list(table)
-    head = "| system | " + " | ".join(f"{p} sacreBLEU" for p in pairs) + " |"
-    lines = [head, "|---|" + "---|" * len(pairs)]
-    order = [r["system"] for r in table[pairs[0]]]
-    for system in order:
-        cells = []
+    rows = []
+    for system in [r["system"] for r in table[pairs[0]]]:
+        cells = [system]
         for pair in pairs:
             row = next((r for r in table[pair] if r["system"] == system), {})
             cells.append(("—" if "rank" not in row else
                           f"{_interval_cell(row['sacrebleu'])} (#{row['rank']})"))
-        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+        rows.append(cells)
+    lines = markdown_table(["system"] + [f"{p} sacreBLEU" for p in pairs], rows)
     made = f"; {runs[0]} of {runs[1]} runs made" if runs and runs[0] < runs[1] else ""
     return "\n".join(lines) + f"\n\n[The whole board]({link}): chrF, seeds, verdicts, cost{made}.\n"
 

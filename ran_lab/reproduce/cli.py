@@ -250,11 +250,11 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
 def main_for(key: str, argv: Optional[List[str]] = None):
     """The paper ``key``'s reproduction (:data:`.papers.PAPERS`) with ``argv``."""
     checkout.require(f"reproduce-{key}")
-    from .papers import PAPERS, PaperFileError
+    from .papers import PAPERS
 
     try:
         paper = PAPERS[key]
-    except PaperFileError as e:
+    except LabError as e:
         sys.exit(f"reproduce-{key}: error: {e}")
     run_paper(paper, argv)
 
@@ -285,7 +285,7 @@ def main(argv: Optional[List[str]] = None):
     if argv[:1] in (["-h"], ["--help"]) and not checkout.is_checkout():
         top_parser(None).parse_args(argv)  # the help, without the papers of a checkout
     checkout.require("ran-reproduce")
-    from .papers import PAPERS, PaperFileError, load_old_names
+    from .papers import PAPERS, load_old_names
 
     old_names = load_old_names()
     if argv and argv[0] in old_names:
@@ -297,18 +297,18 @@ def main(argv: Optional[List[str]] = None):
     key = argv[0]
     try:
         paper = PAPERS[key]
-    except PaperFileError as e:
+    except LabError as e:
         sys.exit(f"ran-reproduce: error: {e}")
     run_paper(paper, argv[1:], prog=f"ran-reproduce {key}")
 
 
 def title(key):
     """A paper's title for the list of papers (its file's error where it is broken)."""
-    from .papers import PAPERS, PaperFileError
+    from .papers import PAPERS
 
     try:
         return PAPERS[key].title
-    except PaperFileError as e:
+    except LabError as e:
         return f"(broken: {e})"
 
 

@@ -3,6 +3,7 @@ column measures."""
 import re
 import shlex
 
+from ..tables import markdown_table
 from .logs import loss_trend
 
 
@@ -84,16 +85,14 @@ def markdown(paper, report):
     lines = heading(paper, report, seeds) + legend(paper, report, seeds)
     for pair in settings["pairs"]:
         for subset in settings["subsets"]:
-            lines += ["", f"## {pair}" + (f" ({subset})" if len(settings["subsets"]) > 1 else ""),
-                      "", "| " + " | ".join(heads) + " |",
-                      "|---|---|" + "---:|" * (len(heads) - 2)]
             groups = {}
             for r in report["results"]:
                 if r["pair"] == pair:
                     groups.setdefault(r["system"], []).append(r)
-            for name, runs in groups.items():
-                cells = table_row(paper, report, seeds, subset, name, runs, groups)
-                lines.append("| " + " | ".join(cells) + " |")
+            rows = [table_row(paper, report, seeds, subset, name, runs, groups)
+                    for name, runs in groups.items()]
+            lines += ["", f"## {pair}" + (f" ({subset})" if len(settings["subsets"]) > 1 else ""),
+                      "", *markdown_table(heads, rows, text_columns=2)]
     lines += reference_rows(numbers)
     return "\n".join(lines) + "\n"
 
@@ -277,10 +276,7 @@ def reference_rows(numbers):
     lines = ["", "## Reference rows of the paper (other papers' systems)", ""]
     if note:
         lines += [note, ""]
-    lines += ["| system | " + " | ".join(titles.get(k, k) for k in keys) + " |",
-              "|---|" + "---:|" * len(keys)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
+    return lines + markdown_table(["system"] + [titles.get(k, k) for k in keys], rows)
 
 
 def speed_baseline(runs, baseline_runs):

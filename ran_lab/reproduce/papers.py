@@ -30,6 +30,7 @@ from typing import Dict, List
 from ran_text import textio
 
 from ran_text.textio import read_lines
+from ..common import LabError
 from ..common.paths import REPO
 from . import measures
 from .config import Column, FullSetting, Paper
@@ -37,10 +38,6 @@ from .markdown import fmt
 
 PAPER_FILE = "reproduce.json"
 KEYS = {"title", "cpu_config", "full", "notes", "columns", "measure", "old_names"}
-
-
-class PaperFileError(ValueError):
-    """A ``configs/KEY/reproduce.json`` that is not as docs/adding-a-paper.md describes."""
 
 
 def read_notes(path: Path) -> List[str]:
@@ -64,7 +61,7 @@ def _column(spec, where):
         return Column(spec["title"], _measure(spec["compute"], where, "compute"))
     if not isinstance(spec, dict) or not {"title", "field"} <= set(spec) <= {"title", "field",
                                                                             "format"}:
-        raise PaperFileError(f"{where}: each of 'columns' is {{\"title\", \"field\"[, "
+        raise LabError(f"{where}: each of 'columns' is {{\"title\", \"field\"[, "
                              f"\"format\"]}} or {{\"title\", \"compute\"}}, got {spec!r}")
     field, spec_format = spec["field"], spec.get("format")
     if spec_format is None:
@@ -82,7 +79,7 @@ def _measure(name, where, key="measure"):
     old = ("; a paper file names an entry of the engine, never a module or a function to "
            "import (ran_lab/reproduce/measures.py)" if isinstance(name, str) and ":" in name
            else "")
-    raise PaperFileError(f"{where}: '{key}' {name!r} is not a {key} of the engine; write one of: "
+    raise LabError(f"{where}: '{key}' {name!r} is not a {key} of the engine; write one of: "
                          f"{', '.join(registry)}{old}")
 
 
@@ -93,7 +90,7 @@ def load_paper(folder: Path) -> Paper:
     data = _read(where)
     if not isinstance(data, dict) or not {"title", "cpu_config", "full"} <= set(data) \
             or set(data) - KEYS:
-        raise PaperFileError(f"{where}: an object with title, cpu_config and full (and optionally "
+        raise LabError(f"{where}: an object with title, cpu_config and full (and optionally "
                              f"{', '.join(sorted(KEYS - {'title', 'cpu_config', 'full'}))}) "
                              f"expected, got keys {sorted(data) if isinstance(data, dict) else data}")
     full = data["full"]
@@ -105,12 +102,12 @@ def load_paper(folder: Path) -> Paper:
         kwargs["full_settings"] = [FullSetting(s["name"], folder / s["config"], s["help"])
                                    for s in full]
     else:
-        raise PaperFileError(f"{where}: 'full' is {{\"config\", \"help\"}} or a list of "
+        raise LabError(f"{where}: 'full' is {{\"config\", \"help\"}} or a list of "
                              f"{{\"name\", \"config\", \"help\"}}, got {full!r}")
     if "notes" in data:
         notes_file = folder / data["notes"]
         if not notes_file.is_file():
-            raise PaperFileError(f"{where}: its 'notes' file {notes_file} does not exist")
+            raise LabError(f"{where}: its 'notes' file {notes_file} does not exist")
         kwargs["notes"] = read_notes(notes_file)
     if "measure" in data:
         kwargs["measure"] = _measure(data["measure"], where)
@@ -118,16 +115,15 @@ def load_paper(folder: Path) -> Paper:
         return Paper(key=folder.name, title=data["title"], cpu_config=folder / data["cpu_config"],
                      columns=[_column(c, where) for c in data.get("columns", [])], **kwargs)
     except ValueError as e:
-        raise PaperFileError(f"{where}: {e}") from None
+        raise LabError(f"{where}: {e}") from None
 
 
 def _read(where):
     """The JSON of a paper file (one line naming it when it cannot be read)."""
     try:
         return textio.read_json(where, "a paper file", "fix it as docs/adding-a-paper.md says")
-    except (OSError, textio.BadTextFile) as e:
-        raise PaperFileError(str(e) if isinstance(e, textio.BadTextFile)
-                             else f"{where}: {e}") from None
+    except OSError as e:
+        raise LabError(f"{where}: {e}") from None
 
 
 class Papers(Mapping):
@@ -161,7 +157,7 @@ class Papers(Mapping):
 
 def load_papers(configs: Path = REPO / "configs") -> Dict[str, Paper]:
     """Every paper of ``configs``, by key (its folder's name), in the order of the keys; the
-    first broken paper file is a :class:`PaperFileError`."""
+    first broken paper file is a :class:`~ran_lab.common.LabError`."""
     found = Papers(configs)
     return {key: found[key] for key in found}
 
@@ -173,7 +169,7 @@ def load_old_names(configs: Path = REPO / "configs") -> Dict[str, str]:
     for path in sorted(Path(configs).glob(f"*/{PAPER_FILE}")):
         try:
             names = _read(path).get("old_names", [])
-        except (PaperFileError, AttributeError):
+        except (LabError, AttributeError):
             continue
         for name in names if isinstance(names, list) else []:
             if isinstance(name, str):

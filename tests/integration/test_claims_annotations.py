@@ -5,8 +5,9 @@ committed folders and their claims files."""
 import pytest
 
 from helpers import REPO
-from ran_lab.claims import ClaimsError, Folder, rule, spec, verdicts_by_key
+from ran_lab.claims import Folder, rule, spec, verdicts_by_key
 from ran_lab.claims.engine import WEAK_BASELINE
+from ran_lab.common import LabError
 
 
 def parts(folder, key):
@@ -42,7 +43,7 @@ def test_a_held_claim_against_a_baseline_below_its_papers_order_says_so():
 ])
 def test_a_faulty_annotation_is_refused(extra, message):
     data = {"paper": "P", "claims": [], **extra}
-    with pytest.raises(ClaimsError, match=message):
+    with pytest.raises(LabError, match=message):
         spec.validate(data, "claims.json")
 
 
@@ -50,7 +51,7 @@ def test_by_construction_belongs_to_a_threshold_claim():
     claim = {"id": "a", "where": "T1", "claim": "x", "relation": ">", "system": "s",
              "against": "b", "metric": "sacrebleu", "subset": "test", "pairs": ["de-en"],
              "by_construction": "sizes"}
-    with pytest.raises(ClaimsError, match="by_construction"):
+    with pytest.raises(LabError, match="by_construction"):
         spec.validate({"paper": "P", "claims": [claim]}, "claims.json")
 
 

@@ -943,14 +943,10 @@ def test_runs_made_on_two_devices_tabulate_together(first_run, corpus, config, t
     cpu_name = result["machine"]["device_name"]
     assert (f"cpu ({cpu_name}) for TransF, RAN-ALL greedy; cuda (Fake GPU) for RAN-ALL"
             in table), table.splitlines()[2]
-    heads = next(line for line in table.splitlines() if line.startswith("| ")).split(" | ")
-    rows = {cells[1]: cells for cells in (line.split(" | ") for line in table.splitlines()
-                                          if line.startswith("| ") and " | TransF" in line
-                                          or " | RAN-ALL" in line)}
+    rows = helpers.table_rows(table)
     for column in ("sent/s ×TransF", "train time ×TransF"):
-        at = heads.index(column)
-        assert rows["TransF"][at] == "1.00" and rows["RAN-ALL"][at] == ""
-        assert rows["RAN-ALL greedy"][at] != ""
+        assert rows["TransF"][column] == "1.00" and rows["RAN-ALL"][column] == ""
+        assert rows["RAN-ALL greedy"][column] != ""
     # the flag itself: the same commands but fairseq's --cpu
     dry = [reproduce("--config", config, "--data", data, "--pairs", "de-en", "--systems",
                      "TransF", "--dry-run", *device).stdout for device in ([], ["--device", "cuda"])]
@@ -1011,14 +1007,11 @@ def test_speed_ratio_against_the_baselines_other_seed_on_the_rows_machine(first_
                      "--resume", "--stop-after", "0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (out / "TABLE.md").read_text()
-    heads = next(line for line in table.splitlines() if line.startswith("| ")).split(" | ")
-    rows = {cells[1]: cells for cells in (line.split(" | ") for line in table.splitlines()
-                                          if line.startswith("| ") and " | TransF" in line
-                                          or " | RAN-ALL" in line)}
-    at = heads.index("train time ×TransF")
+    rows = helpers.table_rows(table)
+    at = "train time ×TransF"
     assert "skipped (--resume)" in proc.stderr and "TransF seed 2" in proc.stderr, proc.stderr
     assert rows["RAN-ALL"][at] == "1.50°", rows["RAN-ALL"]
-    assert rows["RAN-ALL"][heads.index("sent/s ×TransF")].endswith("°")
+    assert rows["RAN-ALL"]["sent/s ×TransF"].endswith("°")
     assert rows["TransF"][at] == "1.00" and not rows["RAN-ALL greedy"][at].endswith("°")
     assert rows["RAN-ALL greedy"][at] != ""
     assert "marked **°**" in table

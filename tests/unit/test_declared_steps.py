@@ -124,11 +124,11 @@ def test_a_paper_file_imports_nothing_by_its_name(tmp_path):
     sys.modules.pop("ran_lab.gpucheck.__main__", None)
     for i, changed in enumerate(({"measure": "ran_lab.gpucheck.__main__:main"},
                     {"columns": [{"title": "x", "compute": "ran_lab.gpucheck.__main__:main"}]})):
-        with pytest.raises(papers.PaperFileError) as e:
+        with pytest.raises(LabError) as e:
             papers.load_paper(paper_folder(tmp_path / str(i), **changed))
         assert "is not a" in one_line(e) and "never a module" in one_line(e)
     assert "ran_lab.gpucheck.__main__" not in sys.modules
-    with pytest.raises(papers.PaperFileError) as e:
+    with pytest.raises(LabError) as e:
         papers.load_paper(paper_folder(tmp_path / "u", measure="flops"))
     assert "'measure' 'flops' is not a measure of the engine; write one of: pervasive" \
         in one_line(e)
@@ -146,7 +146,7 @@ def test_one_broken_paper_file_is_one_line_and_the_others_run(tmp_path, broken):
     found = papers.Papers(configs)
     assert list(found) == ["dynmem", "ran"]
     assert found["ran"].key == "ran"
-    with pytest.raises(papers.PaperFileError) as e:
+    with pytest.raises(LabError) as e:
         found["dynmem"]
     assert str(configs / "dynmem" / "reproduce.json") in one_line(e)
     assert papers.load_old_names(configs) == papers.load_old_names(configs)  # no traceback

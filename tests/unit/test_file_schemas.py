@@ -272,9 +272,10 @@ def assert_read_error(path, text, read, error, expected):
     ('{"paper": "x", "claims": [], "defaults": []}', '"defaults": expected an object'),
 ], ids=["a-list", "claims-string", "claim-number", "defaults-list"])
 def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
-    from ran_lab.claims.spec import ClaimsError, load
+    from ran_lab.claims.spec import load
+    from ran_lab.common import LabError
 
-    assert_read_error(tmp_path / "claims.json", text, load, ClaimsError, expected)
+    assert_read_error(tmp_path / "claims.json", text, load, LabError, expected)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -287,9 +288,10 @@ def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
     ('{"folder": "results/ran/short"}', "the file: expected a list"),
 ], ids=["pairs-string", "folder-newline", "an-object"])
 def test_a_remake_manifest_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
-    from ran_lab.remake import ManifestError, load_manifest
+    from ran_lab.common import LabError
+    from ran_lab.remake import load_manifest
 
-    assert_read_error(tmp_path / "REMAKE.json", text, load_manifest, ManifestError, expected)
+    assert_read_error(tmp_path / "REMAKE.json", text, load_manifest, LabError, expected)
 
 
 # ---- a paper file is data: it names functions of the project only -----------------------------
@@ -301,6 +303,7 @@ def test_a_remake_manifest_of_the_wrong_shape_is_one_line(tmp_path, text, expect
     "ran_fairseqx.evil:f",
 ])
 def test_a_paper_file_names_only_functions_of_the_project(tmp_path, name):
+    from ran_lab.common import LabError
     from ran_lab.reproduce import papers
 
     folder = tmp_path / "pervasive"
@@ -313,7 +316,7 @@ def test_a_paper_file_names_only_functions_of_the_project(tmp_path, name):
         else:
             changed["columns"] = [{"title": "x", "compute": name}]
         (folder / "reproduce.json").write_text(json.dumps(changed))
-        with pytest.raises(papers.PaperFileError, match=f"'{where}' '{name}'"):
+        with pytest.raises(LabError, match=f"'{where}' '{name}'"):
             papers.load_paper(folder)
     (folder / "reproduce.json").write_text(json.dumps(spec))
     assert papers.load_paper(folder).measure.__name__ == "pervasive_measure"

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import helpers
 from ran_lab.leaderboard import quality
 from ran_lab.leaderboard.board import Board
 from ran_lab.leaderboard.page import fill_quotes, short_form
@@ -81,10 +82,13 @@ def test_the_short_form_fills_the_quoting_files_between_their_markers(tmp_path):
     changed = fill_quotes(TABLE, tmp_path / "results" / "leaderboard", tmp_path)
     assert changed == ["README.md"]
     text = (tmp_path / "README.md").read_text()
-    assert "old" not in text and text.startswith("top\n<!-- leaderboard -->\n| system |")
+    assert "old" not in text and text.startswith("top\n<!-- leaderboard -->\n| system ")
     assert "](results/leaderboard/TABLE.md)" in text and text.endswith("<!-- /leaderboard -->\nend\n")
-    assert "| A | 30.00 [29.00, 31.00] (#1) | 24.00 [23.00, 25.00] (#2) |" in text
-    assert "| B | — | 25.00 [24.50, 25.50] (#1) |" in text
+    rows = helpers.table_rows(text.split("<!-- leaderboard -->\n")[1])
+    assert rows["A"] == {"system": "A", "de-en sacreBLEU": "30.00 [29.00, 31.00] (#1)",
+                         "en-de sacreBLEU": "24.00 [23.00, 25.00] (#2)"}
+    assert rows["B"] == {"system": "B", "de-en sacreBLEU": "—",
+                         "en-de sacreBLEU": "25.00 [24.50, 25.50] (#1)"}
     (tmp_path / "docs" / "results.md").write_text("<!-- leaderboard -->\n<!-- /leaderboard -->\n")
     assert fill_quotes(TABLE, tmp_path / "results" / "leaderboard", tmp_path) == \
         ["docs/results.md"]  # README.md already holds it

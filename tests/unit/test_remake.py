@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ran_lab import remake
+from ran_lab.common import LabError
 from ran_lab.reproduce.cli import run_paper
 from ran_lab.reproduce.papers import paper_of
 
@@ -217,7 +218,7 @@ def test_list_and_unknown_folder(repo, capsys):
 def test_a_malformed_manifest_is_refused(tmp_path, text, message):
     path = tmp_path / "REMAKE.json"
     path.write_text(text)
-    with pytest.raises(remake.ManifestError, match=message):
+    with pytest.raises(LabError, match=message):
         remake.load_manifest(path)
 
 
@@ -313,7 +314,7 @@ def test_a_manifest_entry_that_cannot_remake_is_refused(repo, changed, message):
     assert status not in (0, None) and "nothing was run" in str(status)
     assert message in str(status)
     assert not (repo / MARKER).exists()
-    with pytest.raises(remake.ManifestError, match="nothing was run"):
+    with pytest.raises(LabError, match="nothing was run"):
         remake.run_command(repo, remake.Entry(**entry("results/t", "same", **changed)),
                            sys.executable, remake.Outcome("results/t"))
     assert not (repo / MARKER).exists()
