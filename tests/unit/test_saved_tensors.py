@@ -197,9 +197,10 @@ def pervasive_bn_relu_inputs(seed=0, device="cpu"):
             weight.requires_grad_(), bias.requires_grad_()], pad, keep
 
 
-def pervasive_bn_relu(pad, keep, masked_output):
+def pervasive_bn_relu(pad, keep, masked_output, from_output=False):
     """ReLU(BN(x)) of the two features' concatenation through _MaskedMoments (statistics over
-    the real cells, each feature's once) and _BatchNormReLU, as the DenseNet composes them."""
+    the real cells, each feature's once) and _BatchNormReLU, as the DenseNet composes them;
+    ``from_output``: its backward takes the normalized input from its output."""
     from ran_fairseq.modules.densenet2d import _BatchNormReLU
 
     count = int(pad.numel() - pad.sum())
@@ -210,22 +211,24 @@ def pervasive_bn_relu(pad, keep, masked_output):
         stats = [_MaskedMoments.apply(f, pad, count, True) for f in (a, b)]
         mean, meansq = (torch.cat(parts) for parts in zip(*stats))
         return _BatchNormReLU.apply(mean, meansq, weight, bias, 1e-5,
-                                    keep if masked_output else None, a, b)
+                                    keep if masked_output else None, from_output, a, b)
     return run
 
 
+@pytest.mark.parametrize("from_output", [False, True], ids=["concatenated", "from-output"])
 @pytest.mark.parametrize("masked_output", [False, True], ids=["unmasked", "masked-output"])
-def test_pervasive_fused_batch_norm_relu_passes_gradcheck(masked_output, device):
+def test_pervasive_fused_batch_norm_relu_passes_gradcheck(masked_output, from_output, device):
     inputs, pad, keep = pervasive_bn_relu_inputs(device=device)
-    run = pervasive_bn_relu(pad, keep, masked_output)
+    run = pervasive_bn_relu(pad, keep, masked_output, from_output)
     assert torch.autograd.gradcheck(run, inputs, eps=1e-6, atol=1e-6)
 
 
-def test_pervasive_fused_batch_norm_relu_equals_torch_batch_norm_on_real_cells():
+@pytest.mark.parametrize("from_output", [False, True], ids=["concatenated", "from-output"])
+def test_pervasive_fused_batch_norm_relu_equals_torch_batch_norm_on_real_cells(from_output):
     """Without the mask on the output, at real cells: torch's training-mode batch norm of the real
     cells alone, then ReLU; gradients likewise."""
     inputs, pad, keep = pervasive_bn_relu_inputs()
-    out = pervasive_bn_relu(pad, keep, False)(*inputs)
+    out = pervasive_bn_relu(pad, keep, False, from_output)(*inputs)
     real = ~pad.squeeze(1)
     upstream = torch.randn(out.shape, dtype=torch.float64) * keep
     grads = torch.autograd.grad((out * upstream).sum(), inputs)
