@@ -310,13 +310,14 @@ def short_form(table, link: str = "TABLE.md", runs=None) -> str:
     """The short board (README.md, docs/results.md): rank, system, sacreBLEU with its interval,
     per direction; ``runs``, (finished, planned), says so while the board is incomplete."""
     pairs = list(table)
+    ranks = {pair: {r["system"]: r["rank"] for r in table[pair] if "rank" in r} for pair in pairs}
     rows = []
     for system in [r["system"] for r in table[pairs[0]]]:
         cells = [system]
         for pair in pairs:
             row = next((r for r in table[pair] if r["system"] == system), {})
             cells.append(("—" if "rank" not in row else
-                          f"{_interval_cell(row['sacrebleu'])} (#{row['rank']})"))
+                          f"{_interval_cell(row['sacrebleu'])} (#{_rank_cell(row, ranks[pair])})"))
         rows.append(cells)
     lines = markdown_table(["system"] + [f"{p} sacreBLEU" for p in pairs], rows)
     made = f"; {runs[0]} of {runs[1]} runs made" if runs and runs[0] < runs[1] else ""

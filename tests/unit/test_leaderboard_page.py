@@ -69,10 +69,14 @@ def test_a_curve_still_falling_stands_negative():
     assert quality.curve_stand({"valid_curve": []}) is None
 
 
-TABLE = {"de-en": [{"system": "A", "rank": 1, "sacrebleu": {"mean": 30.0, "interval": [29.0, 31.0]}},
+# en-de: B above A, the order not significant
+TABLE = {"de-en": [{"system": "A", "rank": 1, "not_separated": [],
+                    "sacrebleu": {"mean": 30.0, "interval": [29.0, 31.0]}},
                    {"system": "B"}],
-         "en-de": [{"system": "B", "rank": 1, "sacrebleu": {"mean": 25.0, "interval": [24.5, 25.5]}},
-                   {"system": "A", "rank": 2, "sacrebleu": {"mean": 24.0, "interval": [23.0, 25.0]}}]}
+         "en-de": [{"system": "B", "rank": 1, "not_separated": ["A"],
+                    "sacrebleu": {"mean": 25.0, "interval": [24.5, 25.5]}},
+                   {"system": "A", "rank": 2, "not_separated": ["B"],
+                    "sacrebleu": {"mean": 24.0, "interval": [23.0, 25.0]}}]}
 
 
 def test_the_short_form_fills_the_quoting_files_between_their_markers(tmp_path):
@@ -86,9 +90,9 @@ def test_the_short_form_fills_the_quoting_files_between_their_markers(tmp_path):
     assert "](results/leaderboard/TABLE.md)" in text and text.endswith("<!-- /leaderboard -->\nend\n")
     rows = helpers.table_rows(text.split("<!-- leaderboard -->\n")[1])
     assert rows["A"] == {"system": "A", "de-en sacreBLEU": "30.00 [29.00, 31.00] (#1)",
-                         "en-de sacreBLEU": "24.00 [23.00, 25.00] (#2)"}
+                         "en-de sacreBLEU": "24.00 [23.00, 25.00] (#2 ≈ 1)"}
     assert rows["B"] == {"system": "B", "de-en sacreBLEU": "—",
-                         "en-de sacreBLEU": "25.00 [24.50, 25.50] (#1)"}
+                         "en-de sacreBLEU": "25.00 [24.50, 25.50] (#1 ≈ 2)"}
     (tmp_path / "docs" / "results.md").write_text("<!-- leaderboard -->\n<!-- /leaderboard -->\n")
     assert fill_quotes(TABLE, tmp_path / "results" / "leaderboard", tmp_path) == \
         ["docs/results.md"]  # README.md already holds it
