@@ -244,6 +244,11 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
                           _interval_cell(row.get("sacrebleu")), _interval_cell(row.get("chrf")),
                           stand, "—" if not tokens else f"{tokens / 1e6:.2f} M"])
         lines += [f"## {pair}", "", *markdown_table(head, cells, text_columns=3), ""]
+    scored = [r["sacrebleu"] for rows in table.values() for r in rows if r.get("sacrebleu")]
+    no_seed_part = (" **No seed variance yet**: no system of the board has two finished seeds, "
+                    "so these intervals hold the test set's variance alone and are too narrow; "
+                    "the pairwise claims are not judged."
+                    if scored and not any(i.get("seed_var") for i in scored) else "")
     lines += [
         "Rank by mean sacreBLEU; **≈ k**: the order with the system ranked k is not "
         f"significant at {level:g} (the pairwise verdict is inconclusive: CLAIMS.md). Intervals: "
@@ -251,7 +256,7 @@ def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, co
         "systems and directions, plus the test set's bootstrap share; "
         "`ran_lab/leaderboard/quality.py`). Seeds: finished/planned. The validation change is "
         "the validation loss's change over the last 250 updates in percent of the last loss "
-        "(negative: still falling), averaged over seeds.", "",
+        f"(negative: still falling), averaged over seeds.{no_seed_part}", "",
         "## Pairwise verdicts", "",
     ]
     if verdicts:

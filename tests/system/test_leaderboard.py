@@ -82,6 +82,7 @@ def test_every_planned_run_is_made_and_the_page_written(board):
     table = (page / "TABLE.md").read_text()
     assert "Cost columns: pending" in table
     assert "**Runs: 3 of 3 finished.**" in table
+    assert "No seed variance yet" not in table  # one system's two seeds give the board's
 
 
 def test_pairwise_verdicts_are_in_the_claims_format(board):
