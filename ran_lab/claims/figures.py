@@ -17,7 +17,10 @@ prose is typed by hand.
 - ``CLAIM@PAIR[/SYSTEM]/interval|p|mde|difference``: a comparison's numbers from its verdict
   (``SYSTEM``: which, where the claim compares several);
 - ``CLAIM@PAIR/verdict``: the verdict's outcome (held, inconclusive, not held, ...), for a short
-  cell beside its interval.
+  cell beside its interval;
+- ``FILE.json:KEY.KEY...[|FORMAT]``: a value of a measurement record in the folder (a list's item
+  by its index), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
+  thousands separated (``1,173``, ``19.6``), any other value as it is.
 """
 import json
 import math
@@ -69,9 +72,29 @@ def _split(parts):
     raise KeyError(f"not a figure: {'/'.join(parts)!r}")
 
 
+def recorded(folder: str, spec: str, repo: Path) -> str:
+    """The text of a ``FILE.json:KEY.KEY...[|FORMAT]`` figure (see the module's text)."""
+    where, _, fmt = spec.partition("|")
+    name, _, path = where.partition(":")
+    value = json.loads((Path(repo) / folder / name).read_text(encoding="utf-8"))
+    for key in path.split(".") if path else []:
+        try:
+            value = value[int(key)] if isinstance(value, list) else value[key]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise KeyError(f"{folder}/{name} holds no {path!r}") from None
+    if isinstance(value, (dict, list)):
+        raise KeyError(f"{folder}/{name}: {path!r} is not one value")
+    if fmt:
+        return format(value, fmt)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return f"{value:,}" if is_number else str(value)
+
+
 def figure(folder: str, spec: str, repo: Path,
            verdicts_of: Optional[Callable[[str], dict]] = None) -> str:
     """The text of ``SPEC`` (see the module's text) for ``folder``."""
+    if ".json:" in spec.partition("|")[0]:
+        return recorded(folder, spec, repo)
     if spec == "samples":
         return f"{_results(repo, folder)['settings']['significance']['samples']:,}"
     parts = spec.split("/")

@@ -1,6 +1,7 @@
 """The figures a page's prose quotes between ``<!-- figure FOLDER#SPEC -->`` markers
 (ran_lab.claims.figures): each read from the committed files, checked here against the files
 independently; every page is as the fill leaves it (tests/integration/test_claims.py)."""
+import importlib.util
 import json
 import math
 import re
@@ -67,18 +68,22 @@ def test_a_verdicts_outcome_is_a_figure_for_a_short_cell():
         verdicts["Z-T1-ran-all@de-en"].outcome
 
 
-# a measured number as prose writes it: a decimal, a percentage, a ratio, a signed difference or
-# a thousands-separated count; the rule's own constants (its 99 % level and 80 % power) and the
-# papers' section numbers (§3.1) are not measurements
-MEASURED = re.compile(r"(?<![\w.§])(?:[+−-]\d|×\s?\d|\d[\d,]*\.\d|\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?\s?%)")
+# a measured number as prose writes it: a decimal, a percentage, a ratio, a signed difference, a
+# thousands-separated count, or a whole number with a unit of time or memory or a test outcome
+# (81 s, 18–21 s, 470 MiB, 486 passed); the rule's own constants (its 99 % level and 80 % power), the
+# papers' section numbers (§3.1), software versions (Python 3.10.13, torch 2.5.1+cpu, CUDA 12.4)
+# and a GPU's model name (H100 80GB) are not measurements
+MEASURED = re.compile(r"(?<![\w.§])(?:[+−-]\d|×\s?\d|\d[\d,]*\.\d|\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?\s?%"
+                      r"|\d+(?:[–-]\d+)?\s?(?:s|ms|min|h|KiB|MiB|GiB|MB|GB)\b"
+                      r"|\d+ (?:passed|failed|skipped|errors?)\b)")
 RULE = ("99 %", "80 %")
+VERSION = re.compile(r"\b(?:Python|torch|NumPy|numpy|CUDA|fairseq|fairseq-fixed|driver|Debian|glibc"
+                     r"|cuDNN|NCCL|pytest|Linux|v)[\s-]?\d+(?:\.\d+)+[\w.+-]*"
+                     r"|(?<![\w.])\d+(?:\.\d+){2,}[\w.+-]*|\bH\d+ \d+GB\b")
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
-def test_no_measured_number_is_typed_by_hand(page):
-    """Outside the filled spans, code and link targets, README.md and docs/results.md write no
-    measured number: every one is a figure, a quote or a tally filled from the committed files."""
-    text = (REPO / page).read_text(encoding="utf-8")
+def stripped(text):
+    """A page's prose: without its filled spans, code, link targets, comments and versions."""
     for pattern in (report.TABLE, report.HOLDS, report.SPAN, report.COUNT, report.FIGURE):
         text = pattern.sub("", text)
     text = re.sub(r"(?s)<!-- leaderboard -->.*?<!-- /leaderboard -->", "", text)
@@ -86,8 +91,202 @@ def test_no_measured_number_is_typed_by_hand(page):
     text = re.sub(r"\]\([^)]*\)", "]", text)
     text = re.sub(r"`[^`\n]*`", "", text)
     text = re.sub(r"<!--.*?-->", "", text)
+    text = VERSION.sub("", text)
     for constant in RULE:
         text = text.replace(constant, "")
+    return text
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_no_measured_number_is_typed_by_hand(page):
+    """Outside the filled spans, code and link targets, README.md and docs/results.md write no
+    measured number: every one is a figure, a quote or a tally filled from the committed files."""
+    text = stripped((REPO / page).read_text(encoding="utf-8"))
     found = [(line, m.group(0)) for line, row in enumerate(text.splitlines(), 1)
              for m in MEASURED.finditer(row)]
     assert not found, f"{page}: numbers typed by hand (line of the stripped page, number): {found}"
+
+
+# the results' own pages: each measured number is a figure filled from the folder's files, or a
+# number that its measurement files give at the precision the prose writes, or one the folder's
+# recorded.json lists under the page's section (a ratio, a difference, a percentage, a rounded or
+# derived value, a setting, or a measurement made outside the folder, as the page recorded it)
+RESULTS_PAGES = [REPO / "results" / "README.md"] + sorted((REPO / "results").glob("*/README.md")) + \
+    sorted((REPO / "results").glob("*/*/README.md"))
+RECORD = "recorded.json"
+# pages that a script writes whole from the folder's records, each checked against it below
+WRITTEN_BY_SCRIPT = [REPO / "results" / "environments" / "README.md"]
+NUMBER = re.compile(r"(?:[+−-]|×\s?)?\d[\d,]*(?:\.\d+)?")
+HEADING = re.compile(r"^#{1,6} (.+)$", re.M)
+# how a file's number may be written: as it is, a fraction as a percentage, seconds as minutes or
+# milliseconds, bytes as MiB, MiB as GiB
+UNITS = (1, 100, 1 / 60, 1000, 1 / 2 ** 20, 1 / 1024)
+SIGNIFICANT = 4  # fewer digits than this could match some number of a large file by chance
+
+
+def sections(text):
+    """``(heading, body)`` of a page, code blocks left out (their ``#`` lines are no headings);
+    the text before the first heading under ``""``."""
+    text = re.sub(r"(?s)```.*?```", "", text)
+    marks = list(HEADING.finditer(text))
+    if not marks or marks[0].start() > 0:
+        yield "", text[:marks[0].start() if marks else len(text)]
+    for m, after in zip(marks, marks[1:] + [None]):
+        yield m[1].strip(), text[m.end():after.start() if after else len(text)]
+
+
+def numbers_of(body):
+    """The measured numbers of a section's prose: ``(token, digits, decimals)``, ``digits`` the
+    number without its sign, ratio sign, unit and thousands separators."""
+    for row in stripped(body).splitlines():
+        for m in MEASURED.finditer(row):
+            first = NUMBER.match(row, m.start())  # the whole number, where the match ends early
+            for number in [first] + list(NUMBER.finditer(row, first.end(), m.end())):
+                token = number[0].rstrip(",")
+                digits = re.sub(r"[^\d.]", "", token)
+                yield token, digits, len(digits.partition(".")[2])
+
+
+def value_of(token):
+    return float(re.sub(r"[^\d.−-]", "", token).replace("−", "-"))
+
+
+def written(value, decimals):
+    return f"{abs(value):.{decimals}f}"
+
+
+def _numbers(data):
+    if isinstance(data, dict):
+        data = list(data.values())
+    if isinstance(data, list):
+        return [v for item in data for v in _numbers(item)]
+    return [data] if isinstance(data, (int, float)) and not isinstance(data, bool) else []
+
+
+def measured_numbers(page):
+    """The numbers of the measurement files a page cites (as :class:`Writings`): every JSON file under its folder and
+    under the folders its links point to inside results/ (recorded.json aside)."""
+    folders = {page.parent}
+    for target in re.findall(r"\]\(([^)#\s]+)", page.read_text(encoding="utf-8")):
+        path = (page.parent / target).resolve()
+        if path.exists() and (REPO / "results") in path.parents:
+            folders.add(path if path.is_dir() else path.parent)
+    files = {f for folder in folders for f in folder.rglob("*.json") if f.name != RECORD}
+    return Writings(v for f in sorted(files)
+                    for v in _numbers(json.loads(f.read_text(encoding="utf-8"))))
+
+
+class Writings:
+    """How the numbers of a page's measurement files are written, at each precision asked."""
+
+    def __init__(self, numbers):
+        self.numbers, self.at = list(numbers), {}
+
+    def __contains__(self, written_number):
+        digits, decimals = written_number
+        if decimals not in self.at:
+            self.at[decimals] = {written(v * unit, decimals)
+                                 for v in self.numbers for unit in UNITS}
+        return digits in self.at[decimals]
+
+
+def backed(token, digits, decimals, writings):
+    """Whether a measurement file gives ``token`` at its precision (see UNITS, SIGNIFICANT)."""
+    if "×" in token or len(digits.replace(".", "").lstrip("0")) < SIGNIFICANT:
+        return False
+    return (digits, decimals) in writings
+
+
+def record_of(page):
+    path = page.parent / RECORD
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert {"what", "when", "machine", "sections"} <= set(data), f"{path}: what, when, machine?"
+    return {s["section"]: s["figures"] for s in data["sections"]}
+
+
+def unsupported(text, numbers, record):
+    """The numbers of a page ``text`` that neither ``numbers`` (its measurement files') give nor
+    ``record`` (section: figures) lists under their section, and the listed figures that their
+    section does not quote: two lists of ``(section, number)``."""
+    found = list(sections(text))
+    headings = [heading for heading, _ in found]
+    assert len(set(headings)) == len(headings), "two sections of one heading"
+    assert not set(record) - set(headings), f"{RECORD} names sections the page has not"
+    unbacked, unquoted = [], []
+    for heading, body in found:
+        listed = record.get(heading, [])
+        quoted = set()
+        for token, digits, decimals in numbers_of(body):
+            quoted.add((digits, decimals))
+            if not backed(token, digits, decimals, numbers) and \
+                    digits not in {written(v, decimals) for v in listed}:
+                unbacked.append((heading, token))
+        unquoted += [(heading, v) for v in listed
+                     if not any(written(v, d) == digits for digits, d in quoted)]
+    return unbacked, unquoted
+
+
+@pytest.mark.parametrize("page", [p for p in RESULTS_PAGES if p not in WRITTEN_BY_SCRIPT],
+                         ids=lambda p: str(p.parent.relative_to(REPO)))
+def test_a_results_pages_numbers_are_its_files_or_its_record(page):
+    """Every measured number of a results folder's README.md outside its filled figures is given
+    by the measurement files it cites (at the precision written) or listed in the folder's
+    recorded.json under the section that quotes it; every listed figure is quoted there."""
+    unbacked, unquoted = unsupported(page.read_text(encoding="utf-8"), measured_numbers(page),
+                                     record_of(page))
+    assert not unbacked, (f"{page}: numbers neither in the measurement files nor in {RECORD} "
+                          f"(section, number): {unbacked}")
+    assert not unquoted, f"{page}: {RECORD} lists figures its section does not quote: {unquoted}"
+
+
+def test_a_number_typed_by_hand_into_a_results_page_is_found():
+    numbers = [1071.9375, 0.30808]
+    page = ("# Speed\n\nThe transformer trained 1,071.9 tok/s (`bench.json`), ×1.65 LSTM's.\n\n"
+            "## Later\n\nIt took 0.3081 s per update, 12 s in all, 2.5 % more.\n")
+    record = {"Speed": [1.65], "Later": [0.3081, 12]}
+    assert unsupported(page, Writings(numbers), record) == ([("Later", "2.5")], [])
+    # a figure the record lists under another section, or that no section quotes
+    assert unsupported(page, Writings(numbers), {"Speed": [1.65, 12], "Later": [0.3081, 2.5]}) == \
+        ([("Later", "12")], [("Speed", 12)])
+    # a measured number with fewer than four digits is the record's, whatever a file holds
+    assert unsupported(page, Writings(numbers + [1.65]), {"Later": [0.3081, 12, 2.5]}) == \
+        ([("Speed", "×1.65")], [])
+
+
+@pytest.mark.parametrize("page", [p for p in RESULTS_PAGES if report.FIGURE.search(
+    p.read_text(encoding="utf-8")) and not (p.parent / "results.json").is_file()],
+    ids=lambda p: str(p.parent.relative_to(REPO)))
+def test_a_results_pages_figures_are_as_the_fill_writes_them(page):
+    """A measurement folder's figures (its test-suite or durations record) are as
+    ``ran-claims --fill`` writes them (the reproductions' pages: tests/integration/test_claims.py)."""
+    text = page.read_text(encoding="utf-8")
+    assert report.fill(text, lambda name: verdicts_by_key(name, REPO)) == text, \
+        f"rerun: ran-claims --fill {page.relative_to(REPO)}"
+
+
+def test_the_environments_table_is_as_its_script_writes_it_from_its_records():
+    """results/environments/README.md is scripts/check-environments.sh's table of
+    environments.json, byte for byte (the script rewrites both)."""
+    spec = importlib.util.spec_from_file_location("check_environments",
+                                                  REPO / "scripts" / "check_environments.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    folder = REPO / "results" / "environments"
+    records = json.loads((folder / "environments.json").read_text(encoding="utf-8"))
+    assert (folder / "README.md").read_text(encoding="utf-8") == script.markdown(records)
+
+
+def test_a_measurement_records_figure_is_its_value_as_written():
+    folder = "results/test-suite"
+    data = json.loads((REPO / folder / "suite.json").read_text(encoding="utf-8"))
+    seconds = data["runs"]["latest"]["make_test_seconds"]
+    assert figures.figure(folder, "suite.json:runs.latest.make_test_seconds", REPO) == \
+        f"{seconds:,}"
+    assert figures.figure(folder, "suite.json:runs.latest.make_test_seconds|d", REPO) == \
+        str(seconds)
+    with pytest.raises(KeyError):
+        figures.figure(folder, "suite.json:runs.nowhere", REPO)
+    with pytest.raises(KeyError):
+        figures.figure(folder, "suite.json:runs.latest", REPO)
