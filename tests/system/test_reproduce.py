@@ -1,7 +1,7 @@
 """The reproduction engine (ran_lab/reproduce) through scripts/reproduce-ran.sh, end to end in a
 short setting (2 trained systems and one that decodes another's checkpoint with other flags, 1 pair,
-3 updates) on a tiny corpus prepared by the project's pipeline; then --resume, the engine's errors
-and the RAN configs' agreement with each other (configs/ran/*.json). The table's logic over seeds,
+3 updates, the recipe's model at width 32) on a tiny corpus prepared by the project's pipeline;
+then --resume, the engine's errors and the RAN configs' agreement with each other (configs/ran/*.json). The table's logic over seeds,
 subsets and engines that interleave is tested on a stand-in for fairseq (tests/unit/test_engine.py)."""
 import functools
 import json
@@ -20,6 +20,14 @@ CONFIGS = helpers.REPO / "configs"
 SYSTEMS = ["TransF", "RAN-ALL", "RAN-ALL greedy"]  # the last decodes RAN-ALL's checkpoint
 PAPER_TRANSF = 12.34  # a paper number planted in a copy of the config
 PAPER_COLUMN = json.loads((CONFIGS / "ran" / "paper.json").read_text())["columns"][0]["title"]
+
+
+# the recipe's own model is 3+3 layers of width 256; the tests train and decode it at width 32
+# (the engine's path does not depend on the size, and fairseq's updates cost a tenth)
+TINY = {"--encoder-embed-dim": "32", "--decoder-embed-dim": "32",
+        "--encoder-ffn-embed-dim": "64", "--decoder-ffn-embed-dim": "64",
+        "--encoder-attention-heads": "2", "--decoder-attention-heads": "2",
+        "--max-attention-positions": "64"}
 
 
 reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
@@ -59,7 +67,7 @@ def config(corpus):
     (root / "paper.json").write_text(json.dumps(paper))
     cfg = json.loads((CONFIGS / "ran" / "cpu.json").read_text())
     cfg.update(paper=str(root / "paper.json"), systems=str(root / "systems.json"),
-               checkpoints=str(root / "ckpt"))
+               checkpoints=str(root / "ckpt"), set_train_flags=TINY)
     path = root / "cpu.json"
     path.write_text(json.dumps(cfg))
     return path
@@ -783,8 +791,8 @@ def test_a_config_continues_another_configs_trainings(corpus, config, tmp_path):
     _, data = corpus
     earlier = json.loads(config.read_text())
     earlier.update(out=str(tmp_path / "earlier"), checkpoints=str(tmp_path / "ckpt-earlier"),
-                   set_train_flags={"--warmup-updates": "1", "--lr": "3e-3",
-                                    "--max-tokens": "100000", "--dropout": "0.0"})
+                   set_train_flags=dict(TINY, **{"--warmup-updates": "1", "--lr": "3e-3",
+                                                 "--max-tokens": "100000", "--dropout": "0.0"}))
     (tmp_path / "earlier.json").write_text(json.dumps(earlier))
     longer = {"base": str(tmp_path / "earlier.json"), "continues": str(tmp_path / "earlier.json"),
               "out": str(tmp_path / "longer"), "checkpoints": str(tmp_path / "ckpt-longer")}

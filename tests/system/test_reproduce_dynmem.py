@@ -1,6 +1,6 @@
 """scripts/reproduce-dynmem.sh (Yang et al. 2017) end to end in a short setting: word-level data
-prepared by the project's pipeline on a tiny corpus, window 11 trained for 3 updates and decoded,
-and '+ UNK replace' decoding its checkpoint through ran_text.replace_unk; then the
+prepared by the project's pipeline on a tiny corpus, window 11 (at width 32) trained for 3 updates
+and decoded, and '+ UNK replace' decoding its checkpoint through ran_text.replace_unk; then the
 --full commands and the agreement of configs/dynmem/* with each other and with paper-train.args."""
 import functools
 import gzip
@@ -16,6 +16,12 @@ import helpers
 SCRIPT = helpers.REPO / "scripts" / "reproduce-dynmem.sh"
 CONFIGS = helpers.REPO / "configs" / "dynmem"
 SYSTEMS = ["RNNSearch + window 11", "RNNSearch + window 11 + UNK replace"]
+
+# the recipe's model (embeddings and LSTMs of 256, memory 128) at 32 and 16: the engine's path is
+# the same
+TINY = {"--encoder-embed-dim": "32", "--encoder-hidden-size": "32", "--decoder-embed-dim": "32",
+        "--decoder-hidden-size": "32", "--decoder-out-embed-dim": "32",
+        "--dynamic-memory-dim": "16"}
 
 
 reproduce = functools.partial(helpers.run_reproduction, SCRIPT)
@@ -37,9 +43,12 @@ def first_run(tmp_path_factory):
          "--no-joined-dictionary", "--workers", "1"],  # training text kept in bin.de-en/prep
         env=helpers.fairseq_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (root / "cpu.json").write_text(json.dumps({"base": "configs/dynmem/cpu.json",
+                                               "set_train_flags": TINY}))
     out = root / "out"
-    proc = reproduce("--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en", "--systems",
-                     ",".join(SYSTEMS), "--max-update", "3", "--out", out,
+    proc = reproduce("--config", root / "cpu.json", "--data", str(root / "bin.{src}-{tgt}"),
+                     "--pairs", "de-en", "--systems", ",".join(SYSTEMS), "--max-update", "3",
+                     "--out", out,
                      "--checkpoints", root / "ckpt", timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return root, out
@@ -96,7 +105,7 @@ def test_redo_postprocess_from_the_kept_decoding(first_run):
     assert checkpoint.is_file()
     moved = checkpoint.rename(root / "away.pt")
     config = root / "copy.json"
-    config.write_text(json.dumps({"base": "configs/dynmem/cpu.json",
+    config.write_text(json.dumps({"base": str(root / "cpu.json"),
                                   "systems": "configs/dynmem/systems-copy.json"}))
     args = ("--config", config, "--data", str(root / "bin.{src}-{tgt}"), "--pairs", "de-en",
             "--systems", ",".join(SYSTEMS), "--max-update", "3", "--out", out,

@@ -1,7 +1,7 @@
-"""scripts/reproduce-recurrent_cross.sh (Rosendahl et al. 2021) end to end in a short setting (the baseline
-of Tables 1 and 2 and a Table 2 system, 1 pair, 2 updates) on a tiny word-level corpus; the commands
-of its named full-size settings (--full NAME); and the agreement of configs/recurrent_cross/*.json
-with each other and with configs/bench/recurrent_cross.json."""
+"""scripts/reproduce-recurrent_cross.sh (Rosendahl et al. 2021) end to end in a short setting (the
+baseline of Tables 1 and 2 and a Table 2 system at width 32, 1 pair, 2 updates) on a tiny
+word-level corpus; the commands of its named full-size settings (--full NAME); and the agreement of
+configs/recurrent_cross/*.json with each other and with configs/bench/recurrent_cross.json."""
 import json
 import math
 import re
@@ -23,6 +23,10 @@ PAPER_BASELINE = 23.45  # a paper number planted in a copy of paper.json
 FULL = {"wmt16-ro-en": ("data-bin/wmt16.ro-en", "ro", "en", "0.2", "20000", ["test", "valid"]),
         "wmt18-tr-en": ("data-bin/wmt18.tr-en", "tr", "en", "0.3", "20000", ["test"]),
         "iwslt17-en-it": ("data-bin/iwslt17.en-it", "en", "it", "0.3", "8000", ["test"])}
+# the recipe's model (3+3 layers of width 256) at width 32: the engine's path is the same
+TINY = {"--encoder-embed-dim": "32", "--decoder-embed-dim": "32",
+        "--encoder-ffn-embed-dim": "64", "--decoder-ffn-embed-dim": "64",
+        "--encoder-attention-heads": "2", "--decoder-attention-heads": "2"}
 TABLE1 = {"baseline", "expand-kv 1", "expand-kv 2", "expand-kv 3", "expand-kv 4"}
 TABLE2 = {"baseline", "prev-context", "prev-weight", "prev-accum-weight", "expand-kv 1",
           "continuous", "coverage"}
@@ -37,7 +41,7 @@ def first_run(tmp_path_factory, scored_corpus):
     paper["columns"][0]["values"]["baseline"] = PAPER_BASELINE
     (root / "paper.json").write_text(json.dumps(paper))
     out = helpers.short_reproduction(SCRIPT, DIR / "cpu.json", root, SYSTEMS,
-                                     paper=str(root / "paper.json"))
+                                     paper=str(root / "paper.json"), set_train_flags=TINY)
     return out, paper
 
 
