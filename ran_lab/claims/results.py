@@ -23,7 +23,6 @@ from ..portable import expand_path
 from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
 
-P_KEY = {"sacrebleu": "p_value", "ter": "ter_p_value"}
 BOOTSTRAP_METRIC = {"sacrebleu": "BLEU", "ter": "TER"}
 METHOD = "percentile"  # what a stored test or pooled variance was computed by
 

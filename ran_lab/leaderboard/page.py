@@ -31,12 +31,6 @@ def _params(n):
     return "—" if n is None else f"{n / 1e6:.2f} M"
 
 
-def _tokens(result) -> Optional[int]:
-    """The target tokens a run trained on: the mean batch of its train.log's training lines
-    (fairseq's ``wpb``) times its updates."""
-    return result.get("train_target_tokens")
-
-
 def train_tokens(runs: Path, result: dict) -> Optional[float]:
     log = runs / result["pair"] / quality.slug(result["system"]) / f"seed{result['seed']}" / \
         "train.log"
