@@ -96,16 +96,8 @@ class Folder:
         if (pair, subset) in self.refs:
             return Path(self.refs[(pair, subset)])
         # {repo}/PATH: the same file of this checkout (ran_lab.portable)
-        recorded = expand_path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"],
-                               self.repo)
-        if recorded.is_file():
-            return recorded
-        # a results.json made before held the machine's absolute path: try the same data-bin here
-        if self.repo is not None:
-            here = self.repo / "data-bin" / recorded.parent.name / recorded.name
-            if here.is_file():
-                return here
-        return recorded
+        return expand_path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"],
+                           self.repo)
 
     def _hyps(self, pair, names, seeds, subset) -> Dict[tuple, Path]:
         hyps = {(name, seed): self.hyp_file(pair, name, seed, subset)
