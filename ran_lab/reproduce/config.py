@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ran_text import textio
-from ..common.flags import check_device_flags as common_device_flags
+from ..common.flags import check_device_flags  # noqa: F401  (the engine's, cli.py)
 from ..common.flags import check_flags
 from ..common.flags import config_train_flags as common_train_flags
 from ..common import schema
@@ -339,11 +339,6 @@ def check_data_template(template, where):
         what = f"unknown field {{{e.args[0]}}}" if isinstance(e, KeyError) else str(e)
         raise LabError(f"{where} {template!r}: {what}; a data-bin path may hold {{src}} and "
                          f"{{tgt}} (replaced per pair), and {{{{ }}}} for a brace") from None
-
-
-def check_device_flags(device, train_flags, systems, where, change):
-    """:func:`ran_lab.common.flags.check_device_flags`, refusing with a LabError."""
-    common_device_flags(device, train_flags, systems, where, change)
 
 
 def select_systems(systems, wanted, config_path):
