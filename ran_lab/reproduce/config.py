@@ -208,8 +208,8 @@ def load_config(path):
                          schema.PAPER, paper_file, "paper numbers")
     keys = [c.get("key") for c in paper.get("columns", [])]
     shown_keys = config.get("paper_columns", keys)
-    unknown = [k for k in shown_keys if k not in keys] if isinstance(shown_keys, list) else None
-    if unknown is None or unknown:
+    unknown = [k for k in shown_keys if k not in keys]
+    if unknown:
         raise LabError(f"config {path}: paper_columns must list keys of {config['paper']}'s "
                          f"columns ({', '.join(map(str, keys))}); unknown: {unknown}")
     paper = dict(paper, columns=[c for c in paper.get("columns", []) if c.get("key") in shown_keys])
@@ -247,10 +247,7 @@ def load_speed_bench(paths, baseline, where):
     nothing else running, which runs side by side (--jobs) cannot give. With several runs a
     system's ratio is the median of its ratios (a run's drift moves one run's figures). Returns
     what the table shows of them."""
-    paths = [paths] if isinstance(paths, str) else paths
-    if not (isinstance(paths, list) and paths and all(isinstance(x, str) for x in paths)):
-        raise LabError(f"{where}: speed_bench must be the path of a bench.json or a list of "
-                         f"them, not {paths!r}")
+    paths = [paths] if isinstance(paths, str) else paths  # (its type: schema.CONFIG)
     runs = []
     for path in paths:
         bench = textio.read_json_file(repo_path(path), f"{where}: speed_bench (made by "
