@@ -6,7 +6,8 @@ the checkout as ``{repo}/PATH`` (``{repo}/data-bin/multi30k.de-en``, :func:`reco
 with ``{repo}`` expanded to the checkout it runs in (:func:`expand`); a path outside the checkout
 (a ``--checkpoints`` or ``--data`` elsewhere) stays as given. A log the engine or the benchmark
 keeps (fairseq's train.log, fairseq-generate's output, bench.log) is kept with these placeholders
-in place of the absolute paths fairseq and Python print (:func:`log_text`):
+in place of the absolute paths fairseq and Python print (:func:`log_text`), line by line as it is
+written (:func:`copy_log`):
 
 ``{repo}``
     the checkout's root folder (where ``ran_fairseq/`` and ``scripts/`` are);
@@ -172,27 +173,21 @@ def log_line(line, repo=None):
     return line if SENTENCE_LINE.match(line) else log_text(line, repo)
 
 
-def rewrite_log(path, repo=None):
-    """Rewrite the log ``path`` with :func:`log_text` (atomically; a log without a machine path is
-    not touched), fairseq-generate's sentence lines left as they are. Returns whether it
-    changed."""
-    from ran_text import textio
+def kept_log(text):
+    """``text`` (a process's whole output) as a log keeps it: each line by :func:`log_line`."""
+    return "".join(log_line(line) for line in text.splitlines(keepends=True))
 
-    path = Path(path)
-    if not path.is_file():
-        return False
-    text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    new = "\n".join(log_line(line, repo) for line in text.split("\n"))
-    if new == text:
-        return False
-    textio.write_text_atomic(path, new, errors="surrogateescape")
-    return True
+
+def copy_log(stream, log):
+    """Each line of ``stream`` (a process's output) written to ``log`` as it is kept
+    (:func:`log_line`), as it comes."""
+    for line in stream:
+        log.write(log_line(line))
+        log.flush()
 
 
 if __name__ == "__main__":
     # a filter: the log a command prints, kept as it is written (scripts/gpu-speed.sh)
     sys.stdin.reconfigure(errors="surrogateescape")
     sys.stdout.reconfigure(errors="surrogateescape")
-    for line in sys.stdin:
-        sys.stdout.write(log_line(line))
-        sys.stdout.flush()
+    copy_log(sys.stdin, sys.stdout)

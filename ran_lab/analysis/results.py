@@ -9,6 +9,7 @@ data-bin's ``SUBSET.raw.TGT`` / ``SUBSET.raw.SRC``), so that analyses such as BL
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+from ran_lab.common.paths import slug  # the engine names the result folders
 from ran_lab.portable import expand_path
 from ran_text.evaluate import read_lines
 from ran_text.textio import read_json
@@ -20,12 +21,6 @@ class Outputs(NamedTuple):
     sources: List[str]
     ref_path: Path
     src_path: Path
-
-
-def _slug(name):
-    from ran_lab.common.paths import slug  # the engine names the result folders
-
-    return slug(name)
 
 
 def _scores(result):
@@ -61,7 +56,7 @@ def reproduction_outputs(results_dir, pair, seed=1, systems: Optional[Sequence[s
     hypotheses, ref_path = {}, None
     for r in results:
         scores = _scores(r)
-        folder = results_dir / pair / _slug(r["system"])
+        folder = results_dir / pair / slug(r["system"])
         if (folder / f"seed{seed}").is_dir():
             folder = folder / f"seed{seed}"
         hyp_path = folder / scores.get("hyp_file", "hyp.detok.txt")

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 from ran_lab.common.paths import REPO
 from ran_lab.common import schema
-from ran_text.textio import read_json
+from ran_text.textio import read_json, write_text_atomic
 from . import provenance, report
 from .engine import Verdict, evaluate
 from .results import Folder
@@ -73,17 +73,10 @@ def write_claims(claims_file, folder, refs: Optional[dict] = None, repo: Path = 
     """Write ``FOLDER/CLAIMS.md`` and ``FOLDER/CLAIMS.json``; return CLAIMS.md's path."""
     claims, results, verdicts = compute(folder, Path(claims_file), refs, repo)
     text, data = render(claims, results, verdicts, repo)
-    _write(Path(folder) / "CLAIMS.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    _write(Path(folder) / "CLAIMS.md", text)
+    write_text_atomic(Path(folder) / "CLAIMS.json",
+                      json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(Path(folder) / "CLAIMS.md", text)
     return Path(folder) / "CLAIMS.md"
-
-
-def _write(path: Path, text: str):
-    """Write through a temporary file beside ``path`` and rename it: a reader sees the old file
-    or the new one, never half of one."""
-    from ran_text.textio import write_text_atomic
-
-    write_text_atomic(path, text)
 
 
 def holds_of(folder, repo: Path = REPO) -> List[str]:

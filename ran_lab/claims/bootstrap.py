@@ -25,7 +25,7 @@ variance of that mean over the resamples is what the test set adds to the verdic
 """
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 
@@ -251,15 +251,3 @@ def test(base: np.ndarray, system: np.ndarray, scorer: Scorer, level: float = 0.
         settled = not (mc[0] <= level <= mc[1])
         if settled or drawn >= cap:
             return Tested(p, count, drawn, mc, settled, observed, order_interval(signed, level))
-
-
-def first_p(base: np.ndarray, system: np.ndarray, scorer: Scorer, samples: int = BLOCK,
-            seed: int = SEED) -> float:
-    """p from one draw of ``samples`` resamples, as sacreBLEU's ``PairedTest`` computes it."""
-    result = paired(base, system, scorer, samples=samples, seed=seed, cap=samples,
-                    interval_samples=0)
-    return result.p
-
-
-def is_near(p: Optional[float], low: float = 0.005, high: float = 0.02) -> bool:
-    return p is not None and low < p < high

@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 from . import REPO, _cache, claims_file_of, load
 from .engine import evaluate
 from .results import Folder
+from ..tables import markdown_table
 
 NEAR = (0.005, 0.02)
 OTHER_SEED = 54321
@@ -63,6 +64,9 @@ def recheck(folder, seed: int = OTHER_SEED, refs: Optional[dict] = None,
     return result
 
 
+HEADERS = ("pair", "subset", "metric", "seed", "system", "against", "first", "again")
+
+
 def markdown(rechecks: List[Recheck]) -> str:
     """The rechecks as one Markdown page."""
     from .bootstrap import CAP, SEED
@@ -80,14 +84,11 @@ def markdown(rechecks: List[Recheck]) -> str:
         if not r.tests:
             lines += ["No test near the level.", ""]
             continue
-        lines += ["| pair | subset | metric | seed | system | against | first | again |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for e, a in r.tests:
-            def cell(t):
-                return (f"{pval(t['p'])}, {t['samples']:,} resamples"
-                        f"{'' if t['settled'] else ', unsettled'}")
-            lines.append(f"| {e['pair']} | {e['subset']} | {e['metric']} | {e['seed']} | "
-                         f"{e['system']} | {e['against']} | {cell(e)} | {cell(a)} |")
+        def cell(t):
+            return (f"{pval(t['p'])}, {t['samples']:,} resamples"
+                    f"{'' if t['settled'] else ', unsettled'}")
+        lines += markdown_table(HEADERS, [[e[k] for k in HEADERS[:6]] + [cell(e), cell(a)]
+                                          for e, a in r.tests], text_columns=len(HEADERS))
         lines.append("")
         lines += ([f"- **{k}**: {a} → {b}" for k, a, b in r.changed] or
                   ["Every verdict is the same."])

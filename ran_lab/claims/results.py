@@ -23,7 +23,6 @@ from ..portable import expand_path
 from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
 
-P_KEY = {"sacrebleu": "p_value", "ter": "ter_p_value"}
 BOOTSTRAP_METRIC = {"sacrebleu": "BLEU", "ter": "TER"}
 METHOD = "percentile"  # what a stored test or pooled variance was computed by
 
@@ -97,16 +96,8 @@ class Folder:
         if (pair, subset) in self.refs:
             return Path(self.refs[(pair, subset)])
         # {repo}/PATH: the same file of this checkout (ran_lab.portable)
-        recorded = expand_path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"],
-                               self.repo)
-        if recorded.is_file():
-            return recorded
-        # a results.json made before held the machine's absolute path: try the same data-bin here
-        if self.repo is not None:
-            here = self.repo / "data-bin" / recorded.parent.name / recorded.name
-            if here.is_file():
-                return here
-        return recorded
+        return expand_path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"],
+                           self.repo)
 
     def _hyps(self, pair, names, seeds, subset) -> Dict[tuple, Path]:
         hyps = {(name, seed): self.hyp_file(pair, name, seed, subset)

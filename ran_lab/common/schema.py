@@ -259,7 +259,8 @@ CONFIG = Obj(
               "significance": Obj(optional={"samples": Int(100), "level": Num(0, 1, open=True)}),
               "paper_columns": List(Str()), "set_train_flags": Map(Str()),
               "speed_bench": OneOf(Str(nonempty=True), List(Str(nonempty=True), 1)),
-              "continues": Str(nonempty=True), "gpus": Int(0), "base": Str(nonempty=True)})
+              "continues": Str(nonempty=True), "base": Str(nonempty=True),
+              "gpus": Int(0)})  # the paper's GPUs per training (--launcher slurm's default)
 
 # a systems file (configs/PAPER/systems.json, configs/bench/*.json): what every reader relies on;
 # the engine and the benchmark then check the fields they know

@@ -8,6 +8,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from ..common.paths import REPO
+from ..portable import kept_log
 
 
 def run(device, out_dir, deadline, select=None):
@@ -24,9 +25,9 @@ def run(device, out_dir, deadline, select=None):
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                               timeout=max(1, deadline - time.time()))
     except subprocess.TimeoutExpired as e:
-        (out_dir / "device-tests.log").write_text(_text(e.stdout) + _text(e.stderr))
+        (out_dir / "device-tests.log").write_text(kept_log(_text(e.stdout) + _text(e.stderr)))
         return {"status": "stopped", "reason": "the deadline came first"}
-    (out_dir / "device-tests.log").write_text(proc.stdout + proc.stderr)
+    (out_dir / "device-tests.log").write_text(kept_log(proc.stdout + proc.stderr))
     summary = summarize(xml) if xml.exists() else {}
     failed = summary.get("failures", 0) + summary.get("errors", 0)
     status = "passed" if proc.returncode == 0 else "failed"

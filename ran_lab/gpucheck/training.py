@@ -6,10 +6,12 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from ..common.paths import REPO
+from ..portable import copy_log, kept_log
 
 
 def log_records(text):
@@ -83,7 +85,7 @@ def prepare(jobs, deadline, log):
             continue
         proc = subprocess.run([sys.executable, *job.prepare], cwd=REPO, capture_output=True,
                               text=True, timeout=max(1, deadline - time.time()))
-        log.write(proc.stdout + proc.stderr)
+        log.write(kept_log(proc.stdout + proc.stderr))
         if proc.returncode != 0:
             raise RuntimeError(f"preparing {job.data} failed (its log: the training step's "
                                f"prepare.log)")
@@ -102,11 +104,14 @@ def run(jobs, concurrent, deadline, logs_dir, threads=1, poll=1.0):
             job = pending.pop(0)
             log = open(logs_dir / f"{job.name}.log", "w")
             cmd = [sys.executable, "-m", "ran_lab.run_fairseq", "train", *job.argv]
-            running[job.name] = (subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
-                                                  stderr=subprocess.STDOUT), log)
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace")
+            copying = threading.Thread(target=copy_log, args=(proc.stdout, log))  # as it comes
+            copying.start()
+            running[job.name] = (proc, log, copying)
         if time.time() >= deadline:
             pending.clear()
-        for name, (proc, log) in list(running.items()):
+        for name, (proc, log, copying) in list(running.items()):
             code = proc.poll()
             if code is None and time.time() >= deadline:
                 proc.kill()
@@ -114,6 +119,7 @@ def run(jobs, concurrent, deadline, logs_dir, threads=1, poll=1.0):
                 code = None
             elif code is None:
                 continue
+            copying.join()
             log.close()
             finished[name] = (code, (logs_dir / f"{name}.log").read_text(errors="replace"))
             del running[name]

@@ -12,6 +12,7 @@ from typing import List, Optional
 from ran_text import textio
 from .. import claims as claims_pkg
 from ..common import paths
+from ..common.flags import flag_pairs
 from ..common.paths import shown
 from ..reproduce.config import load_config
 from ..tables import markdown_table
@@ -29,12 +30,6 @@ def _num(x, digits=1, empty="—"):
 
 def _params(n):
     return "—" if n is None else f"{n / 1e6:.2f} M"
-
-
-def _tokens(result) -> Optional[int]:
-    """The target tokens a run trained on: the mean batch of its train.log's training lines
-    (fairseq's ``wpb``) times its updates."""
-    return result.get("train_target_tokens")
 
 
 def train_tokens(runs: Path, result: dict) -> Optional[float]:
@@ -201,8 +196,8 @@ def peer_table() -> List[str]:
 
 def markdown(board: Board, config: dict, report: dict, table: dict, verdicts, cost,
              planned: int, done: int) -> str:
-    updates = dict(_flag_pairs(config["train_flags"])).get("--max-update")
-    max_tokens = dict(_flag_pairs(config["train_flags"])).get("--max-tokens")
+    updates = flag_pairs(config["train_flags"]).get("--max-update")
+    max_tokens = flag_pairs(config["train_flags"]).get("--max-tokens")
     level = report["settings"]["significance"]["level"]
     conf = f"{100 * (1 - level):g} %"
     names = list(config["systems"])
@@ -304,11 +299,6 @@ def shows(table, config) -> List[str]:
         "nor at the papers' sizes and corpora: results/ holds the four reproductions.",
     ]
     return out
-
-
-def _flag_pairs(flags):
-    from ..common.flags import flag_pairs
-    return flag_pairs(flags).items()
 
 
 def short_form(table, link: str = "TABLE.md", runs=None) -> str:

@@ -247,18 +247,6 @@ def run_paper(paper: Paper, argv: Optional[List[str]] = None, prog: Optional[str
         sys.exit(128 + e.signal)
 
 
-def main_for(key: str, argv: Optional[List[str]] = None):
-    """The paper ``key``'s reproduction (:data:`.papers.PAPERS`) with ``argv``."""
-    checkout.require(f"reproduce-{key}")
-    from .papers import PAPERS
-
-    try:
-        paper = PAPERS[key]
-    except LabError as e:
-        sys.exit(f"reproduce-{key}: error: {e}")
-    run_paper(paper, argv)
-
-
 def top_parser(papers) -> argparse.ArgumentParser:
     """``ran-reproduce PAPER ...``'s parser; ``papers``: those of the checkout's configs/ (None
     outside a checkout, where the help says where they are)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ran_text import textio
-from ..common.flags import check_device_flags as common_device_flags
+from ..common.flags import check_device_flags  # noqa: F401  (the engine's, cli.py)
 from ..common.flags import check_flags
 from ..common.flags import config_train_flags as common_train_flags
 from ..common import schema
@@ -21,16 +21,6 @@ from .runs import SELECT
 
 if TYPE_CHECKING:  # only for the annotation of Paper.measure
     from .runs import Run
-
-
-CONFIG_KEYS = {"systems", "paper", "pairs", "data", "prepare", "test_set", "gen_subset", "device",
-               "out", "checkpoints", "select", "train_flags", "generate_flags"}
-
-
-OPTIONAL_CONFIG_KEYS = {"notes", "bpe", "arch", "seeds", "significance", "paper_columns", "base",
-                        "set_train_flags", "speed_bench", "continues",
-                        "gpus"}  # gpus: the paper's GPUs per training (--launcher slurm's default)
-
 
 
 SIGNIFICANCE = {"samples": 1000, "level": 0.01}
@@ -145,8 +135,6 @@ def load_systems(path, arch_override=None):
         "checkpoint_of": system.get("checkpoint_of"),
         "generate_flags": list(system.get("generate_flags", [])),
         "postprocess": system.get("postprocess")} for name, system in found.systems.items()}
-    if not systems:
-        raise LabError(f"{path} lists no systems")
     for system in systems.values():
         owner = system["checkpoint_of"]
         if owner is None:
@@ -198,38 +186,19 @@ def load_config(path):
         raise LabError(f"config {path}: 'checkpoint' is replaced by 'select' (one of "
                          f"{', '.join(SELECT)}: checkpoint_last.pt, or checkpoint_best.pt by "
                          f"validation loss or BLEU)")
-    missing = sorted(k for k in CONFIG_KEYS if k not in config)
+    missing = sorted(k for k in schema.CONFIG.required if k not in config)
     if missing:
         raise LabError(f"config {path} lacks {', '.join(missing)}")
     config["prepare"] = preparations.check(config.get("prepare"), path)
+    # (keys, types, choices and ranges: schema.CONFIG; what follows, the links between them)
     schema.check(config, schema.CONFIG, path, "config, with its base")
-    unknown = sorted(set(config) - CONFIG_KEYS - OPTIONAL_CONFIG_KEYS)
-    if unknown:
-        raise LabError(f"config {path} has unknown key(s) {', '.join(unknown)} (known: "
-                         f"{', '.join(sorted(CONFIG_KEYS | OPTIONAL_CONFIG_KEYS))})")
-    if config["device"] not in ("cpu", "cuda"):
-        raise LabError(f"config {path}: device must be 'cpu' or 'cuda', not "
-                         f"{config['device']!r}")
-    if config.get("bpe", "subword_nmt") not in ("subword_nmt", None):
-        raise LabError(f"config {path}: bpe must be 'subword_nmt' or null (word-level data)")
-    if config["select"] not in SELECT:
-        raise LabError(f"config {path}: select must be one of {', '.join(SELECT)}, not "
-                         f"{config['select']!r}")
     subsets = config["gen_subset"]
     subsets = [subsets] if isinstance(subsets, str) else subsets
-    if not (isinstance(subsets, list) and subsets and all(isinstance(x, str) and x for x in subsets)
-            and len(set(subsets)) == len(subsets)):
-        raise LabError(f"config {path}: gen_subset must be a subset name or a list of distinct "
-                         f"names (the first is the main one), not {config['gen_subset']!r}")
     try:
         seeds = parse_seeds(config.get("seeds", [1]))
     except (ValueError, TypeError) as e:
         raise LabError(f"config {path}: seeds: {e}") from e
     significance = dict(SIGNIFICANCE, **config.get("significance", {}))
-    if set(significance) != set(SIGNIFICANCE) or not isinstance(significance["samples"], int) \
-            or significance["samples"] < 100 or not 0 < significance["level"] < 1:
-        raise LabError(f"config {path}: significance must be {{\"samples\": N >= 100, "
-                         f"\"level\": p in (0, 1)}}, not {config['significance']!r}")
     config = dict(config, train_flags=config_train_flags(config, path))
     check_flags(config["generate_flags"], GENERATE_OWNED, f"config {path}: generate_flags")
     systems_file = repo_path(config["systems"])
@@ -239,8 +208,8 @@ def load_config(path):
                          schema.PAPER, paper_file, "paper numbers")
     keys = [c.get("key") for c in paper.get("columns", [])]
     shown_keys = config.get("paper_columns", keys)
-    unknown = [k for k in shown_keys if k not in keys] if isinstance(shown_keys, list) else None
-    if unknown is None or unknown:
+    unknown = [k for k in shown_keys if k not in keys]
+    if unknown:
         raise LabError(f"config {path}: paper_columns must list keys of {config['paper']}'s "
                          f"columns ({', '.join(map(str, keys))}); unknown: {unknown}")
     paper = dict(paper, columns=[c for c in paper.get("columns", []) if c.get("key") in shown_keys])
@@ -278,10 +247,7 @@ def load_speed_bench(paths, baseline, where):
     nothing else running, which runs side by side (--jobs) cannot give. With several runs a
     system's ratio is the median of its ratios (a run's drift moves one run's figures). Returns
     what the table shows of them."""
-    paths = [paths] if isinstance(paths, str) else paths
-    if not (isinstance(paths, list) and paths and all(isinstance(x, str) for x in paths)):
-        raise LabError(f"{where}: speed_bench must be the path of a bench.json or a list of "
-                         f"them, not {paths!r}")
+    paths = [paths] if isinstance(paths, str) else paths  # (its type: schema.CONFIG)
     runs = []
     for path in paths:
         bench = textio.read_json_file(repo_path(path), f"{where}: speed_bench (made by "
@@ -339,11 +305,6 @@ def check_data_template(template, where):
         what = f"unknown field {{{e.args[0]}}}" if isinstance(e, KeyError) else str(e)
         raise LabError(f"{where} {template!r}: {what}; a data-bin path may hold {{src}} and "
                          f"{{tgt}} (replaced per pair), and {{{{ }}}} for a brace") from None
-
-
-def check_device_flags(device, train_flags, systems, where, change):
-    """:func:`ran_lab.common.flags.check_device_flags`, refusing with a LabError."""
-    common_device_flags(device, train_flags, systems, where, change)
 
 
 def select_systems(systems, wanted, config_path):

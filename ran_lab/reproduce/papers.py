@@ -155,13 +155,6 @@ class Papers(Mapping):
         return self._loaded[key]
 
 
-def load_papers(configs: Path = REPO / "configs") -> Dict[str, Paper]:
-    """Every paper of ``configs``, by key (its folder's name), in the order of the keys; the
-    first broken paper file is a :class:`~ran_lab.common.LabError`."""
-    found = Papers(configs)
-    return {key: found[key] for key in found}
-
-
 def load_old_names(configs: Path = REPO / "configs") -> Dict[str, str]:
     """Names papers went by before -> their keys (a paper file that cannot be read has none
     here: its own error comes when the paper is used)."""

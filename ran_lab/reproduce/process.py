@@ -1,6 +1,7 @@
 """The processes the engine starts: fairseq's CLIs with their output in a log; and the
 preparation of the corpus a config names (:mod:`.preparations`)."""
 import contextlib
+import io
 import os
 import re
 import shlex
@@ -28,9 +29,16 @@ class Processes:
     def run(self, cmd, log, env, pass_fds):
         """``cmd`` (``[python, -m, MODULE, ...]``) to its end, stdout and stderr into the open file
         ``log``; its return code."""
-        return CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env=paths.multi30k_environment(env), cwd=paths.REPO,
-                            pass_fds=tuple(pass_fds))
+        return run_into(cmd, log, env, pass_fds=tuple(pass_fds))
+
+
+def run_into(cmd, log, env, **popen_kwargs):
+    """``cmd`` among :data:`CHILDREN`, in the checkout, its stdout and stderr written to ``log``
+    line by line with the machine's paths as placeholders (``portable.copy_log``)."""
+    return CHILDREN.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        encoding="utf-8", errors="replace", env=paths.multi30k_environment(env),
+                        cwd=paths.REPO, copy_output=lambda out: portable.copy_log(out, log),
+                        **popen_kwargs)
 
 
 # The seam between the engine and fairseq's processes: every command of a run (fairseq-train,
@@ -80,8 +88,6 @@ def run_logged(argv, log_path, env, what, append=False, pass_fds=()):
     with open(log_path, encoding="utf-8", errors="replace") as log:
         log.seek(offset)
         text = log.read()
-    # the log is kept with the checkout's and the packages' paths as placeholders
-    portable.rewrite_log(log_path, paths.REPO)
     if returncode != 0 and DISK_FULL_RE.search(text):
         # fairseq's chained tracebacks of a save that found no room, in one line
         saving = FILE_RE.findall(text)
@@ -104,13 +110,16 @@ def prepare_here(argv, log_path, what):
     relative paths, as a prepare script's, are the checkout's), its output into ``log_path``."""
     from ran_text.prepare.cli import main as prepare_main
 
-    with open_log(log_path, "w") as log, contextlib.redirect_stdout(log), \
-            contextlib.redirect_stderr(log), contextlib.chdir(paths.REPO), _multi30k_mirror():
+    output = io.StringIO()
+    with open_log(log_path, "w") as log:
         try:
-            returncode = prepare_main(argv)
+            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
+                    contextlib.chdir(paths.REPO), _multi30k_mirror():
+                returncode = prepare_main(argv)
         except SystemExit as e:  # argparse: a flag it does not take
             returncode = e.code if isinstance(e.code, int) else 2
-    portable.rewrite_log(log_path, paths.REPO)
+        finally:  # written with the machine's paths as placeholders
+            log.write(portable.kept_log(output.getvalue()))
     if returncode != 0:
         raise LabError(f"preparing {what} failed: {shlex.join([PREPARE_HERE, *argv])}\n--- "
                          f"{log_path} (tail) ---\n{log_path.read_text()[-3000:]}")
@@ -140,10 +149,7 @@ def prepare(config, pair, log_path, env):
         return
     cmd = [str(paths.REPO / script), *argv]
     with open_log(log_path, "w") as log:
-        returncode = CHILDREN.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                  env=paths.multi30k_environment(env),
-                                  cwd=paths.REPO)
-    portable.rewrite_log(log_path, paths.REPO)
+        returncode = run_into(cmd, log, env)
     if returncode != 0:
         raise LabError(f"preparing {src}-{tgt} failed: {shlex.join(cmd)}\n--- {log_path} "
                          f"(tail) ---\n{log_path.read_text()[-3000:]}")

@@ -25,9 +25,10 @@ class Children:
         self._lock = threading.RLock()
         self.stopped_by = None  # the signal that stopped the engine, once one has
 
-    def run(self, cmd, **popen_kwargs):
+    def run(self, cmd, copy_output=None, **popen_kwargs):
         """Run ``cmd`` to its end in its own process group, tied to this process; its return
-        code (negative: killed by that signal). Refuses to start once a signal has come."""
+        code (negative: killed by that signal). ``copy_output``: a function given the process's
+        stdout (a pipe) to read to its end. Refuses to start once a signal has come."""
         parent = os.getpid()
         with self._lock:
             if self.stopped_by is not None:
@@ -38,6 +39,8 @@ class Children:
         try:
             if self.stopped_by is not None:  # a signal came while it started
                 self._end(proc, self.stopped_by)
+            if copy_output is not None:
+                copy_output(proc.stdout)
             return proc.wait()
         except BaseException:
             self._end(proc, signal.SIGTERM)

@@ -145,10 +145,6 @@ def stored_report(out):
     if not path.is_file():
         return {}
     report = textio.read_json(path, "the folder's table data", FIX_REPORT, shape=dict)
-    rows = report.get("results", [])
-    if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
-        raise LabError(f"{path} (the folder's table data) holds no list of result objects under "
-                         f'"results"; it was edited or made by another program: {FIX_REPORT}')
     return schema.check(report, schema.RESULTS, path, "the folder's table data",
                         FIX_REPORT)
 

@@ -1,6 +1,7 @@
 """Portable records (ran_lab.portable): what the engine and the benchmark write names the
 checkout's files as {repo}/PATH and keeps logs without the machine's paths; and the check that no
 committed result or config holds an absolute path of the machine it was made on."""
+import io
 import json
 import re
 import subprocess
@@ -60,23 +61,24 @@ def test_log_text_replaces_this_checkout_and_its_packages():
     assert machine_paths(text) and not machine_paths(portable.log_text(text))
 
 
-def test_rewrite_log_keeps_the_sentences_of_a_generate_output(tmp_path):
-    log = tmp_path / "generate.txt"
-    log.write_text(f"INFO | loaded from: {REPO}/data-bin/x/test\n"
-                   "S-0\tsee /root/notes and /home/me/x\n"
-                   "H-0\t-0.5\tsee /root/notes and /home/me/x\n"
-                   f"Generate test with beam=5: BLEU4 = 1.00 ({REPO}/x)\n")
-    assert portable.rewrite_log(log, REPO)
-    assert log.read_text() == ("INFO | loaded from: {repo}/data-bin/x/test\n"
-                               "S-0\tsee /root/notes and /home/me/x\n"
-                               "H-0\t-0.5\tsee /root/notes and /home/me/x\n"
-                               "Generate test with beam=5: BLEU4 = 1.00 ({repo}/x)\n")
-    assert not portable.rewrite_log(log, REPO)  # nothing more to change
+def test_a_log_is_kept_with_the_sentences_of_a_generate_output_as_they_are():
+    text = (f"INFO | loaded from: {REPO}/data-bin/x/test\n"
+            "S-0\tsee /root/notes and /home/me/x\n"
+            "H-0\t-0.5\tsee /root/notes and /home/me/x\n"
+            f"Generate test with beam=5: BLEU4 = 1.00 ({REPO}/x)\n")
+    kept = ("INFO | loaded from: {repo}/data-bin/x/test\n"
+            "S-0\tsee /root/notes and /home/me/x\n"
+            "H-0\t-0.5\tsee /root/notes and /home/me/x\n"
+            "Generate test with beam=5: BLEU4 = 1.00 ({repo}/x)\n")
+    assert portable.kept_log(text) == kept
+    log = io.StringIO()
+    portable.copy_log(io.StringIO(text), log)
+    assert log.getvalue() == kept
 
 
 def test_the_filter_keeps_a_commands_log_portable_as_it_is_written():
     """`COMMAND 2>&1 | python -m ran_lab.portable > LOG` (scripts/gpu-speed.sh's bench.log): each
-    line as rewrite_log keeps it, a sentence line as it is."""
+    line as kept_log keeps it, a sentence line as it is."""
     text = f"INFO | loaded from: {REPO}/data-bin/x/test\nS-0\tsee /root/notes\n"
     proc = subprocess.run([sys.executable, "-m", "ran_lab.portable"], input=text,
                           capture_output=True, text=True, cwd=REPO, env=helpers.fairseq_env(),
