@@ -20,12 +20,13 @@ MIN_SECONDS = {"tests": 30, "training": 60, "speed": 120}
 
 
 def min_seconds(step):
-    """What ``step`` needs left to start: MIN_SECONDS, or $RAN_GPU_CHECK_MIN_SECONDS for every step."""
+    """What ``step`` needs left to start: MIN_SECONDS, or $RAN_GPU_CHECK_MIN_SECONDS for any."""
     value = os.environ.get("RAN_GPU_CHECK_MIN_SECONDS", "")
     if not value:
         return MIN_SECONDS[step]
     if not value.isdigit():
-        raise LabError(f"RAN_GPU_CHECK_MIN_SECONDS must be a whole number of seconds; got {value!r}")
+        raise LabError(f"RAN_GPU_CHECK_MIN_SECONDS must be a whole number of seconds; "
+                       f"got {value!r}")
     return int(value)
 SPEED = "ran-base,ran-base-100,recurrent-cross"
 
