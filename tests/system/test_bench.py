@@ -149,17 +149,30 @@ def test_bad_input_gives_a_clear_error(case, data_bin, systems_file, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_decode_length_kernel_counts_and_more_forced_lengths(data_bin, systems_file, tmp_path):
-    """--decode-length gives every system the same decoding work; with it, the kernel counts and
-    the speed at more forced lengths (one benchmark run for all three)."""
-    proc = run_bench(data_bin, systems_file, tmp_path, "--decode-length", "5",
+@pytest.fixture(scope="module")
+def forced_length_out(data_bin, systems_file, tmp_path_factory):
+    """One benchmark of both systems with the measurements beside the timings: a forced decoding
+    length (and one more), the kernel counts and the decoding breakdown."""
+    out = tmp_path_factory.mktemp("bench-forced")
+    proc = run_bench(data_bin, systems_file, out, "--decode-length", "5",
                      "--also-decode-lengths", "9", "--count-kernels", "--count-sentences", "6",
-                     "--warm-shapes")
+                     "--warm-shapes", "--decode-breakdown")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    systems = {r["name"]: r for r in json.loads((tmp_path / "bench.json").read_text())["systems"]}
+    systems = {r["name"]: r for r in json.loads((out / "bench.json").read_text())["systems"]}
+    return systems, (out / "bench.md").read_text()
+
+
+def test_decode_length_gives_every_system_the_same_decoding_work(forced_length_out):
+    systems, table = forced_length_out
     for name, r in systems.items():
         decode = r["decode"]
         assert decode["generated_tokens"] == decode["sentences"] * 6, name  # 5 + EOS
+    assert "forced to 5 tokens + EOS" in table
+
+
+def test_kernel_counts_and_more_forced_lengths(forced_length_out):
+    systems, table = forced_length_out
+    for name, r in systems.items():
         assert r["decode_at_length"]["9"]["sentences_per_s"] > 0, name
         decoding, training = r["kernels"]["decoding"], r["kernels"]["training"]
         assert decoding["length"] == 5 and decoding["beam"] == 2
@@ -169,8 +182,6 @@ def test_decode_length_kernel_counts_and_more_forced_lengths(data_bin, systems_f
     # the transformer's parts are found by module name; the LSTM has no such modules
     assert systems["transformer"]["kernels"]["decoding"]["components"]["self_attn"] > 0
     assert set(systems["lstm"]["kernels"]["decoding"]["components"]) <= {"encoder", "rest"}
-    table = (tmp_path / "bench.md").read_text()
-    assert "forced to 5 tokens + EOS" in table
     assert "decode sent/s, 9 tokens" in table and "decoding kernels per step" in table
     assert "one untimed update on each timed batch (--warm-shapes)" in table
     assert all(r["train"]["updates"] == 2 for r in systems.values())
@@ -196,10 +207,8 @@ def test_decode_repeats_and_live_memory(data_bin, systems_file, tmp_path):
     assert "MALLOC_MMAP_THRESHOLD_=65536" in table
 
 
-def test_decode_breakdown_times_the_parts_of_one_more_pass(data_bin, systems_file, tmp_path):
-    proc = run_bench(data_bin, systems_file, tmp_path, "--decode-breakdown")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    systems = {r["name"]: r for r in json.loads((tmp_path / "bench.json").read_text())["systems"]}
+def test_decode_breakdown_times_the_parts_of_one_more_pass(forced_length_out):
+    systems, table = forced_length_out
     for name, r in systems.items():
         b = r["decode"]["breakdown"]
         seconds = b["parts_seconds"]
@@ -214,7 +223,6 @@ def test_decode_breakdown_times_the_parts_of_one_more_pass(data_bin, systems_fil
     assert 0 < transformer["self-attention value/output projections"] < \
         transformer["self-attention"]
     assert "self-attention" not in systems["lstm"]["decode"]["breakdown"]["parts_seconds"]
-    table = (tmp_path / "bench.md").read_text()
     rows = helpers.table_rows(next(block for block in table.split("\n\n") if "pass (s)" in block))
     assert list(rows["transformer"])[:5] == ["system", "pass (s)", "encoder", "self-attention",
                                              "(of which W_v, W_o)"]
