@@ -119,11 +119,11 @@ def test_trains_judges_and_reports_on_the_cpu(joined_databin, tmp_path):
 def test_the_deadline_stops_the_trainings_and_keeps_the_report(joined_databin, tmp_path):
     out = tmp_path / "out"
     start = time.time()
-    # a short deadline: RAN_GPU_CHECK_MIN_SECONDS lets the training step start with 25 s left
-    # (it needs 60 s otherwise), so the deadline, not the updates, ends the training
+    # a short deadline: RAN_GPU_CHECK_MIN_SECONDS lets the training step start with under 25 s
+    # left (it needs 60 s otherwise), so the deadline, not the updates, ends the training
     proc = gpu_check(25, out, "--device", "cpu", "--steps", "training", "--systems", "RAN-ALL",
                      "--dtypes", "float32", "--updates", "1000000", "--data", joined_databin,
-                     env={"RAN_GPU_CHECK_MIN_SECONDS": "5"})
+                     env={"RAN_GPU_CHECK_MIN_SECONDS": "1"})
     took = time.time() - start
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "check.json").read_text())
@@ -140,7 +140,8 @@ def test_the_deadline_stops_the_trainings_and_keeps_the_report(joined_databin, t
 def test_a_step_without_its_minimum_left_is_not_started(tmp_path):
     out = tmp_path / "out"
     proc = gpu_check(20, out, "--device", "cpu", "--steps", "training", "--systems", "RAN-ALL",
-                     "--dtypes", "float32", "--updates", "1")
+                     "--dtypes", "float32", "--updates", "1",
+                     env={"RAN_GPU_CHECK_MIN_SECONDS": ""})  # the step's own minimum, 60 s
     assert proc.returncode == 0, proc.stderr
     assert "gpu-check: training: not started" in proc.stderr
     assert json.loads((out / "check.json").read_text())["steps"] == {}
