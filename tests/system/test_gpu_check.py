@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu-check.sh"
 
 
-def gpu_check(*args, timeout=600):
+def gpu_check(*args, timeout=600, env=None):
     return subprocess.run(["bash", str(SCRIPT), *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout,
-                          env=dict(helpers.fairseq_env(), PYTHON=sys.executable))
+                          env=dict(helpers.fairseq_env(), PYTHON=sys.executable, **(env or {})))
 
 
 # joined_databin (tests/conftest.py): the recipes share their embeddings
@@ -119,19 +119,41 @@ def test_trains_judges_and_reports_on_the_cpu(joined_databin, tmp_path):
 def test_the_deadline_stops_the_trainings_and_keeps_the_report(joined_databin, tmp_path):
     out = tmp_path / "out"
     start = time.time()
-    proc = gpu_check(90, out, "--device", "cpu", "--steps", "training", "--systems", "RAN-ALL",
-                     "--dtypes", "float32", "--updates", "1000000", "--data", joined_databin)
+    # a short deadline: RAN_GPU_CHECK_MIN_SECONDS lets the training step start with under 25 s
+    # left (it needs 60 s otherwise), so the deadline, not the updates, ends the training
+    proc = gpu_check(25, out, "--device", "cpu", "--steps", "training", "--systems", "RAN-ALL",
+                     "--dtypes", "float32", "--updates", "1000000", "--data", joined_databin,
+                     env={"RAN_GPU_CHECK_MIN_SECONDS": "1"})
     took = time.time() - start
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "check.json").read_text())
     # the deadline counts from the check's start (after Python has imported torch and fairseq)
-    assert report["deadline"] == report["started"] + 90
+    assert report["deadline"] == report["started"] + 25
     late = report["finished"] - report["deadline"]
     assert late < 15, f"the check ended {late:.0f} s after its deadline"
-    assert took < 90 + 120
+    assert took < 25 + 120
     rows = report["steps"]["training"]["rows"]
     assert rows[0]["status"] == "stopped" and "deadline" in rows[0]["reason"]
     assert "stopped: the deadline stopped it" in (out / "CHECK.md").read_text()
+
+
+def test_a_step_without_its_minimum_left_is_not_started(tmp_path):
+    out = tmp_path / "out"
+    proc = gpu_check(20, out, "--device", "cpu", "--steps", "training", "--systems", "RAN-ALL",
+                     "--dtypes", "float32", "--updates", "1",
+                     env={"RAN_GPU_CHECK_MIN_SECONDS": ""})  # the step's own minimum, 60 s
+    assert proc.returncode == 0, proc.stderr
+    assert "gpu-check: training: not started" in proc.stderr
+    assert json.loads((out / "check.json").read_text())["steps"] == {}
+
+
+def test_a_bad_minimum_is_a_one_line_error(tmp_path):
+    proc = gpu_check(60, tmp_path / "out", "--device", "cpu", "--steps", "training",
+                     env={"RAN_GPU_CHECK_MIN_SECONDS": "soon"})
+    assert proc.returncode == 2, proc.stderr
+    assert "RAN_GPU_CHECK_MIN_SECONDS must be a whole number" in proc.stderr
+    assert len(proc.stderr.strip().split("\n")) == 1
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_tests_step_runs_the_device_aware_tests_only(tmp_path):
