@@ -1,12 +1,14 @@
 """``ran-reproduce --launcher slurm`` against a real Slurm: a one-node cluster (slurmctld, slurmd,
-munge from the distribution's packages) that scripts/slurm-local.sh starts for this file and stops
-after it. A short two-system table gives the fields a local run gives; a job of two tasks trains
-with world size 2 (gloo, CPU) through fairseq's Slurm detection; a run with a 2-minute limit is
-requeued and finishes at exactly its budget, at world size 1 and (resuming across ranks) 2; a
-cancelled run is reported, then resubmitted by --resume. These runs mostly wait (for Slurm, a
-job's start, a time limit), so they go on side by side, started with the first cluster test.
-Without Slurm (or submitit, or root) the cluster tests are skipped, saying why; under CI=true they
-fail instead. The Slurm variant of compat.cpu_data_parallel is checked without a cluster."""
+slurmdbd with MariaDB, where submitit reads the jobs' states, munge; the distribution's packages)
+that scripts/slurm-local.sh starts for this file and stops after it. A short two-system table gives
+the fields a local run gives; a job of two tasks trains with world size 2 (gloo, CPU) through
+fairseq's Slurm detection; a run with a 2-minute limit is requeued and finishes at exactly its
+budget, at world size 1 and (resuming across ranks) 2; a cancelled run is reported, then
+resubmitted by --resume. These runs mostly wait (for Slurm, a job's start, a time limit), so they
+go on side by side, started with the first cluster test. Without Slurm (or submitit, or root) the
+cluster tests are skipped, saying why; under CI=true they fail instead. The Slurm variant of
+compat.cpu_data_parallel and the cluster's start without one of its packages are checked without
+a cluster."""
 import json
 import os
 import re
@@ -34,9 +36,11 @@ REQUEUE_BUDGET = 8
 
 def missing_slurm():
     """Why the cluster cannot be started here, or None."""
-    for cmd in ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "scontrol"):
+    for cmd in ("slurmctld", "slurmd", "slurmdbd", "sacct", "munged", "mungekey", "sbatch",
+                "scontrol", "mariadbd", "mariadb-install-db"):
         if shutil.which(cmd) is None:
-            return f"{cmd} not found (Debian: apt-get install slurm-wlm munge)"
+            return (f"{cmd} not found (Debian: apt-get install slurm-wlm slurmdbd munge "
+                    f"mariadb-server)")
     if os.geteuid() != 0:
         return "scripts/slurm-local.sh runs its daemons as root"
     try:
@@ -67,7 +71,26 @@ def cluster(tmp_path_factory):
         assert again.returncode == 0 and again.stdout == proc.stdout, again.stderr
         yield env
     finally:  # also after a failed start: no daemon outlives the tests
-        subprocess.run([str(script), "stop"], env=env, timeout=60)
+        stop = subprocess.run([str(script), "stop"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert stop.returncode == 0, stop.stderr
+
+
+def test_cluster_start_names_a_missing_package(tmp_path):
+    """Without one of its programs (here MariaDB's server) the cluster's start stops before it
+    starts anything, naming the program and the packages to install."""
+    needed = ["slurmctld", "slurmd", "slurmdbd", "sacctmgr", "munged", "mungekey",
+              "mariadb-install-db", "mariadb-admin", "sinfo", "python3"]
+    for name in needed:
+        (tmp_path / name).symlink_to("/bin/true")
+    (tmp_path / "hostname").symlink_to(shutil.which("hostname"))
+    proc = subprocess.run([shutil.which("bash"), str(helpers.REPO / "scripts" / "slurm-local.sh"),
+                           "start"],
+                          env={"PATH": str(tmp_path), "RAN_SLURM_DIR": str(tmp_path / "state")},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and not (tmp_path / "state").exists()
+    assert proc.stderr.startswith("slurm-local.sh: mariadbd not found: install the packages "
+                                  "slurm-wlm, slurmdbd, munge and mariadb-server"), proc.stderr
 
 
 @pytest.fixture(scope="module")

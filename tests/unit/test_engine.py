@@ -497,9 +497,9 @@ def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeyp
     (folder / f"{job_id}_0_log.err").write_text(
         "Traceback (most recent call last):\n  File \"x\", line 1\n"
         "ValueError: --max-tokens must be positive\nsrun: error: task 0 exited\n")
-    why = slurm.failure(SimpleNamespace(dir=tmp_path / "run"), job_id, ("FAILED", "1:0"))
+    why = slurm.failure(SimpleNamespace(dir=tmp_path / "run"), job_id, "FAILED")
     assert not (tmp_path / MARKER).exists()
-    assert why.startswith("ended FAILED (exit code 1:0): ValueError: --max-tokens must be positive")
+    assert why.startswith("ended FAILED: ValueError: --max-tokens must be positive")
     assert f"{job_id}_0_log.out" in why
     (folder / f"{job_id}_0_log.err").unlink()  # no log: the state alone
     assert slurm.failure(SimpleNamespace(dir=tmp_path / "run"), job_id, None).startswith(

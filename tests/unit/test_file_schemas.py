@@ -215,18 +215,26 @@ def test_a_truncated_hypotheses_file_under_resume_is_one_line(tmp_path, data):  
 
 def test_slurm_launcher_with_no_slurm_running_is_one_line(tmp_path, data, monkeypatch):  # noqa: F811
     """sbatch refusing the job (no controller to reach) is one line with sbatch's reason (it was
-    submitit's FailedJobError with its traceback); nothing of the folder is changed."""
+    submitit's FailedJobError with its traceback); so is a cluster whose accounting (sacct, where
+    the jobs' states are read) does not answer, before anything is submitted."""
     pytest.importorskip("submitit")
     import os
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("sbatch", "scontrol", "squeue", "sacct"):
+    for tool in ("sbatch", "srun", "sacct"):
         (bin_dir / tool).write_text(
             "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact "
             "slurm controller (connect failure)' >&2\nexit 1\n")
         (bin_dir / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    message = engine(argv(tmp_path, data, "--launcher", "slurm", "--time-limit", "5"),
+                     FakeFairseq())
+    assert isinstance(message, str) and "\n" not in message, message
+    assert "sacct fails here (sbatch: error: Batch job submission failed: Unable to contact " \
+        "slurm controller" in message and "with slurmdbd?" in message, message
+    assert not list(tmp_path.rglob("slurm.json"))
+    (bin_dir / "sacct").write_text("#!/bin/sh\n")  # an accounting that answers
     message = engine(argv(tmp_path, data, "--launcher", "slurm", "--time-limit", "5"),
                      FakeFairseq())
     assert isinstance(message, str) and "\n" not in message, message

@@ -1,7 +1,8 @@
-"""The Slurm job of a run folder (its ``slurm.json``) and the job's state, from ``scontrol``
-(no accounting database needed). A run whose job is pending or running is in use: another engine
-leaves it alone, and only ``--launcher slurm --resume`` attaches to the job."""
-import subprocess
+"""The Slurm job of a run folder (its ``slurm.json``) and the job's state, through submitit (which
+reads it with ``sacct``, from the cluster's accounting). A run whose job is pending or running is in
+use: another engine leaves it alone, and only ``--launcher slurm --resume`` attaches to the job."""
+import importlib.util
+import shutil
 
 from ran_text import textio
 from ...common import schema
@@ -25,22 +26,23 @@ def read_record(run):
                         path, "the run's Slurm job", fix)
 
 
-def job_state(job_id):
-    """(state, exit code, reason) of Slurm job ``job_id``; None once Slurm has forgotten it (or
-    where there is no Slurm here)."""
-    try:
-        proc = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)],
-                              capture_output=True, text=True, timeout=60)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0 or "JobState=" not in proc.stdout:
-        return None
-    fields = dict(tok.split("=", 1) for tok in proc.stdout.split() if "=" in tok)
-    return fields.get("JobState"), fields.get("ExitCode"), fields.get("Reason")
+def job_of(run, job_id):
+    """submitit's handle on Slurm job ``job_id`` of ``run`` (its files in the run's slurm/)."""
+    from . import require_submitit
+
+    return require_submitit().SlurmJob(folder=run.dir / "slurm", job_id=str(job_id))
 
 
-def active_state(state):
-    return state is not None and state[0] in ACTIVE
+def job_state(job):
+    """The Slurm state of ``job`` now (RUNNING, CANCELLED, ...); None where the cluster's accounting
+    has no such job (or there is no Slurm here)."""
+    state = job.get_info(mode="force").get("State", "").split()  # "CANCELLED by 0"
+    state = state[0] if state and state[0] != "UNKNOWN" else None
+    if state in ACTIVE and job.watcher.is_done(job.job_id, mode="cache"):
+        # submitit takes a state outside its list of running ones (SUSPENDED) for an end and
+        # asks no more about the job: forget what it keeps, so that the next call asks again
+        job.watcher.clear()
+    return state
 
 
 def check_jobs(runs, args):
@@ -48,11 +50,13 @@ def check_jobs(runs, args):
     engine collects it (``--launcher slurm --resume``)."""
     if getattr(args, "launcher", "local") == "slurm" and args.resume:
         return
+    # where there is no Slurm (or no submitit), no job can be read (nor was submitted from here)
+    slurm = importlib.util.find_spec("submitit") and shutil.which("sacct")
     for run in runs:
         record = read_record(run)
-        state = job_state(record["job_id"]) if record else None
-        if active_state(state):
+        state = job_state(job_of(run, record["job_id"])) if record and slurm else None
+        if state in ACTIVE:
             raise LabError(
-                f"{run.dir} is in use by Slurm job {record['job_id']} ({state[0].lower()}): "
+                f"{run.dir} is in use by Slurm job {record['job_id']} ({state.lower()}): "
                 f"rerun with --launcher slurm --resume to wait for it and collect it, or "
                 f"scancel {record['job_id']}")

@@ -6,13 +6,16 @@ A job stopped by its time limit or preempted is requeued by submitit (the job's 
 sent USR2 ``--requeue-signal`` seconds before the limit, and requeues itself) and its training goes
 on from checkpoint_last.pt to the exact --max-update. Multi-GPU and multi-node trainings are
 fairseq's own distributed training under srun (its Slurm detection, ``--distributed-port``). The
-jobs' states come from ``scontrol`` and ``squeue``, which need no accounting database."""
+jobs are submitted, watched and read through submitit's public API (their states: ``sacct``, the
+cluster's accounting)."""
 import copy
 import os
 import re
-import sys
+import subprocess
+import tempfile
 import time
 import zlib
+from pathlib import Path
 
 from ran_text import textio
 from ... import portable
@@ -21,7 +24,7 @@ from ...common.flags import flag_pairs, set_flag
 from ...common.machine import machine_info
 from ran_lab.common import LabError
 from ..training import read_finished
-from .jobs import RECORD, active_state, job_state, read_record
+from .jobs import ACTIVE, RECORD, job_of, job_state, read_record
 from . import Outcome, require_submitit
 
 submitit = require_submitit()
@@ -94,8 +97,8 @@ def sbatch_parameters(run, args):
     return params
 
 
-def executor(run, args):
-    ex = submitit.SlurmExecutor(folder=run.dir / "slurm", max_num_timeout=100000)
+def executor(run, args, folder=None):
+    ex = submitit.SlurmExecutor(folder=folder or run.dir / "slurm", max_num_timeout=100000)
     ex.update_parameters(**sbatch_parameters(run, args))
     return ex
 
@@ -115,12 +118,21 @@ def submit(run, args, work):
 
 
 def sbatch_script(run, args):
-    """The sbatch script submitit would submit for ``run`` (``--dry-run``)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    command = f"{sys.executable} -u -m submitit.core._submit {run.dir / 'slurm'}"
-    return _make_sbatch_string(command=command, folder=run.dir / "slurm",
-                               **sbatch_parameters(run, args))
+    """The sbatch script submitit submits for ``run`` (``--dry-run``): submitit's own, from a
+    submission to a stand-in sbatch that takes it and runs nothing (so that a machine without
+    Slurm prints it too); nothing is written in the run's folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for tool in ("sbatch", "srun"):  # submitit looks for srun: the machine's Slurm
+            Path(tmp, tool).write_text("#!/bin/sh\necho 'Submitted batch job 1'\n")
+            Path(tmp, tool).chmod(0o755)
+        path = os.environ["PATH"]
+        os.environ["PATH"] = tmp + os.pathsep + path
+        try:
+            job = executor(run, args, Path(tmp, "slurm")).submit(print)
+        finally:
+            os.environ["PATH"] = path
+        return job.paths.submission_file.read_text().replace(str(Path(tmp, "slurm")),
+                                                             str(run.dir / "slurm"))
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -195,17 +207,33 @@ class Slurm:
 
     def __init__(self, args, paper):
         self.args, self.paper = args, paper
+        self.accounting = False
 
     def workers(self, runs):
         return max(1, len(runs))  # every job waited for at once: Slurm schedules them
 
     def check(self):
-        pass
+        """submitit reads the jobs' states with sacct, and takes a job it cannot read for one
+        under way: a job that ended without a result would be waited for without end."""
+        if self.accounting:
+            return
+        try:
+            proc = subprocess.run(["sacct", "-n", "-X", "-o", "JobID", "-j", "1"],
+                                  capture_output=True, text=True, timeout=60)
+            lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+            why = proc.returncode and (lines[-1] if lines else f"exit status {proc.returncode}")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"sacct: {getattr(e, 'strerror', None) or e}"
+        if why:
+            raise LabError(f"--launcher slurm reads the jobs' states from the cluster's "
+                           f"accounting, and sacct fails here ({why}); is Slurm running here "
+                           f"(scontrol ping), with slurmdbd?")
+        self.accounting = True
 
     def launch(self, run, trained, stopped, say):
         record = read_record(run)
-        state = job_state(record["job_id"]) if record else None
-        if not (record and self.args.resume and active_state(state)):
+        state = job_state(job_of(run, record["job_id"])) if record else None
+        if not (record and self.args.resume and state in ACTIVE):
             if record and self.args.resume:
                 why = record.get("failed") or failure(run, record["job_id"], state)
                 say(f"{label(run)}: Slurm job {record['job_id']} {why}; submitted again "
@@ -220,15 +248,15 @@ class Slurm:
             textio.write_json(run.dir / RECORD, record)
             say(f"{label(run)}: submitted as Slurm job {job.job_id}")
         else:
-            say(f"{label(run)}: its Slurm job {record['job_id']} is {state[0].lower()}; "
+            say(f"{label(run)}: its Slurm job {record['job_id']} is {state.lower()}; "
                 f"collecting it")
         job_id = record["job_id"]
         if self.args.submit_only:
             return Outcome(None, f"{label(run)} (Slurm job {job_id}, submitted)")
-        while True:
-            state = job_state(job_id)
-            if not active_state(state):
-                break
+        job = job_of(run, job_id)
+        # done: its result written, or ended as submitit reads it from Slurm (its own pace);
+        # then ended as Slurm says now (a job that wrote its result may still be completing)
+        while not job.done() or (state := job_state(job)) in ACTIVE:
             if stopped():
                 return Outcome(None, f"{label(run)} (Slurm job {job_id}, under way)")
             time.sleep(POLL_SECONDS)
@@ -244,13 +272,13 @@ class Slurm:
 
 
 def failure(run, job_id, state):
-    """Why job ``job_id`` of ``run`` left no result: its Slurm state and exit code, and the last
-    line of its error log (text, where its Python process printed the error), with its log.
-    submitit's result pickle is never read: a run folder may come from elsewhere, and unpickling
-    a file of it could run code."""
-    why = (f"ended {state[0]}" + (f" (exit code {state[1]})" if state[1] else "")
-           if state else "ended without a result (cancelled or killed; gone from Slurm)")
-    job = submitit.SlurmJob(folder=run.dir / "slurm", job_id=job_id)
+    """Why job ``job_id`` of ``run`` left no result: its Slurm state, and the last line of its
+    error log (text, where its Python process printed the error), with its log. submitit's result
+    pickle is never read: a run folder may come from elsewhere, and unpickling a file of it could
+    run code."""
+    why = (f"ended {state}" if state
+           else "ended without a result (cancelled or killed; gone from Slurm)")
+    job = job_of(run, job_id)
     # the job writes its stderr into its stdout (sbatch_parameters: stderr_to_stdout)
     last = last_error_line(job.paths.stdout) or last_error_line(job.paths.stderr)
     if last:
