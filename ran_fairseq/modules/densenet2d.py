@@ -232,7 +232,7 @@ class _StatisticsBuffer:
     docs/backward/densenet2d.md derives both)."""
 
     def __init__(self, like: Tensor, columns: int, count: int, eps: float):
-        self.rows = torch.zeros(10, columns, dtype=like.dtype, device=like.device)
+        self.rows = torch.zeros(10, columns, dtype=like.dtype, device=like.device)  # zeros row
         self.rows[_ONES].fill_(1)
         self.count, self.eps, self.used = count, eps, 0
 
@@ -291,12 +291,16 @@ class _SharedBatchNormReLU(torch.autograd.Function):
     batch-norm kernel with m and v, a ReLU and the mask ``keep``; backward, ∂/∂x through the
     normalization alone, ∂/∂w, ∂/∂b, and the statistics' gradients added in place to the buffer's
     accumulators: ∂L/∂m = −(w/√(v + ε))·Σg + m·t and −2·∂L/∂q = −t, t = c·w·Σ g·x̂
-    (docs/backward/densenet2d.md). The buffer's rows are read as views, not saved tensors: the
-    columns a layer reads are written before it runs and not again."""
+    (docs/backward/densenet2d.md). ``first``: the reader whose backward runs first of those that
+    read these columns (the closing batch norm for the features, which every layer's output
+    reaches; the only reader of a bottleneck's), which writes the accumulators instead of adding
+    to them, so that a second backward pass through the same graph starts from zero. The buffer's
+    rows are read as views, not saved tensors: the columns a layer reads are written before it
+    runs and not again."""
 
     @staticmethod
     def forward(ctx, weight: Tensor, bias: Tensor, stats: _StatisticsBuffer, start: int,
-                keep: Optional[Tensor], from_output: bool, *features: Tensor):
+                first: bool, keep: Optional[Tensor], from_output: bool, *features: Tensor):
         x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
         end = start + x.size(1)
         y = torch.batch_norm(x, weight, bias, stats.rows[_MEAN, start:end],
@@ -305,6 +309,7 @@ class _SharedBatchNormReLU(torch.autograd.Function):
             y = y.mul_(keep)
         ctx.save_for_backward(y, weight, bias, *features)
         ctx.stats, ctx.start, ctx.end, ctx.from_output = stats, start, end, from_output
+        ctx.first = first
         return y
 
     @staticmethod
@@ -312,7 +317,7 @@ class _SharedBatchNormReLU(torch.autograd.Function):
         y, weight, bias, *features = ctx.saved_tensors
         rows, start, end = ctx.stats.rows, ctx.start, ctx.end
         grad = relu_backward(grad_y, y)
-        need_x = any(ctx.needs_input_grad[6:])
+        need_x = any(ctx.needs_input_grad[7:])
         scale = weight * rows[_INVSTD, start:end]  # w/√(v + ε)
         if ctx.from_output:  # as _BatchNormReLU: x̂ = (y − b)/w where the gradient flows
             grad_x, weighted, grad_b = batch_norm_eval_backward(
@@ -326,13 +331,17 @@ class _SharedBatchNormReLU(torch.autograd.Function):
             weighted = grad_w * weight  # w·Σ g·x̂
         t = weighted * rows[_CURV, start:end]
         n = ctx.stats.count  # the accumulators hold G_m/N and G_s/N
-        rows[_GRAD_SCALE, start:end].sub_(t, alpha=1 / n)
-        grad_mean = rows[_GRAD_MEAN, start:end]
-        grad_mean.addcmul_(scale, grad_b, value=-1 / n).addcmul_(rows[_MEAN, start:end], t,
-                                                                  value=1 / n)
+        grad_scale, grad_mean = rows[_GRAD_SCALE, start:end], rows[_GRAD_MEAN, start:end]
+        if ctx.first:  # the first reader of these columns in the backward pass: no stale sums
+            torch.mul(t, -1 / n, out=grad_scale)
+            torch.addcmul(rows[_ZEROS, start:end], scale, grad_b, value=-1 / n, out=grad_mean)
+        else:
+            grad_scale.sub_(t, alpha=1 / n)
+            grad_mean.addcmul_(scale, grad_b, value=-1 / n)
+        grad_mean.addcmul_(rows[_MEAN, start:end], t, value=1 / n)
         grad_features = (grad_x.split([f.size(1) for f in features], dim=1) if need_x
                          else [None] * len(features))
-        return (grad_w, grad_b, None, None, None, None, *grad_features)
+        return (grad_w, grad_b, None, None, None, None, None, *grad_features)
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
@@ -442,14 +451,15 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         return F.batch_norm(x, *running, self.weight, self.bias, True, factor, self.eps)
 
     def shared_relu(self, features: Sequence[Tensor], stats: "_StatisticsBuffer", start: int,
-                    keep: Optional[Tensor], from_output: bool) -> Tensor:
+                    keep: Optional[Tensor], from_output: bool, first: bool) -> Tensor:
         """:meth:`relu` in training with the statistics of columns start.. of ``stats``
-        (:class:`_SharedBatchNormReLU`), running statistics updated from them."""
+        (:class:`_SharedBatchNormReLU`, ``first`` as there), running statistics updated from
+        them."""
         if sum(f.size(1) for f in features) != self.num_features:
             self._check(torch.cat(features, dim=1))
         rows, end = stats.rows, start + self.num_features
         self._move_running_stats(rows[_MEAN, start:end], rows[_UNBIASED, start:end])
-        return _SharedBatchNormReLU.apply(self.weight, self.bias, stats, start, keep,
+        return _SharedBatchNormReLU.apply(self.weight, self.bias, stats, start, first, keep,
                                           from_output, *features)
 
     @torch.no_grad()
@@ -541,7 +551,7 @@ class DenseLayer2d(nn.Module):
         """:meth:`forward` in training with the features' statistics in ``stats`` (columns
         from 0), and the bottleneck's too unless torch's batch norm takes it (no padding,
         :data:`NATIVE_UNPADDED_NORM`)."""
-        x = self.norm1.shared_relu(features, stats, 0, None, from_output)
+        x = self.norm1.shared_relu(features, stats, 0, None, from_output, first=False)
         x = self.conv1(x)
         if self.gate_bottleneck:
             x = F.glu(x, dim=1)
@@ -552,7 +562,7 @@ class DenseLayer2d(nn.Module):
                 x = x * keep
             start = stats.column(x.size(1))
             x = _FeatureStatistics.apply(x, stats, start)
-            x = self.norm2.shared_relu([x], stats, start, keep, from_output)
+            x = self.norm2.shared_relu([x], stats, start, keep, from_output, first=True)
         h = self.conv2(x)
         if self.gate_masked:
             h = F.glu(h, dim=1)
@@ -705,7 +715,7 @@ class DenseNet2d(nn.Module):
             h = layer.shared_forward(features, stats, keep, from_output)
             features.append(_FeatureStatistics.apply(h, stats, start))
             start += h.size(1)
-        return self.norm.shared_relu(features, stats, 0, keep, from_output)
+        return self.norm.shared_relu(features, stats, 0, keep, from_output, first=True)
 
     def masked_weights(self) -> int:
         """Weights of the paper's full k×k kernels that the causal mask keeps at zero."""

@@ -128,6 +128,27 @@ def test_the_fast_paths_equal_the_reference_in_float64(name, padded, monkeypatch
     assert_same(fast, training_outputs(build(flags).double(), padded), tolerance=1e-12)
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_the_shared_statistics_pass_gradcheck(padded):
+    """The DenseNet in training through _FeatureStatistics and _SharedBatchNormReLU (gradients
+    through every batch norm's statistics): finite differences in float64."""
+    torch.manual_seed(0)
+    net = DenseNet2d(3, 2, 2, 3, dropout=0.0, gated_convolutions="none",
+                     memory_efficient_densenet=False).double().train()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, MaskedBatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    padding = torch.zeros(2, 3, 4, dtype=torch.bool)
+    if padded:
+        padding[1, 2:] = True
+        padding[1, :, 3:] = True
+    x = torch.randn(2, 3, 3, 4, dtype=torch.float64, requires_grad=True)
+    assert densenet2d.SHARED_STATISTICS
+    assert torch.autograd.gradcheck(lambda grid: net(grid, padding), (x,), eps=1e-6, atol=1e-7)
+
+
 def test_the_normalized_input_is_not_taken_from_the_output_where_a_weight_is_zero():
     """|b| < 8|w| fails for a zero weight: the backward concatenates, and stays finite."""
     flags = FLAGS["max"] + ["--kernel-size", "3"]
