@@ -9,7 +9,8 @@ with gated linear units after the convolutions :data:`GATINGS` names; the block 
 BN → ReLU of the final concatenation. Cells whose target row or source column is padding are zero
 at every layer and left out of the batch-norm statistics. In training, BN → ReLU is one autograd
 Function (:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md); :data:`USE_EAGER`
-selects its eager reference. docs/pervasive_attention.md gives the choices where the paper is
+selects its eager reference. The statistics of every batch norm of a training pass share one
+buffer (:class:`_StatisticsBuffer`, :data:`SHARED_STATISTICS`; False: concatenated per layer). docs/pervasive_attention.md gives the choices where the paper is
 silent (gating, padding, the memory-efficient mode, incremental decoding).
 The grid may come in channels-last memory (the model builds it so), which every layer's tensors
 then keep; values and dropout masks are the same in either layout (:func:`dropout_channels_first`).
