@@ -9,7 +9,8 @@ with gated linear units after the convolutions :data:`GATINGS` names; the block 
 BN → ReLU of the final concatenation. Cells whose target row or source column is padding are zero
 at every layer and left out of the batch-norm statistics. In training, BN → ReLU is one autograd
 Function (:class:`_BatchNormReLU`, derived in docs/backward/densenet2d.md); :data:`USE_EAGER`
-selects its eager reference. docs/pervasive_attention.md gives the choices where the paper is
+selects its eager reference. The statistics of every batch norm of a training pass share one
+buffer (:class:`_StatisticsBuffer`, :data:`SHARED_STATISTICS`; False: concatenated per layer). docs/pervasive_attention.md gives the choices where the paper is
 silent (gating, padding, the memory-efficient mode, incremental decoding).
 The grid may come in channels-last memory (the model builds it so), which every layer's tensors
 then keep; values and dropout masks are the same in either layout (:func:`dropout_channels_first`).
@@ -209,6 +210,141 @@ class _BatchNormReLU(torch.autograd.Function):
         return (grad_mean, grad_var, grad_w, grad_b, None, None, None, *grad_features)
 
 
+# One statistics buffer per training pass instead of each feature's moments as autograd tensors,
+# concatenated again for every reading layer (2(L + 1) small concatenations, and autograd's sums of
+# their gradients, O(L²) small additions): see _StatisticsBuffer. False: _MaskedMoments and
+# _BatchNormReLU with concatenated statistics (the reference).
+SHARED_STATISTICS = True
+
+# rows of _StatisticsBuffer.rows
+_MEAN, _MEANSQ, _VAR, _INVSTD, _CURV, _UNBIASED, _ONES, _ZEROS, _GRAD_MEAN, _GRAD_SCALE = range(10)
+
+
+class _StatisticsBuffer:
+    """The training statistics of one DenseNet pass (§3.1's batch norms) in one (10, W) tensor,
+    a column per channel: those of the final concatenation [X; H_1; ...; H_L] first (a reading
+    layer's statistics are a prefix of them, read as a view), then each layer's 4g bottleneck
+    channels when they are normalized with their own statistics (padding). Per channel: mean m,
+    mean of squares q over the N real cells, v = max(q − m², 0), 1/√(v + ε), c = 1{q − m² ≥ 0}/(v + ε),
+    the unbiased variance for the running statistics, constant ones and zeros (torch's batch-norm
+    kernel as a per-channel affine map), and the gradient accumulators G_m/N, G_s/N: every reading
+    layer's backward adds its ∂L/∂m/N and −2·∂L/∂q/N in place (:class:`_SharedBatchNormReLU`), and a
+    feature's backward turns them into (G_m + x·G_s)/N once (:class:`_FeatureStatistics`;
+    docs/backward/densenet2d.md derives both)."""
+
+    def __init__(self, like: Tensor, columns: int, count: int, eps: float):
+        self.rows = torch.zeros(10, columns, dtype=like.dtype, device=like.device)  # zeros row
+        self.rows[_ONES].fill_(1)
+        self.count, self.eps, self.used = count, eps, 0
+
+    def column(self, channels: int) -> int:
+        """The first of ``channels`` new columns."""
+        start, self.used = self.used, self.used + channels
+        if self.used > self.rows.size(1):
+            raise ValueError("the statistics buffer is full")
+        return start
+
+    @torch.no_grad()
+    def moments(self, x: Tensor, start: int):
+        """Statistics of x (B, c, T, S), zero at padded cells, into columns start..start + c."""
+        rows, n, end = self.rows, self.count, start + x.size(1)
+        torch.sum(x, (0, 2, 3), out=rows[_MEAN, start:end])
+        torch.sum(x * x, (0, 2, 3), out=rows[_MEANSQ, start:end])
+        rows[_MEAN:_MEANSQ + 1, start:end].div_(n)
+        m, q = rows[_MEAN, start:end], rows[_MEANSQ, start:end]
+        raw = torch.addcmul(q, m, m, value=-1)  # q − m², negative by rounding at most
+        var = torch.clamp_min(raw, 0, out=rows[_VAR, start:end])
+        shifted = var + self.eps
+        torch.rsqrt(shifted, out=rows[_INVSTD, start:end])
+        torch.div(raw >= 0, shifted, out=rows[_CURV, start:end])
+        torch.mul(var, n / max(n - 1, 1), out=rows[_UNBIASED, start:end])
+
+
+class _FeatureStatistics(torch.autograd.Function):
+    """x itself; its forward writes x's statistics into the buffer (:meth:`_StatisticsBuffer.
+    moments`), its backward adds ∂L/∂m·∂m/∂x + ∂L/∂q·∂q/∂x = (G_m + x·G_s)/N, summed over every
+    layer that read them, to the gradient of x (one per-cell pass, torch's batch-norm kernel as the
+    affine map). Autograd runs it after the backward of every layer that reads x, which are those
+    that read its statistics. x is zero at padded cells and its producer's backward zeroes them."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, stats: _StatisticsBuffer, start: int):
+        stats.moments(x, start)
+        ctx.save_for_backward(x)
+        ctx.stats, ctx.start = stats, start
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, = ctx.saved_tensors
+        stats, start = ctx.stats, ctx.start
+        end = start + x.size(1)
+        rows = stats.rows
+        affine = torch.batch_norm(x, rows[_GRAD_SCALE, start:end], rows[_GRAD_MEAN, start:end],
+                                  rows[_ZEROS, start:end],
+                                  rows[_ONES, start:end], False, 0.0, 0.0, False)
+        return affine.add_(grad), None, None
+
+
+class _SharedBatchNormReLU(torch.autograd.Function):
+    """:class:`_BatchNormReLU` with the statistics read from a :class:`_StatisticsBuffer`
+    (columns start..start + C of x, the concatenation of ``features``): forward, torch's
+    batch-norm kernel with m and v, a ReLU and the mask ``keep``; backward, ∂/∂x through the
+    normalization alone, ∂/∂w, ∂/∂b, and the statistics' gradients added in place to the buffer's
+    accumulators: ∂L/∂m = −(w/√(v + ε))·Σg + m·t and −2·∂L/∂q = −t, t = c·w·Σ g·x̂
+    (docs/backward/densenet2d.md). ``first``: the reader whose backward runs first of those that
+    read these columns (the closing batch norm for the features, which every layer's output
+    reaches; the only reader of a bottleneck's), which writes the accumulators instead of adding
+    to them, so that a second backward pass through the same graph starts from zero. The buffer's
+    rows are read as views, not saved tensors: the columns a layer reads are written before it
+    runs and not again."""
+
+    @staticmethod
+    def forward(ctx, weight: Tensor, bias: Tensor, stats: _StatisticsBuffer, start: int,
+                first: bool, keep: Optional[Tensor], from_output: bool, *features: Tensor):
+        x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+        end = start + x.size(1)
+        y = torch.batch_norm(x, weight, bias, stats.rows[_MEAN, start:end],
+                             stats.rows[_VAR, start:end], False, 0.0, stats.eps, False).relu_()
+        if keep is not None:
+            y = y.mul_(keep)
+        ctx.save_for_backward(y, weight, bias, *features)
+        ctx.stats, ctx.start, ctx.end, ctx.from_output = stats, start, end, from_output
+        ctx.first = first
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y: Tensor):
+        y, weight, bias, *features = ctx.saved_tensors
+        rows, start, end = ctx.stats.rows, ctx.start, ctx.end
+        grad = relu_backward(grad_y, y)
+        need_x = any(ctx.needs_input_grad[7:])
+        scale = weight * rows[_INVSTD, start:end]  # w/√(v + ε)
+        if ctx.from_output:  # as _BatchNormReLU: x̂ = (y − b)/w where the gradient flows
+            grad_x, weighted, grad_b = batch_norm_eval_backward(
+                grad, y, scale, bias, rows[_ONES, start:end], 0.0, need_x)
+            grad_w = weighted / weight
+        else:
+            x = torch.cat(features, dim=1) if len(features) > 1 else features[0]
+            grad_x, grad_w, grad_b = batch_norm_eval_backward(
+                grad, x, weight, rows[_MEAN, start:end], rows[_VAR, start:end], ctx.stats.eps,
+                need_x)
+            weighted = grad_w * weight  # w·Σ g·x̂
+        t = weighted * rows[_CURV, start:end]
+        n = ctx.stats.count  # the accumulators hold G_m/N and G_s/N
+        grad_scale, grad_mean = rows[_GRAD_SCALE, start:end], rows[_GRAD_MEAN, start:end]
+        if ctx.first:  # the first reader of these columns in the backward pass: no stale sums
+            torch.mul(t, -1 / n, out=grad_scale)
+            torch.addcmul(rows[_ZEROS, start:end], scale, grad_b, value=-1 / n, out=grad_mean)
+        else:
+            grad_scale.sub_(t, alpha=1 / n)
+            grad_mean.addcmul_(scale, grad_b, value=-1 / n)
+        grad_mean.addcmul_(rows[_MEAN, start:end], t, value=1 / n)
+        grad_features = (grad_x.split([f.size(1) for f in features], dim=1) if need_x
+                         else [None] * len(features))
+        return (grad_w, grad_b, None, None, None, None, None, *grad_features)
+
+
 class MaskedBatchNorm2d(nn.BatchNorm2d):
     """Batch normalization of x (B, C, T, S) whose training statistics are the mean and variance
     over the real cells only (``pad`` (B, 1, T, S), True at padding); evaluation uses the running
@@ -315,12 +451,27 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         running = (self.running_mean, self.running_var) if update_stats else (None, None)
         return F.batch_norm(x, *running, self.weight, self.bias, True, factor, self.eps)
 
+    def shared_relu(self, features: Sequence[Tensor], stats: "_StatisticsBuffer", start: int,
+                    keep: Optional[Tensor], from_output: bool, first: bool) -> Tensor:
+        """:meth:`relu` in training with the statistics of columns start.. of ``stats``
+        (:class:`_SharedBatchNormReLU`, ``first`` as there), running statistics updated from
+        them."""
+        if sum(f.size(1) for f in features) != self.num_features:
+            self._check(torch.cat(features, dim=1))
+        rows, end = stats.rows, start + self.num_features
+        self._move_running_stats(rows[_MEAN, start:end], rows[_UNBIASED, start:end])
+        return _SharedBatchNormReLU.apply(self.weight, self.bias, stats, start, first, keep,
+                                          from_output, *features)
+
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, count: int):
+        self._move_running_stats(mean, var * (count / max(count - 1, 1)))
+
+    @torch.no_grad()
+    def _move_running_stats(self, mean: Tensor, unbiased: Tensor):
         self.num_batches_tracked.add_(1)  # in place: no nn.Module attribute assignment
         factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
                   else self.momentum)
-        unbiased = var * (count / max(count - 1, 1))
         self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
         self.running_var.lerp_(unbiased.to(self.running_var.dtype), factor)
 
@@ -395,6 +546,30 @@ class DenseLayer2d(nn.Module):
             x = x * keep
         return self.norm2.relu([x], keep, pad, count, update_stats, native=native,
                                from_output=from_output)
+
+    def shared_forward(self, features: List[Tensor], stats: _StatisticsBuffer,
+                       keep: Optional[Tensor], from_output: bool) -> Tensor:
+        """:meth:`forward` in training with the features' statistics in ``stats`` (columns
+        from 0), and the bottleneck's too unless torch's batch norm takes it (no padding,
+        :data:`NATIVE_UNPADDED_NORM`)."""
+        x = self.norm1.shared_relu(features, stats, 0, None, from_output, first=False)
+        x = self.conv1(x)
+        if self.gate_bottleneck:
+            x = F.glu(x, dim=1)
+        if keep is None and NATIVE_UNPADDED_NORM:
+            x = self.norm2._native_training(x, True).relu_()
+        else:
+            if keep is not None:
+                x = x * keep
+            start = stats.column(x.size(1))
+            x = _FeatureStatistics.apply(x, stats, start)
+            x = self.norm2.shared_relu([x], stats, start, keep, from_output, first=True)
+        h = self.conv2(x)
+        if self.gate_masked:
+            h = F.glu(h, dim=1)
+        if keep is not None:
+            h = h * keep
+        return dropout_channels_first(h, self.dropout, self.training)
 
     def forward(self, features: List[Tensor], pad: Optional[Tensor], count: Optional[int] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -498,6 +673,10 @@ class DenseNet2d(nn.Module):
         count = _cells(x, pad) if self.training else None
         from_output = (NORMALIZED_FROM_OUTPUT and self.training and torch.is_grad_enabled()
                        and _normalized_from_output(self._batch_norms))
+        if (SHARED_STATISTICS and not USE_EAGER and self.training and _fast(x)
+                and not self.memory_efficient_densenet and incremental_state is None
+                and len({n.eps for n in self._batch_norms}) == 1):
+            return self._shared_forward(x, keep, count, from_output)
         features = [x * keep if keep is not None else x]
         # Training statistics of each feature, computed once and shared by every later layer.
         stats = [masked_moments(features[0], pad, count)] if self.training else None
@@ -519,6 +698,25 @@ class DenseNet2d(nn.Module):
 
         inputs = features + list(concatenated_stats() or ())
         return _recompute_in_backward(close, inputs, self.memory_efficient_densenet)
+
+    def _shared_forward(self, x: Tensor, keep: Optional[Tensor], count: int,
+                        from_output: bool) -> Tensor:
+        """The training pass with one :class:`_StatisticsBuffer` (:data:`SHARED_STATISTICS`):
+        the same outputs, gradients and running statistics as the loop of :meth:`forward`."""
+        if count < 1:
+            raise ValueError("batch normalization in training needs at least one real grid "
+                             "cell; the batch is all padding")
+        own = 0 if keep is None and NATIVE_UNPADDED_NORM else \
+            sum(layer.norm2.num_features for layer in self.layers)
+        stats = _StatisticsBuffer(x, self.out_channels + own, count, self.norm.eps)
+        stats.used = self.out_channels  # the features' columns come first, in order
+        features = [_FeatureStatistics.apply(x * keep if keep is not None else x, stats, 0)]
+        start = self.in_channels
+        for layer in self.layers:
+            h = layer.shared_forward(features, stats, keep, from_output)
+            features.append(_FeatureStatistics.apply(h, stats, start))
+            start += h.size(1)
+        return self.norm.shared_relu(features, stats, 0, keep, from_output, first=True)
 
     def masked_weights(self) -> int:
         """Weights of the paper's full k×k kernels that the causal mask keeps at zero."""

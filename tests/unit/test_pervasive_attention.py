@@ -462,8 +462,11 @@ def test_model_memory_efficient_gradients_equal_plain_ones():
         out, _ = model(SRC, SRC_LENGTHS, PREV)
         out.log_softmax(-1).sum().backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
+    # the memory-efficient DenseNet keeps the reference statistics (densenet2d.SHARED_STATISTICS
+    # is off under checkpointing): float32 sums in another order, equal to 1e-5 of each scale
     for name, grad in grads[0].items():
-        torch.testing.assert_close(grads[1][name], grad, msg=name)
+        scale = max(1.0, grad.abs().max().item())
+        torch.testing.assert_close(grads[1][name], grad, rtol=0, atol=1e-5 * scale, msg=name)
 
 
 def test_complexity_counts_parameters_and_multiply_adds():
