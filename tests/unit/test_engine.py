@@ -507,6 +507,28 @@ def test_a_slurm_failure_is_read_from_text_never_from_a_pickle(tmp_path, monkeyp
     assert not (tmp_path / MARKER).exists()
 
 
+def test_a_job_the_accounting_does_not_know_yet_is_pending_only_just_after_its_submission(
+        tmp_path, monkeypatch):
+    """sacct learns of a job moments after sbatch returns: until then a run whose slurm.json says
+    it was just submitted is in use (pending), so a second engine leaves it alone; later, a job
+    the accounting does not know has ended."""
+    from types import SimpleNamespace
+
+    from ran_lab.reproduce.launch import jobs
+
+    states = {"4242": None}
+    monkeypatch.setattr(jobs, "job_of", lambda run, job_id: job_id)
+    monkeypatch.setattr(jobs, "job_state", lambda job: states[job])
+    run = SimpleNamespace(dir=tmp_path)
+    now = time.time()
+    assert jobs.recorded_state(run, {"job_id": "4242", "submitted": now - 2}) == "PENDING"
+    late = now - jobs.JUST_SUBMITTED_SECONDS - 1
+    assert jobs.recorded_state(run, {"job_id": "4242", "submitted": late}) is None
+    assert jobs.recorded_state(run, {"job_id": "4242"}) is None  # a record without its time
+    states["4242"] = "COMPLETED"
+    assert jobs.recorded_state(run, {"job_id": "4242", "submitted": now - 2}) == "COMPLETED"
+
+
 # ---- the table: seeds, subsets, runs missing from it, speed ratios under the same conditions -
 
 def test_seeds_subsets_and_bleu_selection(tmp_path, data):

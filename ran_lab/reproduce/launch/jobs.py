@@ -3,6 +3,7 @@ reads it with ``sacct``, from the cluster's accounting). A run whose job is pend
 use: another engine leaves it alone, and only ``--launcher slurm --resume`` attaches to the job."""
 import importlib.util
 import shutil
+import time
 
 from ran_text import textio
 from ...common import schema
@@ -45,6 +46,20 @@ def job_state(job):
     return state
 
 
+# sacct knows a job once slurmctld has handed it to the accounting daemon, moments after sbatch
+# returns: a recorded job submitted this recently that sacct does not know yet is taken as pending
+JUST_SUBMITTED_SECONDS = 120
+
+
+def recorded_state(run, record):
+    """:func:`job_state` of the job ``record`` (``run``'s slurm.json) names; PENDING where the
+    accounting has no such job yet but the record says it was submitted moments ago."""
+    state = job_state(job_of(run, record["job_id"]))
+    if state is None and time.time() - record.get("submitted", 0) < JUST_SUBMITTED_SECONDS:
+        return "PENDING"
+    return state
+
+
 def check_jobs(runs, args):
     """A LabError naming the first run whose Slurm job is pending or running, unless this
     engine collects it (``--launcher slurm --resume``)."""
@@ -54,7 +69,7 @@ def check_jobs(runs, args):
     slurm = importlib.util.find_spec("submitit") and shutil.which("sacct")
     for run in runs:
         record = read_record(run)
-        state = job_state(job_of(run, record["job_id"])) if record and slurm else None
+        state = recorded_state(run, record) if record and slurm else None
         if state in ACTIVE:
             raise LabError(
                 f"{run.dir} is in use by Slurm job {record['job_id']} ({state.lower()}): "

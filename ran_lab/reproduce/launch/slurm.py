@@ -24,7 +24,7 @@ from ...common.flags import flag_pairs, set_flag
 from ...common.machine import machine_info
 from ran_lab.common import LabError
 from ..training import read_finished
-from .jobs import ACTIVE, RECORD, job_of, job_state, read_record
+from .jobs import ACTIVE, RECORD, job_of, job_state, read_record, recorded_state
 from . import Outcome, require_submitit
 
 submitit = require_submitit()
@@ -232,7 +232,7 @@ class Slurm:
 
     def launch(self, run, trained, stopped, say):
         record = read_record(run)
-        state = job_state(job_of(run, record["job_id"])) if record else None
+        state = recorded_state(run, record) if record else None
         if not (record and self.args.resume and state in ACTIVE):
             if record and self.args.resume:
                 why = record.get("failed") or failure(run, record["job_id"], state)
