@@ -10,8 +10,10 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: setup demo lint test test-fast bench clean
+# the test extras and the align extra (eflomal, for the dictionary of unknown-word replacement,
+# which the documentation's commands run); EXTRAS=... chooses others
 setup:
-	VENV=$(VENV) scripts/setup-env.sh
+	VENV=$(VENV) EXTRAS=$${EXTRAS-test,align} scripts/setup-env.sh
 
 # demo sets up by itself, without the test extras (pytest, matplotlib) that `make setup` adds
 demo:
