@@ -20,8 +20,18 @@ prose is typed by hand.
   cell beside its interval;
 - ``FILE.json:KEY.KEY...[|FORMAT]``: a value of a measurement record in the folder (a list's item
   by its index), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
-  thousands separated (``1,173``, ``19.6``), any other value as it is.
+  thousands separated (``1,173``, ``19.6``), any other value as it is;
+- ``[min |max ]TERM[ OP TERM][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...`` or a
+  number, ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced): a ratio, product or difference of two
+  values (``peers.json:results.pa-cpu.memory.plugin.kernels ÷ peers.json:results.pa-cpu.memory.attn2d.kernels|.1f``);
+  with ``min`` or ``max``, ``FILE`` and the keys may hold shell wildcards (``cpu-run[12]/peers.json``,
+  ``results.pa-*``), the terms' wildcards matching the same names, and the figure is the least or
+  greatest of the values they give; ``min A, B`` (``, ``-separated expressions): of all theirs.
+
+In a table's cell a figure's ``|FORMAT`` is written ``\\|FORMAT``, so that the row keeps its cells.
 """
+import fnmatch
+import glob
 import json
 import math
 from pathlib import Path
@@ -72,18 +82,62 @@ def _split(parts):
     raise KeyError(f"not a figure: {'/'.join(parts)!r}")
 
 
-def recorded(folder: str, spec: str, repo: Path) -> str:
-    """The text of a ``FILE.json:KEY.KEY...[|FORMAT]`` figure (see the module's text)."""
-    where, _, fmt = spec.partition("|")
-    name, _, path = where.partition(":")
-    value = json.loads((Path(repo) / folder / name).read_text(encoding="utf-8"))
-    for key in path.split(".") if path else []:
-        try:
-            value = value[int(key)] if isinstance(value, list) else value[key]
-        except (KeyError, IndexError, ValueError, TypeError):
-            raise KeyError(f"{folder}/{name} holds no {path!r}") from None
-    if isinstance(value, (dict, list)):
+def _values(folder: Path, term: str) -> Dict[tuple, float]:
+    """A term's values by the names its wildcards matched (``()`` for a term without any)."""
+    try:
+        return {(): float(term)}
+    except ValueError:
+        pass
+    name, _, path = term.partition(":")
+    found = {}
+    files = sorted(folder.glob(name)) if glob.has_magic(name) else [folder / name]
+    for file in files:
+        stem = (str(file.relative_to(folder)),) if glob.has_magic(name) else ()
+        items = [(stem, json.loads(file.read_text(encoding="utf-8")))]
+        for key in path.split(".") if path else []:
+            items = [(names + ((k,) if glob.has_magic(key) else ()), v[k] if isinstance(v, dict)
+                      else v[int(k)]) for names, v in items
+                     for k in (sorted(k for k in v if fnmatch.fnmatchcase(k, key))
+                               if glob.has_magic(key) and isinstance(v, dict) else [key])
+                     if isinstance(v, dict) and k in v or isinstance(v, list) and k.isdigit()
+                     and int(k) < len(v)]
+        found.update(items)
+    if not found:
+        raise KeyError(f"{folder}/{name} holds no {path!r}")
+    if any(isinstance(v, (dict, list)) for v in found.values()):
         raise KeyError(f"{folder}/{name}: {path!r} is not one value")
+    return found
+
+
+OPS = {" ÷ ": lambda a, b: a / b, " × ": lambda a, b: a * b, " − ": lambda a, b: a - b}
+
+
+def _evaluated(folder: Path, expression: str, spec: str) -> Dict[tuple, float]:
+    op = next((o for o in OPS if o in expression), None)
+    terms = [_values(folder, t) for t in (expression.split(op) if op else [expression])]
+    if not op:
+        return terms[0]
+    a, b = terms
+    if a.keys() != b.keys() and () not in (a.keys() | b.keys()):
+        raise KeyError(f"{spec!r}: the terms match different names")
+    return {k: OPS[op](a.get(k, a.get(())), b.get(k, b.get(()))) for k in a.keys() | b.keys()
+            if k != () or len(a) == len(b) == 1}
+
+
+def recorded(folder: str, spec: str, repo: Path) -> str:
+    """The text of a ``FILE.json:KEY.KEY...[|FORMAT]`` figure, or of an expression of such values
+    (see the module's text)."""
+    where, _, fmt = spec.replace("\\|", "|").partition("|")
+    which, _, rest = where.partition(" ")
+    if which not in ("min", "max"):
+        which, rest = None, where
+    values = {}
+    for n, expression in enumerate(rest.split(", ") if which else [rest]):
+        values.update({(n,) + k: v for k, v in _evaluated(Path(repo) / folder, expression,
+                                                           spec).items()})
+    if which is None and len(values) != 1 or which and not values:
+        raise KeyError(f"{spec!r}: {len(values)} values (min or max picks one)")
+    value = (min if which == "min" else max)(values.values())
     if fmt:
         return format(value, fmt)
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -290,3 +290,31 @@ def test_a_measurement_records_figure_is_its_value_as_written():
         figures.figure(folder, "suite.json:runs.nowhere", REPO)
     with pytest.raises(KeyError):
         figures.figure(folder, "suite.json:runs.latest", REPO)
+
+
+def test_an_expression_of_a_records_values_is_computed_from_them():
+    folder = "results/bench/peers"
+    runs = {n: json.loads((REPO / folder / f"cpu-run{n}" / "peers.json").read_text(
+        encoding="utf-8"))["results"] for n in (1, 2)}
+    pa = [r for run in runs.values() for case, r in run.items() if case.startswith("pa-")]
+    kernels = [r["memory"]["plugin"]["kernels"] / r["memory"]["attn2d"]["kernels"] for r in pa]
+    rows = "cpu-run[12]/peers.json:results.pa-*.memory"
+    assert figures.figure(folder, f"max {rows}.plugin.kernels ÷ {rows}.attn2d.kernels|.3f",
+                          REPO) == f"{max(kernels):.3f}"
+    assert figures.figure(folder, f"min {rows}.ratio|.2f", REPO) == \
+        f"{min(r['memory']['ratio'] for r in pa):.2f}"
+    one = runs[1]["pa-cpu"]["train"]
+    assert figures.figure(folder, "cpu-run1/peers.json:results.pa-cpu.train.sides.plugin.median "
+                                  "− cpu-run1/peers.json:results.pa-cpu.train.sides.attn2d.median"
+                                  "\\|.4f", REPO) == \
+        f"{one['sides']['plugin']['median'] - one['sides']['attn2d']['median']:.4f}"
+    assert figures.figure(folder, "cpu-run1/peers.json:results.pa-cpu.train.sides.plugin.median"
+                                  " × 1000|.1f", REPO) == f"{one['sides']['plugin']['median'] * 1000:.1f}"
+    assert figures.figure(folder, "max cpu-run1/peers.json:results.pa-cpu.train.ratio_of_medians, "
+                                  "cpu-run2/peers.json:results.pa-cpu.train.ratio_of_medians|.4f",
+                          REPO) == f"{max(r['pa-cpu']['train']['ratio_of_medians'] for r in runs.values()):.4f}"
+    # one value asked of many, or terms whose wildcards match different rows, are refused
+    for spec in (f"{rows}.ratio", f"min {rows}.plugin.kernels ÷ {rows}.*.kernels",
+                 "min cpu-run1/peers.json:results.nobody.train.ratio_of_medians"):
+        with pytest.raises(KeyError):
+            figures.figure(folder, spec, REPO)
