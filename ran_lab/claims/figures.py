@@ -19,7 +19,8 @@ prose is typed by hand.
 - ``CLAIM@PAIR/verdict``: the verdict's outcome (held, inconclusive, not held, ...), for a short
   cell beside its interval;
 - ``FILE.json:KEY.KEY...[|FORMAT]``: a value of a measurement record in the folder (a list's item
-  by its index), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
+  by its index, or ``FIELD=VALUE``: the item whose ``FIELD`` is ``VALUE``, as in
+  ``systems.name=RAN-ALL``), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
   thousands separated (``1,173``, ``19.6``), any other value as it is;
 - ``[min |max ]TERM[ OP TERM][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...`` or a
   number, ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced): a ratio, product or difference of two
@@ -95,6 +96,13 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
         stem = (str(file.relative_to(folder)),) if glob.has_magic(name) else ()
         items = [(stem, json.loads(file.read_text(encoding="utf-8")))]
         for key in path.split(".") if path else []:
+            field, chosen, value = key.partition("=")
+            if chosen:
+                items = [(names, v[[isinstance(i, dict) and str(i.get(field)) for i in v]
+                                   .index(value)]) for names, v in items
+                         if isinstance(v, list) and any(isinstance(i, dict) and
+                                                        str(i.get(field)) == value for i in v)]
+                continue
             items = [(names + ((k,) if glob.has_magic(key) else ()), v[k] if isinstance(v, dict)
                       else v[int(k)]) for names, v in items
                      for k in (sorted(k for k in v if fnmatch.fnmatchcase(k, key))

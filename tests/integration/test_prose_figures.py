@@ -318,3 +318,13 @@ def test_an_expression_of_a_records_values_is_computed_from_them():
                  "min cpu-run1/peers.json:results.nobody.train.ratio_of_medians"):
         with pytest.raises(KeyError):
             figures.figure(folder, spec, REPO)
+
+
+def test_a_lists_item_is_found_by_a_fields_value():
+    folder = "results/bench/kernels-cpu"
+    systems = json.loads((REPO / folder / "ran" / "bench.json").read_text(encoding="utf-8"))["systems"]
+    total = {s["name"]: s["kernels"]["training"]["total"] for s in systems}
+    assert figures.figure(folder, "ran/bench.json:systems.name=RAN-D.kernels.training.total",
+                          REPO) == f"{total['RAN-D']:,}"
+    with pytest.raises(KeyError):
+        figures.figure(folder, "ran/bench.json:systems.name=nobody.kernels.training.total", REPO)
