@@ -22,12 +22,14 @@ prose is typed by hand.
   by its index, or ``FIELD=VALUE``: the item whose ``FIELD`` is ``VALUE``, as in
   ``systems.name=RAN-ALL``), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
   thousands separated (``1,173``, ``19.6``), any other value as it is;
-- ``[min |max ]TERM[ OP TERM][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...`` or a
-  number, ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced): a ratio, product or difference of two
-  values (``peers.json:results.pa-cpu.memory.plugin.kernels ÷ peers.json:results.pa-cpu.memory.attn2d.kernels|.1f``);
-  with ``min`` or ``max``, ``FILE`` and the keys may hold shell wildcards (``cpu-run[12]/peers.json``,
-  ``results.pa-*``), the terms' wildcards matching the same names, and the figure is the least or
-  greatest of the values they give; ``min A, B`` (``, ``-separated expressions): of all theirs.
+- ``[min |max |median ]TERM[ OP TERM...][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...``
+  or a number, each ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced), applied left to right: a
+  ratio, product or difference of values (``A − B ÷ A × 100``: B's percentage below A) (``peers.json:results.pa-cpu.memory.plugin.kernels ÷ peers.json:results.pa-cpu.memory.attn2d.kernels|.1f``);
+  with ``min``, ``max`` or ``median``, ``FILE``, the keys and a ``FIELD=VALUE``'s value may hold
+  shell wildcards (``cpu-run[12]/peers.json``, ``results.pa-*``, ``systems.name=*``), the terms'
+  wildcards matching the same names (a term with fewer wildcards, or none, goes with each value
+  of the other that its names begin), and the figure is the least, greatest or median of the values
+  they give (a wildcard's null values left out); ``min A, B`` (``, ``-separated expressions): of all theirs.
 
 In a table's cell a figure's ``|FORMAT`` is written ``\\|FORMAT``, so that the row keeps its cells.
 """
@@ -35,8 +37,9 @@ import fnmatch
 import glob
 import json
 import math
+import re
 from pathlib import Path
-from statistics import fmean, stdev
+from statistics import fmean, median, stdev
 from typing import Callable, Dict, Optional
 
 from .numbers import interval_text, num, pval
@@ -98,10 +101,9 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
         for key in path.split(".") if path else []:
             field, chosen, value = key.partition("=")
             if chosen:
-                items = [(names, v[[isinstance(i, dict) and str(i.get(field)) for i in v]
-                                   .index(value)]) for names, v in items
-                         if isinstance(v, list) and any(isinstance(i, dict) and
-                                                        str(i.get(field)) == value for i in v)]
+                items = [(names + ((str(i[field]),) if glob.has_magic(value) else ()), i)
+                         for names, v in items if isinstance(v, list) for i in v
+                         if isinstance(i, dict) and fnmatch.fnmatchcase(str(i.get(field)), value)]
                 continue
             items = [(names + ((k,) if glob.has_magic(key) else ()), v[k] if isinstance(v, dict)
                       else v[int(k)]) for names, v in items
@@ -109,7 +111,7 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
                                if glob.has_magic(key) and isinstance(v, dict) else [key])
                      if isinstance(v, dict) and k in v or isinstance(v, list) and k.isdigit()
                      and int(k) < len(v)]
-        found.update(items)
+        found.update((names, v) for names, v in items if v is not None or not names)
     if not found:
         raise KeyError(f"{folder}/{name} holds no {path!r}")
     if any(isinstance(v, (dict, list)) for v in found.values()):
@@ -117,19 +119,21 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
     return found
 
 
-OPS = {" ÷ ": lambda a, b: a / b, " × ": lambda a, b: a * b, " − ": lambda a, b: a - b}
+OPS = {"÷": lambda a, b: a / b, "×": lambda a, b: a * b, "−": lambda a, b: a - b}
+AGGREGATES = {"min": min, "max": max, "median": median}
 
 
 def _evaluated(folder: Path, expression: str, spec: str) -> Dict[tuple, float]:
-    op = next((o for o in OPS if o in expression), None)
-    terms = [_values(folder, t) for t in (expression.split(op) if op else [expression])]
-    if not op:
-        return terms[0]
-    a, b = terms
-    if a.keys() != b.keys() and () not in (a.keys() | b.keys()):
-        raise KeyError(f"{spec!r}: the terms match different names")
-    return {k: OPS[op](a.get(k, a.get(())), b.get(k, b.get(()))) for k in a.keys() | b.keys()
-            if k != () or len(a) == len(b) == 1}
+    """An expression's values by the names its terms' wildcards matched, left to right."""
+    terms = re.split(r" ([÷×−]) ", expression)
+    values = _values(folder, terms[0])
+    for op, term in zip(terms[1::2], terms[2::2]):
+        a, b = values, _values(folder, term)
+        la, lb = len(next(iter(a))), len(next(iter(b)))
+        if any(k[:la] not in a or k[:lb] not in b for k in (a if la >= lb else b)):
+            raise KeyError(f"{spec!r}: the terms match different names")
+        values = {k: OPS[op](a[k[:la]], b[k[:lb]]) for k in (a if la >= lb else b)}
+    return values
 
 
 def recorded(folder: str, spec: str, repo: Path) -> str:
@@ -137,15 +141,15 @@ def recorded(folder: str, spec: str, repo: Path) -> str:
     (see the module's text)."""
     where, _, fmt = spec.replace("\\|", "|").partition("|")
     which, _, rest = where.partition(" ")
-    if which not in ("min", "max"):
+    if which not in AGGREGATES:
         which, rest = None, where
     values = {}
     for n, expression in enumerate(rest.split(", ") if which else [rest]):
         values.update({(n,) + k: v for k, v in _evaluated(Path(repo) / folder, expression,
                                                            spec).items()})
     if which is None and len(values) != 1 or which and not values:
-        raise KeyError(f"{spec!r}: {len(values)} values (min or max picks one)")
-    value = (min if which == "min" else max)(values.values())
+        raise KeyError(f"{spec!r}: {len(values)} values (min, max or median gives one)")
+    value = AGGREGATES[which](values.values()) if which else next(iter(values.values()))
     if fmt:
         return format(value, fmt)
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -107,13 +107,13 @@ def test_no_measured_number_is_typed_by_hand(page):
     assert not found, f"{page}: numbers typed by hand (line of the stripped page, number): {found}"
 
 
-# the results' own pages: each measured number is a figure filled from the folder's files, or a
-# number that its measurement files give at the precision the prose writes, or one the folder's
-# recorded.json lists under the page's section (a ratio, a difference, a percentage, a rounded or
-# derived value, a setting, or a measurement made outside the folder, as the page recorded it)
+# the results' own pages: each measured number is a figure filled from the committed files, or a
+# number that the measurement files it cites give at the precision the prose writes, or a setting
+# that the folder's settings.json lists under the page's section with its reason (a goal, a batch
+# size): no measured value is typed by hand, and none is listed by hand
 RESULTS_PAGES = [REPO / "results" / "README.md"] + sorted((REPO / "results").glob("*/README.md")) + \
     sorted((REPO / "results").glob("*/*/README.md"))
-RECORD = "recorded.json"
+SETTINGS = "settings.json"
 # pages that a script writes whole from the folder's records, each checked against it below
 WRITTEN_BY_SCRIPT = [REPO / "results" / "environments" / "README.md"]
 NUMBER = re.compile(r"(?:[+−-]|×\s?)?\d[\d,]*(?:\.\d+)?")
@@ -165,13 +165,13 @@ def _numbers(data):
 
 def measured_numbers(page):
     """The numbers of the measurement files a page cites (as :class:`Writings`): every JSON file under its folder and
-    under the folders its links point to inside results/ (recorded.json aside)."""
+    under the folders its links point to inside results/ (settings.json aside)."""
     folders = {page.parent}
     for target in re.findall(r"\]\(([^)#\s]+)", page.read_text(encoding="utf-8")):
         path = (page.parent / target).resolve()
         if path.exists() and (REPO / "results") in path.parents:
             folders.add(path if path.is_dir() else path.parent)
-    files = {f for folder in folders for f in folder.rglob("*.json") if f.name != RECORD}
+    files = {f for folder in folders for f in folder.rglob("*.json") if f.name != SETTINGS}
     return Writings(v for f in sorted(files)
                     for v in _numbers(json.loads(f.read_text(encoding="utf-8"))))
 
@@ -198,12 +198,15 @@ def backed(token, digits, decimals, writings):
 
 
 def record_of(page):
-    path = page.parent / RECORD
+    """A folder's settings.json: ``{section: [setting, ...]}``, each section with its reason."""
+    path = page.parent / SETTINGS
     if not path.is_file():
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert {"what", "when", "machine", "sections"} <= set(data), f"{path}: what, when, machine?"
-    return {s["section"]: s["figures"] for s in data["sections"]}
+    assert "what" in data, f"{path}: what?"
+    for section in data["sections"]:
+        assert section.get("why"), f"{path}: settings without their reason ({section['section']})"
+    return {s["section"]: s["settings"] for s in data["sections"]}
 
 
 def unsupported(text, numbers, record):
@@ -213,7 +216,7 @@ def unsupported(text, numbers, record):
     found = list(sections(text))
     headings = [heading for heading, _ in found]
     assert len(set(headings)) == len(headings), "two sections of one heading"
-    assert not set(record) - set(headings), f"{RECORD} names sections the page has not"
+    assert not set(record) - set(headings), f"{SETTINGS} names sections the page has not"
     unbacked, unquoted = [], []
     for heading, body in found:
         listed = record.get(heading, [])
@@ -230,15 +233,21 @@ def unsupported(text, numbers, record):
 
 @pytest.mark.parametrize("page", [p for p in RESULTS_PAGES if p not in WRITTEN_BY_SCRIPT],
                          ids=lambda p: str(p.parent.relative_to(REPO)))
-def test_a_results_pages_numbers_are_its_files_or_its_record(page):
+def test_a_results_pages_numbers_are_its_files_or_its_settings(page):
     """Every measured number of a results folder's README.md outside its filled figures is given
-    by the measurement files it cites (at the precision written) or listed in the folder's
-    recorded.json under the section that quotes it; every listed figure is quoted there."""
+    by the measurement files it cites (at the precision written) or is a setting that the folder's
+    settings.json lists under the section that quotes it; every listed setting is quoted there."""
     unbacked, unquoted = unsupported(page.read_text(encoding="utf-8"), measured_numbers(page),
                                      record_of(page))
-    assert not unbacked, (f"{page}: numbers neither in the measurement files nor in {RECORD} "
-                          f"(section, number): {unbacked}")
-    assert not unquoted, f"{page}: {RECORD} lists figures its section does not quote: {unquoted}"
+    assert not unbacked, (f"{page}: numbers neither in the measurement files nor settings in "
+                          f"{SETTINGS} (section, number): {unbacked}")
+    assert not unquoted, f"{page}: {SETTINGS} lists settings its section does not quote: {unquoted}"
+
+
+def test_no_results_folder_keeps_a_list_of_measured_figures():
+    """The measured figures of the results' pages are filled from their files, not listed by
+    hand beside them (a list that could drift from the measurements unnoticed)."""
+    assert not sorted((REPO / "results").rglob("recorded.json"))
 
 
 def test_a_number_typed_by_hand_into_a_results_page_is_found():
@@ -314,7 +323,8 @@ def test_an_expression_of_a_records_values_is_computed_from_them():
                                   "cpu-run2/peers.json:results.pa-cpu.train.ratio_of_medians|.4f",
                           REPO) == f"{max(r['pa-cpu']['train']['ratio_of_medians'] for r in runs.values()):.4f}"
     # one value asked of many, or terms whose wildcards match different rows, are refused
-    for spec in (f"{rows}.ratio", f"min {rows}.plugin.kernels ÷ {rows}.*.kernels",
+    for spec in (f"{rows}.ratio",
+                 f"min {rows}.plugin.kernels ÷ cpu-run1/peers.json:results.ran-*.memory.thseq.kernels",
                  "min cpu-run1/peers.json:results.nobody.train.ratio_of_medians"):
         with pytest.raises(KeyError):
             figures.figure(folder, spec, REPO)
