@@ -29,7 +29,9 @@ prose is typed by hand.
   shell wildcards (``cpu-run[12]/peers.json``, ``results.pa-*``, ``systems.name=*``), the terms'
   wildcards matching the same names (a term with fewer wildcards, or none, goes with each value
   of the other that its names begin), and the figure is the least, greatest or median of the values
-  they give (a wildcard's null values left out); ``min A, B`` (``, ``-separated expressions): of all theirs.
+  they give (a wildcard's null values left out); ``min A, B`` (``, ``-separated expressions): of all
+  theirs. A term ``min(TERM)``, ``max(TERM)`` or ``median(TERM)`` is that of its wildcards' values
+  (``min(a.json:pass_seconds.*) ÷ min(b.json:pass_seconds.*)``: the ratio of the fastest passes).
 
 In a table's cell a figure's ``|FORMAT`` is written ``\\|FORMAT``, so that the row keeps its cells.
 """
@@ -92,6 +94,9 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
         return {(): float(term)}
     except ValueError:
         pass
+    which, _, inner = term.partition("(")
+    if which in AGGREGATES and inner.endswith(")"):
+        return {(): AGGREGATES[which](_values(folder, inner[:-1]).values())}
     name, _, path = term.partition(":")
     found = {}
     files = sorted(folder.glob(name)) if glob.has_magic(name) else [folder / name]
@@ -107,8 +112,9 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
                 continue
             items = [(names + ((k,) if glob.has_magic(key) else ()), v[k] if isinstance(v, dict)
                       else v[int(k)]) for names, v in items
-                     for k in (sorted(k for k in v if fnmatch.fnmatchcase(k, key))
-                               if glob.has_magic(key) and isinstance(v, dict) else [key])
+                     for k in ([k for k in (sorted(v) if isinstance(v, dict) else
+                                            map(str, range(len(v))))
+                                if fnmatch.fnmatchcase(k, key)] if glob.has_magic(key) else [key])
                      if isinstance(v, dict) and k in v or isinstance(v, list) and k.isdigit()
                      and int(k) < len(v)]
         found.update((names, v) for names, v in items if v is not None or not names)

@@ -338,3 +338,36 @@ def test_a_lists_item_is_found_by_a_fields_value():
                           REPO) == f"{total['RAN-D']:,}"
     with pytest.raises(KeyError):
         figures.figure(folder, "ran/bench.json:systems.name=nobody.kernels.training.total", REPO)
+
+
+# the result lines of a benchmark's log (scripts/bench.py's "bench: NAME: 0.0753 s/update, train
+# 98,699.4 tok/s, decode 240.09 sent/s, peak train 3,926.7 MiB, peak decode 531.4 MiB"), kept as
+# LOG-log.json beside a log whose run stopped before it wrote its bench.json
+BENCH_LINE = re.compile(r"^bench: (.+?): ([\d.]+) s/update, train ([\d,.]+) tok/s, decode ([\d,.]+) "
+                        r"sent/s, peak train ([\d,.]+) MiB, peak decode ([\d,.]+) MiB$", re.M)
+LINE_FIELDS = ("seconds_per_update", "train_tokens_per_s", "decode_sentences_per_s",
+               "train_peak_mib", "decode_peak_mib")
+
+
+def bench_lines(log):
+    return {"from": log.name, "systems": [
+        {"name": m[1], **{f: float(v.replace(",", "")) for f, v in zip(LINE_FIELDS, m.groups()[1:])}}
+        for m in BENCH_LINE.finditer(log.read_text(encoding="utf-8"))]}
+
+
+@pytest.mark.parametrize("kept", sorted((REPO / "results").rglob("*-log.json")),
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_a_logs_result_lines_are_kept_as_they_are_written(kept):
+    log = kept.with_name(kept.name[:-len("-log.json")] + ".log")
+    assert json.loads(kept.read_text(encoding="utf-8")) == bench_lines(log)
+
+
+def test_a_bench_line_is_read_whole(tmp_path):
+    log = tmp_path / "bench.log"
+    log.write_text("bench: PA (pervasive_attention) ...\nbench: PA: 0.1915 s/update, train 18,003.1 "
+                   "tok/s, decode 197.62 sent/s, peak train 23,158.2 MiB, peak decode 788.9 MiB\n",
+                   encoding="utf-8")
+    assert bench_lines(log)["systems"] == [{"name": "PA", "seconds_per_update": 0.1915,
+                                            "train_tokens_per_s": 18003.1,
+                                            "decode_sentences_per_s": 197.62,
+                                            "train_peak_mib": 23158.2, "decode_peak_mib": 788.9}]
