@@ -19,8 +19,8 @@ prose is typed by hand.
 - ``CLAIM@PAIR/verdict``: the verdict's outcome (held, inconclusive, not held, ...), for a short
   cell beside its interval;
 - ``FILE.json:KEY.KEY...[|FORMAT]``: a value of a measurement record in the folder (a list's item
-  by its index, or ``FIELD=VALUE``: the item whose ``FIELD`` is ``VALUE``, as in
-  ``systems.name=RAN-ALL``), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
+  by its index, or ``FIELD=VALUE[&FIELD=VALUE...]``: the item whose ``FIELD`` is ``VALUE``, as in
+  ``systems.name=RAN-ALL`` or ``results.system=max&seed=1``), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
   thousands separated (``1,173``, ``19.6``), any other value as it is;
 - ``[min |max |median ]TERM[ OP TERM...][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...``
   or a number, each ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced), applied left to right: a
@@ -104,11 +104,12 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
         stem = (str(file.relative_to(folder)),) if glob.has_magic(name) else ()
         items = [(stem, json.loads(file.read_text(encoding="utf-8")))]
         for key in path.split(".") if path else []:
-            field, chosen, value = key.partition("=")
-            if chosen:
-                items = [(names + ((str(i[field]),) if glob.has_magic(value) else ()), i)
+            if "=" in key:
+                tests = [test.partition("=")[::2] for test in key.split("&")]
+                items = [(names + tuple(str(i[f]) for f, value in tests if glob.has_magic(value)), i)
                          for names, v in items if isinstance(v, list) for i in v
-                         if isinstance(i, dict) and fnmatch.fnmatchcase(str(i.get(field)), value)]
+                         if isinstance(i, dict) and all(fnmatch.fnmatchcase(str(i.get(f)), value)
+                                                        for f, value in tests)]
                 continue
             items = [(names + ((k,) if glob.has_magic(key) else ()), v[k] if isinstance(v, dict)
                       else v[int(k)]) for names, v in items
