@@ -22,14 +22,14 @@ prose is typed by hand.
   by its index, or ``FIELD=VALUE[&FIELD=VALUE...]``: the item whose ``FIELD`` is ``VALUE``, as in
   ``systems.name=RAN-ALL`` or ``results.system=max&seed=1``), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
   thousands separated (``1,173``, ``19.6``), any other value as it is;
-- ``[min |max |median ]TERM[ OP TERM...][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...``
+- ``[min |max |median |count ]TERM[ OP TERM...][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...``
   or a number, each ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced), applied left to right: a
   ratio, product or difference of values (``A − B ÷ A × 100``: B's percentage below A) (``peers.json:results.pa-cpu.memory.plugin.kernels ÷ peers.json:results.pa-cpu.memory.attn2d.kernels|.1f``);
   with ``min``, ``max`` or ``median``, ``FILE``, the keys and a ``FIELD=VALUE``'s value may hold
   shell wildcards (``cpu-run[12]/peers.json``, ``results.pa-*``, ``systems.name=*``), the terms'
   wildcards matching the same names (a term with fewer wildcards, or none, goes with each value
   of the other that its names begin), and the figure is the least, greatest or median of the values
-  they give (a wildcard's null values left out); ``min A, B`` (``, ``-separated expressions): of all
+  they give, or how many (a wildcard's null values left out); ``min A, B`` (``, ``-separated expressions): of all
   theirs. A term ``min(TERM)``, ``max(TERM)`` or ``median(TERM)`` is that of its wildcards' values
   (``min(a.json:pass_seconds.*) ÷ min(b.json:pass_seconds.*)``: the ratio of the fastest passes).
 
@@ -105,7 +105,7 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
         items = [(stem, json.loads(file.read_text(encoding="utf-8")))]
         for key in path.split(".") if path else []:
             if "=" in key:
-                tests = [test.partition("=")[::2] for test in key.split("&")]
+                tests = [test.partition("=")[::2] for test in re.split(r"&(?=\w+=)", key)]
                 items = [(names + tuple(str(i[f]) for f, value in tests if glob.has_magic(value)), i)
                          for names, v in items if isinstance(v, list) for i in v
                          if isinstance(i, dict) and all(fnmatch.fnmatchcase(str(i.get(f)), value)
@@ -127,7 +127,7 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
 
 
 OPS = {"÷": lambda a, b: a / b, "×": lambda a, b: a * b, "−": lambda a, b: a - b}
-AGGREGATES = {"min": min, "max": max, "median": median}
+AGGREGATES = {"min": min, "max": max, "median": median, "count": lambda values: len(list(values))}
 
 
 def _evaluated(folder: Path, expression: str, spec: str) -> Dict[tuple, float]:
@@ -155,7 +155,7 @@ def recorded(folder: str, spec: str, repo: Path) -> str:
         values.update({(n,) + k: v for k, v in _evaluated(Path(repo) / folder, expression,
                                                            spec).items()})
     if which is None and len(values) != 1 or which and not values:
-        raise KeyError(f"{spec!r}: {len(values)} values (min, max or median gives one)")
+        raise KeyError(f"{spec!r}: {len(values)} values (an aggregate gives one)")
     value = AGGREGATES[which](values.values()) if which else next(iter(values.values()))
     if fmt:
         return format(value, fmt)

@@ -340,19 +340,24 @@ def test_a_lists_item_is_found_by_a_fields_value():
         figures.figure(folder, "ran/bench.json:systems.name=nobody.kernels.training.total", REPO)
 
 
-# the result lines of a benchmark's log (scripts/bench.py's "bench: NAME: 0.0753 s/update, train
-# 98,699.4 tok/s, decode 240.09 sent/s, peak train 3,926.7 MiB, peak decode 531.4 MiB"), kept as
-# LOG-log.json beside a log whose run stopped before it wrote its bench.json
+# the result lines of a log whose run stopped before it wrote them as JSON, kept as LOG-log.json
+# beside it: a benchmark's (scripts/bench.py's "bench: NAME: 0.0753 s/update, train 98,699.4 tok/s,
+# decode 240.09 sent/s, peak train 3,926.7 MiB, peak decode 531.4 MiB") and a test run's
+# differences ("max abs diff 3.07e-03")
 BENCH_LINE = re.compile(r"^bench: (.+?): ([\d.]+) s/update, train ([\d,.]+) tok/s, decode ([\d,.]+) "
                         r"sent/s, peak train ([\d,.]+) MiB, peak decode ([\d,.]+) MiB$", re.M)
 LINE_FIELDS = ("seconds_per_update", "train_tokens_per_s", "decode_sentences_per_s",
                "train_peak_mib", "decode_peak_mib")
+DIFF_LINE = re.compile(r"max abs diff ([\d.e+-]+)$", re.M)
 
 
 def bench_lines(log):
-    return {"from": log.name, "systems": [
+    text = log.read_text(encoding="utf-8")
+    kept = {"from": log.name, "systems": [
         {"name": m[1], **{f: float(v.replace(",", "")) for f, v in zip(LINE_FIELDS, m.groups()[1:])}}
-        for m in BENCH_LINE.finditer(log.read_text(encoding="utf-8"))]}
+        for m in BENCH_LINE.finditer(text)]}
+    diffs = [float(d) for d in DIFF_LINE.findall(text)]
+    return {**kept, "max_abs_diffs": diffs} if diffs else kept
 
 
 @pytest.mark.parametrize("kept", sorted((REPO / "results").rglob("*-log.json")),
@@ -371,3 +376,19 @@ def test_a_bench_line_is_read_whole(tmp_path):
                                             "train_tokens_per_s": 18003.1,
                                             "decode_sentences_per_s": 197.62,
                                             "train_peak_mib": 23158.2, "decode_peak_mib": 788.9}]
+
+
+def test_a_lists_item_is_found_by_several_fields_and_items_are_counted():
+    folder = "results/pervasive/gpu-long"
+    runs = json.loads((REPO / folder / "results.json").read_text(encoding="utf-8"))["results"]
+    (run,) = [r for r in runs if r["system"] == "max" and r["seed"] == 2]
+    assert figures.figure(folder, "results.json:results.system=max&seed=2.train_seconds|.3f",
+                          REPO) == f"{run['train_seconds']:.3f}"
+    assert figures.figure(folder, "count results.json:results.system=*&seed=1.seed|d", REPO) == \
+        str(sum(r["seed"] == 1 for r in runs))
+    # an "&" inside a value is the value's (RAN-ALL w/o LN&RES), not another field
+    speed = json.loads((REPO / "results/ran/speed-cpu/run1/bench.json").read_text(encoding="utf-8"))
+    (ln,) = [s for s in speed["systems"] if s["name"] == "RAN-ALL w/o LN&RES"]
+    assert figures.figure("results/ran/speed-cpu",
+                          "run1/bench.json:systems.name=RAN-ALL w/o LN&RES.metrics.params", REPO) == \
+        f"{ln['metrics']['params']:,}"
