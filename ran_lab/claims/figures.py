@@ -18,20 +18,23 @@ prose is typed by hand.
   (``SYSTEM``: which, where the claim compares several);
 - ``CLAIM@PAIR/verdict``: the verdict's outcome (held, inconclusive, not held, ...), for a short
   cell beside its interval;
-- ``FILE.json:KEY.KEY...[|FORMAT]``: a value of a measurement record in the folder (a list's item
-  by its index, or ``FIELD=VALUE[&FIELD=VALUE...]``: the item whose ``FIELD`` is ``VALUE``, as in
-  ``systems.name=RAN-ALL`` or ``results.system=max&seed=1``), written with Python's ``FORMAT`` (``,.1f``); without one, a number with its
-  thousands separated (``1,173``, ``19.6``), any other value as it is;
-- ``[min |max |median |count ]TERM[ OP TERM...][|FORMAT]``, each ``TERM`` such a ``FILE.json:KEY.KEY...``
-  or a number, each ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced), applied left to right: a
-  ratio, product or difference of values (``A − B ÷ A × 100``: B's percentage below A) (``peers.json:results.pa-cpu.memory.plugin.kernels ÷ peers.json:results.pa-cpu.memory.attn2d.kernels|.1f``);
-  with ``min``, ``max`` or ``median``, ``FILE``, the keys and a ``FIELD=VALUE``'s value may hold
-  shell wildcards (``cpu-run[12]/peers.json``, ``results.pa-*``, ``systems.name=*``), the terms'
-  wildcards matching the same names (a term with fewer wildcards, or none, goes with each value
-  of the other that its names begin), and the figure is the least, greatest or median of the values
-  they give, or how many (a wildcard's null values left out); ``min A, B`` (``, ``-separated expressions): of all
-  theirs. A term ``min(TERM)``, ``max(TERM)`` or ``median(TERM)`` is that of its wildcards' values
-  (``min(a.json:pass_seconds.*) ÷ min(b.json:pass_seconds.*)``: the ratio of the fastest passes).
+- ``FILE.json:KEY.KEY...[|FORMAT]``: a value of a measurement record under the folder (a list's
+  item by its index, or ``FIELD=VALUE[&FIELD=VALUE...]``: the item whose ``FIELD`` is ``VALUE``,
+  as in ``systems.name=RAN-ALL`` or ``results.system=max&seed=1``), written with Python's
+  ``FORMAT`` (``,.1f``); without one, a number with its thousands separated (``1,173``,
+  ``19.6``), any other value as it is;
+- ``[AGGREGATE ]TERM[ OP TERM...][|FORMAT]``: each ``TERM`` such a ``FILE.json:KEY.KEY...``, a
+  number, or ``min(TERM)``, ``max(TERM)``, ``median(TERM)`` (over its wildcards' values); each
+  ``OP`` one of `` ÷ ``, `` × ``, `` − `` (spaced), applied left to right (``A − B ÷ A × 100``: B's
+  percentage below A). ``FILE``, the keys and a ``FIELD=VALUE``'s value may hold shell wildcards
+  (``cpu-run[12]/peers.json``, ``results.pa-*``, ``systems.name=*``; a wildcard's null values left
+  out): the terms' wildcards match the same names, a term with fewer of them going with each value
+  whose names begin with its own, and ``AGGREGATE`` (``min``, ``max``, ``median``, ``count``) makes
+  the values one; ``min A, B`` (``, ``-separated expressions): over all of theirs. Examples:
+  ``cpu-run1/peers.json:results.pa-cpu.train.ratio_of_medians|.2f``,
+  ``max cpu-run[12]/peers.json:results.pa-*.memory.ratio|.2f``,
+  ``min(ran-base/bench.json:systems.name=transformer.decode.pass_seconds.*) ÷
+  min(ran-base/bench.json:systems.name=RAN-ALL.decode.pass_seconds.*)|.2f`` (the fastest passes).
 
 In a table's cell a figure's ``|FORMAT`` is written ``\\|FORMAT``, so that the row keeps its cells.
 """
@@ -88,6 +91,27 @@ def _split(parts):
     raise KeyError(f"not a figure: {'/'.join(parts)!r}")
 
 
+def _step(items: list, key: str) -> list:
+    """``(names, value)`` items one key further in; a wildcard adds the name it matched."""
+    out = []
+    for names, v in items:
+        if "=" in key:  # FIELD=VALUE[&FIELD=VALUE...]: a list's items
+            tests = [test.partition("=")[::2] for test in re.split(r"&(?=\w+=)", key)]
+            out += [(names + tuple(str(i[f]) for f, value in tests if glob.has_magic(value)), i)
+                    for i in (v if isinstance(v, list) else []) if isinstance(i, dict) and
+                    all(fnmatch.fnmatchcase(str(i.get(f)), value) for f, value in tests)]
+            continue
+        keys = list(v) if isinstance(v, dict) else [str(n) for n in range(len(v))] \
+            if isinstance(v, list) else []
+        wild = glob.has_magic(key)
+        for k in (sorted(k for k in keys if fnmatch.fnmatchcase(k, key)) if wild
+                  else [key] if key in keys else []):
+            out.append((names + ((k,) if wild else ()), v[k] if isinstance(v, dict) else v[int(k)]))
+    if len({names for names, _ in out}) < len(out):
+        raise KeyError(f"{key!r} picks several items of one list")
+    return out
+
+
 def _values(folder: Path, term: str) -> Dict[tuple, float]:
     """A term's values by the names its wildcards matched (``()`` for a term without any)."""
     try:
@@ -101,23 +125,10 @@ def _values(folder: Path, term: str) -> Dict[tuple, float]:
     found = {}
     files = sorted(folder.glob(name)) if glob.has_magic(name) else [folder / name]
     for file in files:
-        stem = (str(file.relative_to(folder)),) if glob.has_magic(name) else ()
-        items = [(stem, json.loads(file.read_text(encoding="utf-8")))]
+        items = [((str(file.relative_to(folder)),) if glob.has_magic(name) else (),
+                  json.loads(file.read_text(encoding="utf-8")))]
         for key in path.split(".") if path else []:
-            if "=" in key:
-                tests = [test.partition("=")[::2] for test in re.split(r"&(?=\w+=)", key)]
-                items = [(names + tuple(str(i[f]) for f, value in tests if glob.has_magic(value)), i)
-                         for names, v in items if isinstance(v, list) for i in v
-                         if isinstance(i, dict) and all(fnmatch.fnmatchcase(str(i.get(f)), value)
-                                                        for f, value in tests)]
-                continue
-            items = [(names + ((k,) if glob.has_magic(key) else ()), v[k] if isinstance(v, dict)
-                      else v[int(k)]) for names, v in items
-                     for k in ([k for k in (sorted(v) if isinstance(v, dict) else
-                                            map(str, range(len(v))))
-                                if fnmatch.fnmatchcase(k, key)] if glob.has_magic(key) else [key])
-                     if isinstance(v, dict) and k in v or isinstance(v, list) and k.isdigit()
-                     and int(k) < len(v)]
+            items = _step(items, key)
         found.update((names, v) for names, v in items if v is not None or not names)
     if not found:
         raise KeyError(f"{folder}/{name} holds no {path!r}")

@@ -386,6 +386,8 @@ def test_a_lists_item_is_found_by_several_fields_and_items_are_counted():
                           REPO) == f"{run['train_seconds']:.3f}"
     assert figures.figure(folder, "count results.json:results.system=*&seed=1.seed|d", REPO) == \
         str(sum(r["seed"] == 1 for r in runs))
+    with pytest.raises(KeyError):  # two seeds of max: which one is not said
+        figures.figure(folder, "results.json:results.system=max.train_seconds", REPO)
     # an "&" inside a value is the value's (RAN-ALL w/o LN&RES), not another field
     speed = json.loads((REPO / "results/ran/speed-cpu/run1/bench.json").read_text(encoding="utf-8"))
     (ln,) = [s for s in speed["systems"] if s["name"] == "RAN-ALL w/o LN&RES"]
