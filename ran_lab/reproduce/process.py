@@ -22,6 +22,21 @@ from . import preparations
 CHILDREN = Children()
 
 
+# A command line (split as a shell splits it) that, given ``MODULE ARGS``, runs what
+# ``python -m MODULE ARGS`` runs, in its stead. The tests set it to run the engine's fairseq
+# commands through a fork server that has imported torch and fairseq once (tests/cli_client.py);
+# unset, as for users, each command is a new interpreter.
+LAUNCHER = "RAN_LAB_MODULE_LAUNCHER"
+
+
+def launched(cmd, env):
+    """``cmd`` (``[python, -m, MODULE, ...]``) as the launcher of ``env`` runs it, if it names one."""
+    launcher = (os.environ if env is None else env).get(LAUNCHER)
+    if launcher and cmd[:2] == [sys.executable, "-m"]:
+        return [*shlex.split(launcher), *cmd[2:]]
+    return cmd
+
+
 class Processes:
     """The engine's runner: each command a process of its own among :data:`CHILDREN`, its output
     into the log, in the checkout, with MULTI30K_DIR naming the lab's mirror where there is one."""
@@ -29,7 +44,7 @@ class Processes:
     def run(self, cmd, log, env, pass_fds):
         """``cmd`` (``[python, -m, MODULE, ...]``) to its end, stdout and stderr into the open file
         ``log``; its return code."""
-        return run_into(cmd, log, env, pass_fds=tuple(pass_fds))
+        return run_into(launched(cmd, env), log, env, pass_fds=tuple(pass_fds))
 
 
 def run_into(cmd, log, env, **popen_kwargs):

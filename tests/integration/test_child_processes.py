@@ -3,8 +3,11 @@ SIGINT reaches its child (in a process group of its own) and stops the engine, a
 takes its child with it, a process forked from the engine (a pool worker of the data preparation)
 ends by the signal without stopping the engine's trainings, and data preparation starts
 fairseq-preprocess tied to itself (``ran_text.tied``), so that a killed preparation leaves no
-preprocessing behind."""
+preprocessing behind. The same holds of a command the engine runs through the tests' fork server
+(``helpers.module_launcher``, as the system tests run the engine's fairseq commands), which
+runs it as ``python -m`` would."""
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,6 +15,7 @@ import time
 
 import pytest
 
+import helpers
 from helpers import REPO
 
 
@@ -22,18 +26,23 @@ from ran_lab.reproduce import process
 from ran_lab.reproduce.runguard import Stopped
 process.CHILDREN.install()
 child = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+argv = {argv!r} or ["-c", child]
 try:
-    process.run_logged(["-c", child], {log!r}, dict(os.environ), "a child")
+    process.run_logged(argv, {log!r}, dict(os.environ), "a child")
 except Stopped as e:
     print("stopped by", e, flush=True)
     sys.exit(143)
 """
 
 
-def start_engine(tmp_path):
+def start_engine(tmp_path, argv=None, env=None):
+    """An engine running one child (``python -c``, or ``python ARGV`` that writes its pid to
+    ``tmp_path/child.pid``), and the child's pid."""
     pidfile = tmp_path / "child.pid"
-    code = ENGINE.format(repo=str(REPO), pidfile=str(pidfile), log=str(tmp_path / "child.log"))
-    engine = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    code = ENGINE.format(repo=str(REPO), pidfile=str(pidfile), log=str(tmp_path / "child.log"),
+                         argv=argv)
+    engine = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
     while not (pidfile.is_file() and pidfile.read_text()):
         assert time.monotonic() < deadline and engine.poll() is None, "the child did not start"
@@ -75,6 +84,61 @@ def test_a_killed_engine_takes_its_child_with_it(tmp_path):
     try:
         engine.kill()  # SIGKILL: no handler runs; PR_SET_PDEATHSIG ends the child
         engine.wait()
+        assert gone(child)
+    finally:
+        if not gone(child, 0):
+            os.kill(child, signal.SIGKILL)
+
+
+PROBE = """import os, sys, time
+print(os.getcwd(), os.environ.get("PROBE"), sys.argv[1:], sys.stdin.read(), flush=True)
+if sys.argv[1] == "exit":
+    sys.exit(3)
+open(sys.argv[2], "w").write(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+def test_the_tests_fork_server_runs_an_engines_command_as_python_m_would(tmp_path):
+    """Through ``helpers.module_launcher`` a module gets the caller's working directory,
+    environment (its PYTHONPATH too), arguments and stdin, and its exit status comes back; the
+    engine's SIGTERM reaches it, and it ends with a SIGKILLed engine or a SIGKILLed client."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "probe_module.py").write_text(PROBE)
+    launcher = shlex.split(helpers.module_launcher())
+    env = dict(os.environ, PROBE="p", PYTHONPATH=f"{tmp_path / 'mods'}{os.pathsep}{REPO}")
+    proc = subprocess.run([*launcher, "probe_module", "exit"], cwd=tmp_path, env=env,
+                          input="in", capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (3, f"{tmp_path} p ['exit'] in\n"), proc.stderr
+    env[helpers.MODULE_LAUNCHER] = shlex.join(launcher)
+    for stop in ("SIGTERM", "SIGKILL"):
+        (tmp_path / "child.pid").unlink(missing_ok=True)
+        engine, child = start_engine(
+            tmp_path, ["-m", "probe_module", "sleep", str(tmp_path / "child.pid")], env)
+        try:
+            if stop == "SIGTERM":
+                engine.send_signal(signal.SIGTERM)
+                out, _ = engine.communicate(timeout=30)
+                assert engine.returncode == 143 and "stopped by SIGTERM" in out
+            else:
+                engine.kill()
+                engine.wait()
+            assert gone(child), stop
+        finally:
+            engine.kill()
+            if not gone(child, 0):
+                os.kill(child, signal.SIGKILL)
+    (tmp_path / "child.pid").unlink()
+    client = subprocess.Popen([*launcher, "probe_module", "sleep", str(tmp_path / "child.pid")],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "child.pid").is_file() or not (tmp_path / "child.pid").read_text():
+        assert time.monotonic() < deadline and client.poll() is None, "the child did not start"
+        time.sleep(0.1)
+    child = int((tmp_path / "child.pid").read_text())
+    try:
+        client.kill()
+        client.wait()
         assert gone(child)
     finally:
         if not gone(child, 0):

@@ -25,7 +25,7 @@ def engine_run(tmp_path, *extra, out=None):
     return helpers.run_reproduction(
         SCRIPT, "--config", CONFIG, "--data", str(tmp_path / "bin.{src}-{tgt}"), "--pairs",
         "de-en", "--systems", "TransF", "--max-update", "3", "--out", out or tmp_path / "out",
-        "--checkpoints", tmp_path / "ckpt", *extra, timeout=120)
+        "--checkpoints", tmp_path / "ckpt", *extra, timeout=120, fork_server=False)
 
 
 def reproduce_paper():

@@ -78,8 +78,14 @@ def test_a_fifth_paper_is_one_folder_and_runs_end_to_end(tmp_path):
     raw = helpers.make_synthetic_corpus(tmp_path / "raw", n_train=60, n_valid=8, n_test=8)
     toy_paper(root, raw)
     env = dict(helpers.fairseq_env(), PYTHON=sys.executable, PYTHONPATH=str(root))
-    proc = subprocess.run(["bash", str(root / "scripts" / "reproduce-toy.sh"), "--threads", "1"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    # the engine's fairseq commands forked from a server that imported the toy checkout's plugin
+    launcher, server = helpers.module_server(dict(env))
+    try:
+        proc = subprocess.run(["bash", str(root / "scripts" / "reproduce-toy.sh"), "--threads",
+                               "1"], cwd=root, capture_output=True, text=True, timeout=600,
+                              env=dict(env, **{helpers.MODULE_LAUNCHER: launcher}))
+    finally:
+        helpers.stop_module_server(server)
     assert proc.returncode == 0, proc.stderr[-4000:]
     # the engine prepared the data itself, in the toy checkout, and wrote where the config says
     assert (root / "data-bin" / "toy.de-en" / "test.de-en.de.bin").is_file()

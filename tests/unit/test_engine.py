@@ -167,6 +167,26 @@ def test_the_runner_seam_is_where_every_command_goes(tmp_path):
     assert "num_updates 2" in log.read_text()
 
 
+def test_a_launcher_in_the_environment_runs_the_python_m_commands_only(tmp_path):
+    """RAN_LAB_MODULE_LAUNCHER (which the tests set, to fork the commands from a server that has
+    imported fairseq) takes the place of ``python -m``; without it, as for users, and for any
+    other command, the command runs as given."""
+    from ran_lab.reproduce import process
+
+    cmd = [sys.executable, "-m", "ran_lab.run_fairseq", "train", "data dir"]
+    env = {process.LAUNCHER: "/bin/py '/a b/client.py' /s.sock"}
+    assert process.launched(cmd, env) == [
+        "/bin/py", "/a b/client.py", "/s.sock", "ran_lab.run_fairseq", "train", "data dir"]
+    assert process.launched(cmd, {}) == cmd
+    assert process.launched([sys.executable, "-c", "pass"], env) == [sys.executable, "-c", "pass"]
+    assert process.launched(["scripts/prepare.sh", "-m"], env) == ["scripts/prepare.sh", "-m"]
+    # the runner: its output reaches the log through the launcher (here a shell's echo)
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        assert process.Processes().run(cmd[:4], out, {process.LAUNCHER: "echo launched"}, ()) == 0
+    assert log.read_text() == "launched ran_lab.run_fairseq train\n"
+
+
 # ---- the store: a finished run is never deleted before its replacement is whole -------------
 # The same command again without --resume is refused (naming --resume and --force); with --force
 # the finished run's folders stay, set aside in one step, until the new result.json is written,

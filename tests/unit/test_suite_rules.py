@@ -23,7 +23,7 @@ FILES = sorted(TESTS.rglob("*.py"))
 # what a run writes into the checkout (the Makefile's `clean` removes them)
 MADE = ("data-bin", "checkpoints", "demo-out", "bench-out", "runs")
 SHARED = ["conftest.py", "helpers.py", "corpora.py", "systems.py", "cli_server.py",
-          "ddp_worker.py", "kill_during_copy.py"]
+          "cli_client.py", "ddp_worker.py", "kill_during_copy.py"]
 # the test files whose subject is the lab (ran_lab), the only ones that may import it; every
 # other test file (the plugin's, the package's, the shared modules) imports nothing of it, so a
 # new test file is held to that until it is listed here
