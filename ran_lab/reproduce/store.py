@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 from ran_text import textio
-from .. import portable
-from ..common import paths, schema
+from ..common import schema
 from ..common.flags import flag_pairs
 from ..common.paths import shown, slug
 from .config import parse_pairs
@@ -49,7 +48,7 @@ def flags_difference(old, new, most=4):
 
 def difference(run, old):
     """None if the stored result ``old`` was made by ``run``'s commands (on any device, in any
-    checkout: both sides name the checkout's files as ``{repo}/PATH``), else what differs, e.g.
+    checkout: both name the checkout's files relative to it), else what differs, e.g.
     'training: --max-update 1300 → 300'."""
     mine, theirs = device_free(run.recorded()), device_free(old.get("commands"))
     if mine == theirs:
@@ -74,14 +73,12 @@ def stored_train_argv(run):
     fix = (f"delete it if the checkpoints beside it were trained by this run's command "
            f"({shown(run.save_dir)}), else delete the folder")
     what = "the training command of the folder's checkpoints"
-    argv = schema.check(textio.read_json(path, what, fix, shape=list), schema.FLAGS, path, what,
+    return schema.check(textio.read_json(path, what, fix, shape=list), schema.FLAGS, path, what,
                         fix)
-    return portable.expand(argv, paths.REPO)
 
 
 def read_result(run):
-    """``run``'s stored result.json (None if there is none), checked, its paths as recorded
-    (``{repo}/PATH``)."""
+    """``run``'s stored result.json (None if there is none), checked."""
     path = run.dir / "result.json"
     if not path.is_file():
         return None
