@@ -24,8 +24,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ._torch_ops import batch_norm_eval_backward, relu_backward
-from .batch_norm_statistics import (_MEAN, _UNBIASED, _FeatureStatistics, _SharedBatchNormReLU,
-                                    _StatisticsBuffer)
+from .batch_norm_statistics import (_MEAN, _UNBIASED, _SharedBatchNormReLU, _StatisticsBuffer,
+                                    masked_feature)
 from .masked_conv2d import MaskedConv2d
 
 # True: batch-norm statistics and BN → ReLU in training are differentiated by autograd
@@ -58,8 +58,7 @@ def _fast(x: Tensor) -> bool:
 
 def _channel_affine(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
     """scale_c · x + shift_c per channel c of x (B, C, T, S), in one pass: torch's evaluation-mode
-    batch-norm kernel with mean 0, variance 1 and ε = 0 (on a CPU several times faster than
-    ``addcmul`` with broadcast (1, C, 1, 1) operands)."""
+    batch-norm kernel with mean 0, variance 1, ε = 0 (on a CPU faster than a broadcast addcmul)."""
     if not _fast(x):
         return torch.addcmul(shift.view(1, -1, 1, 1), x, scale.view(1, -1, 1, 1))
     zeros = torch.zeros_like(scale)
@@ -211,6 +210,10 @@ class _BatchNormReLU(torch.autograd.Function):
                          else [None] * len(features))
         return (grad_mean, grad_var, grad_w, grad_b, None, None, None, *grad_features)
 
+
+# A feature's product with the real-cell mask done by the node that writes its statistics, whose
+# backward masks in place (batch_norm_statistics.masked_feature); False: a node of its own.
+MASK_WITH_STATISTICS = True
 
 # One statistics buffer per training pass instead of each feature's moments as autograd tensors,
 # concatenated again for every reading layer (2(L + 1) small concatenations, and autograd's sums of
@@ -433,15 +436,13 @@ class DenseLayer2d(nn.Module):
         if keep is None and NATIVE_UNPADDED_NORM:
             x = self.norm2._native_training(x, True).relu_()
         else:
-            if keep is not None:
-                x = x * keep
             start = stats.column(x.size(1))
-            x = _FeatureStatistics.apply(x, stats, start)
+            x = masked_feature(x, stats, start, keep, not MASK_WITH_STATISTICS)
             x = self.norm2.shared_relu([x], stats, start, keep, from_output, first=True)
         h = self.conv2(x)
         if self.gate_masked:
             h = F.glu(h, dim=1)
-        if keep is not None:
+        if keep is not None and not MASK_WITH_STATISTICS:  # else the caller's masked_feature
             h = h * keep
         return dropout_channels_first(h, self.dropout, self.training)
 
@@ -483,7 +484,9 @@ def dropout_channels_first(x: Tensor, p: float, training: bool) -> Tensor:
     """``F.dropout(x, p, training)`` with its random mask drawn in the channels-first order of x's
     elements whatever x's memory layout (torch draws in memory order): a grid in channels-last
     memory drops the same cells, from the same seed, as in channels-first memory."""
-    if not training or p == 0 or p == 1 or x.is_contiguous():
+    if not training or p == 0:  # the identity, without an autograd node
+        return x
+    if p == 1 or x.is_contiguous():
         return F.dropout(x, p, training)
     noise = torch.empty(x.shape, dtype=x.dtype, device=x.device).bernoulli_(1 - p)
     return x * noise.div_(1 - p)  # as F.dropout: the mask scaled by 1/(1 - p), then the product
@@ -584,11 +587,11 @@ class DenseNet2d(nn.Module):
             sum(layer.norm2.num_features for layer in self.layers)
         stats = _StatisticsBuffer(x, self.out_channels + own, count, self.norm.eps)
         stats.used = self.out_channels  # the features' columns come first, in order
-        features = [_FeatureStatistics.apply(x * keep if keep is not None else x, stats, 0)]
+        features = [masked_feature(x, stats, 0, keep, not MASK_WITH_STATISTICS)]
         start = self.in_channels
         for layer in self.layers:
             h = layer.shared_forward(features, stats, keep, from_output)
-            features.append(_FeatureStatistics.apply(h, stats, start))
+            features.append(masked_feature(h, stats, start, keep, not MASK_WITH_STATISTICS))
             start += h.size(1)
         return self.norm.shared_relu(features, stats, 0, keep, from_output, first=True)
 

@@ -19,7 +19,8 @@ from ran_fairseq.modules.densenet2d import DenseNet2d, MaskedBatchNorm2d, dropou
 
 VOCAB = 14
 SWITCHES = [(pervasive, "CHANNELS_LAST_GRID"), (densenet2d, "NORMALIZED_FROM_OUTPUT"),
-            (densenet2d, "NATIVE_UNPADDED_NORM"), (densenet2d, "SHARED_STATISTICS")]
+            (densenet2d, "NATIVE_UNPADDED_NORM"), (densenet2d, "SHARED_STATISTICS"),
+            (densenet2d, "MASK_WITH_STATISTICS")]
 
 
 class _Task:
