@@ -23,7 +23,6 @@ resampled sentences (the seeds share the test set) and the seeds' differences av
 variance of that mean over the resamples is what the test set adds to the verdict's interval
 (:mod:`.seeds` adds the seeds').
 """
-import math
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
@@ -34,19 +33,23 @@ BLOCK = 1000
 CAP = 100_000
 INTERVAL_SAMPLES = 10_000
 MC_LEVEL = 0.99
-METRICS = ("BLEU", "TER")
+METRICS = ("BLEU", "TER", "chrF")
+KEYS = {"sacrebleu": "BLEU", "ter": "TER", "chrf": "chrF"}  # results.json's names of them
 
 
 def metric_of(name: str, refs: Sequence[str]):
-    from sacrebleu.metrics import BLEU, TER
+    """sacreBLEU's metric ``name`` (or results.json's name of it) with its default settings."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+    name = KEYS.get(name, name)
     if name not in METRICS:
         raise ValueError(f"no paired bootstrap for {name!r}: one of {', '.join(METRICS)}")
-    return (BLEU if name == "BLEU" else TER)(references=[list(refs)])
+    return {"BLEU": BLEU, "TER": TER, "chrF": CHRF}[name](references=[list(refs)])
 
 
 def sentence_stats(hyps: Sequence[str], refs: Sequence[str], metric: str) -> np.ndarray:
     """Per-sentence sufficient statistics of ``hyps`` (sacreBLEU's, as its paired test takes them;
-    ``<unk>`` counted as one word, as :mod:`ran_text.evaluate` scores it)."""
+    ``<unk>`` counted as one word, as :mod:`ran_text.evaluate` scores it); ``metric`` as
+    :func:`metric_of` takes it."""
     from ran_text.evaluate import unk_as_one_word
     scorer = metric_of(metric, refs)
     return np.array(scorer._extract_corpus_statistics(unk_as_one_word(list(hyps)), None),
@@ -59,7 +62,7 @@ class Scorer:
     TER), checked against sacreBLEU's where a corpus falls outside the vectorised case."""
 
     def __init__(self, metric: str, refs: Sequence[str]):
-        self.name = metric
+        self.name = KEYS.get(metric, metric)
         self.metric = metric_of(metric, refs)
 
     def score(self, stats: np.ndarray) -> float:
@@ -68,6 +71,8 @@ class Scorer:
     def many(self, sums: np.ndarray) -> np.ndarray:
         """Scores of each row of ``sums`` (summed statistics)."""
         sums = sums.astype("float64")
+        if self.name == "chrF":
+            return np.array([self.score(s) for s in sums])
         if self.name == "TER":
             edits, length = sums[:, 0], sums[:, 1]
             if np.any(length <= 0):
@@ -122,16 +127,9 @@ def draw(rng, n: int, size: int) -> np.ndarray:
 
 def wilson(c: int, n: int, level: float = MC_LEVEL) -> Tuple[float, float]:
     """The Wilson score interval of a proportion ``c / n`` at ``level``."""
-    z = _z(level)
-    phat = c / n
-    centre = (phat + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def _z(level: float) -> float:
-    from statistics import NormalDist
-    return NormalDist().inv_cdf(0.5 + level / 2)
+    from scipy.stats import binomtest
+    ci = binomtest(c, n).proportion_ci(level, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def percentile_interval(values: np.ndarray, level: float) -> Tuple[float, float]:

@@ -23,7 +23,6 @@ from ..portable import expand_path
 from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
 
-BOOTSTRAP_METRIC = {"sacrebleu": "BLEU", "ter": "TER"}
 METHOD = "percentile"  # what a stored test or pooled variance was computed by
 
 
@@ -125,9 +124,9 @@ class Folder:
             cache_key = (str(f), metric)
             if cache_key not in self._stats:
                 self._stats[cache_key] = bootstrap.sentence_stats(textio.read_lines(f), refs,
-                                                                  BOOTSTRAP_METRIC[metric])
+                                                                  metric)
             stats[key] = self._stats[cache_key]
-        return stats, bootstrap.Scorer(BOOTSTRAP_METRIC[metric], refs)
+        return stats, bootstrap.Scorer(metric, refs)
 
     def test(self, pair, system, against, seed, subset, metric) -> dict:
         """The paired bootstrap between two runs of the same seed: ``p``, ``count``, ``samples``,
