@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ran_text import textio
 from ran_lab.common import LabError, schema
 from ran_text.textio import read_json
+from ..analysis.results import hyp_path
 from ..portable import expand_path
 from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
@@ -87,9 +88,7 @@ class Folder:
                 *sorted((entry["system"], entry["against"])))
 
     def hyp_file(self, pair, system, seed, subset) -> Path:
-        from ..common.paths import slug
-        scores = self.runs[(pair, system, seed)]["subsets"][subset]
-        return self.path / pair / slug(system) / f"seed{seed}" / scores["hyp_file"]
+        return hyp_path(self.path, self.runs[(pair, system, seed)], subset)
 
     def ref_file(self, pair, system, seed, subset) -> Path:
         if (pair, subset) in self.refs:

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ran_text import textio
+from ..analysis.results import hyp_path
 from ..claims import bootstrap
 from ..claims import seeds as seeds_mod
 from ..claims.engine import evaluate
@@ -87,11 +88,6 @@ def test_set_variance(stats_by_seed: Sequence[np.ndarray], metric: str, refs: Se
     return float(np.var(means, ddof=1))
 
 
-def hyp_path(runs: Path, result: dict) -> Path:
-    return runs / result["pair"] / slug(result["system"]) / f"seed{result['seed']}" / \
-        result["subsets"]["test"]["hyp_file"]
-
-
 def system_intervals(runs: Path, results: List[dict], level: float,
                      refs_of: Dict[str, Path]) -> Dict[Tuple[str, str], Dict[str, Interval]]:
     """(pair, system) -> metric -> :class:`Interval`, from the runs' results and hypotheses."""
@@ -106,7 +102,7 @@ def system_intervals(runs: Path, results: List[dict], level: float,
             rs = sorted(rs, key=lambda r: r["seed"])
             refs = textio.read_lines(refs_of[pair])
             counts = resample_counts(len(refs))
-            stats = [bootstrap.sentence_stats(textio.read_lines(hyp_path(runs, r)), refs, metric)
+            stats = [bootstrap.sentence_stats(textio.read_lines(hyp_path(runs, r, "test")), refs, metric)
                      for r in rs]
             scores = [r["subsets"]["test"][metric] for r in rs]
             out.setdefault((pair, system), {})[metric] = interval(
