@@ -31,6 +31,15 @@ def digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
+def table_data(folder) -> dict:
+    """A results folder's ``results.json``, checked as the verdicts read it."""
+    path = Path(folder) / "results.json"
+    return schema.check(
+        read_json(path, "a results folder's table data", shape=dict), schema.TABLE_DATA, path,
+        "a results folder's table data", "delete it: the reproduction command with --resume "
+        "writes it again from the runs' result.json")
+
+
 class Folder:
     """One results folder (``results.json`` and the hypotheses under ``PAIR/SYSTEM/seedN``).
 
@@ -44,10 +53,7 @@ class Folder:
                  borrow: Optional[dict] = None):
         self.path = Path(path)
         self.repo = Path(repo) if repo else None
-        self.report = schema.check(
-            read_json(self.path / "results.json", "a results folder's table data", shape=dict),
-            schema.TABLE_DATA, self.path / "results.json",
-            "a results folder's table data", "delete it: the reproduction command with --resume writes it again from the runs' result.json")
+        self.report = table_data(self.path)
         self.settings = self.report["settings"]
         self.baseline = self.settings["baseline"]
         self.level = self.settings["significance"]["level"]
