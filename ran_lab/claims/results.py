@@ -14,7 +14,7 @@ changed hypothesis file is tested again.
 """
 import hashlib
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ran_text import textio
 from ran_lab.common import LabError, schema
@@ -165,10 +165,6 @@ class Folder:
         return {**entry, "system": entry["against"], "against": entry["system"],
                 "interval": [-hi, -lo]}
 
-    def p_value(self, pair, system, against, seed, subset, metric) -> float:
-        """The paired bootstrap's p-value between two runs of the same seed."""
-        return self.test(pair, system, against, seed, subset, metric)["p"]
-
     @staticmethod
     def _pooled_key(entry):
         return (entry["pair"], entry["subset"], entry["metric"], entry["system"],
@@ -245,8 +241,7 @@ class Folder:
         """The system whose training run a run decodes (itself, or its ``checkpoint_of``)."""
         return self.runs[(pair, system, seed)].get("checkpoint_of") or system
 
-    def comparison_seeds(self, pair, system, against, subset, metric,
-                         p_value: Optional[Callable] = None) -> List[Seed]:
+    def comparison_seeds(self, pair, system, against, subset, metric) -> List[Seed]:
         """The seeds both systems ran on ``pair``/``subset``, each with its scores and p-value."""
         common = sorted(set(self.seeds(pair, system, subset)) &
                         set(self.seeds(pair, against, subset)))
@@ -254,10 +249,6 @@ class Folder:
         for seed in common:
             scores = (self.score(pair, system, seed, subset, metric),
                       self.score(pair, against, seed, subset, metric))
-            if p_value is not None:
-                out.append(Seed(seed, *scores, p_value(pair, system, against, seed, subset,
-                                                       metric)))
-                continue
             t = self.test(pair, system, against, seed, subset, metric)
             out.append(Seed(seed, *scores, t["p"], tuple(t["interval"]), t["settled"],
                             t["samples"]))
