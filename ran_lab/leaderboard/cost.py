@@ -23,11 +23,11 @@ from ran_text import textio
 from ran_lab.common import LabError
 from .. import portable
 from ..common import paths
-from ..common.machine import available_cores
+from ..common.machine import available_cores, cpu_model
 from ..common.paths import slug
 from ..reproduce.config import load_config
 from ..reproduce.logs import SPEED_RE
-from .board import Board
+from .board import MAX_LOAD, Board
 
 # fairseq-train's progress lines with --log-format simple: "... | train_inner | epoch 001: 20 / 498
 # loss=..., wps=2310.5, ..., num_updates=20, ..."
@@ -123,19 +123,6 @@ def load_average():
         return None
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-MAX_LOAD = 1.0
-
-
 def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Path] = None,
             updates: Optional[int] = None, max_load: float = MAX_LOAD) -> Path:
     """Measure every system's cost on the board's checkpoints (``cost.pair``, ``cost.seed``)
@@ -180,7 +167,7 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
         "threads": [str(t) for t in board.cost["threads"]],
         "sentences": first["decode"][str(board.cost["threads"][0])]["greedy"]["sentences"]
         if first else 0,
-        "machine": {"cpu": cpu_name(), "cores": available_cores(),
+        "machine": {"cpu": cpu_model(), "cores": available_cores(),
                     "date": time.strftime("%Y-%m-%d"), "load_average_before": before,
                     "load_average_after": after, "python": platform.python_version()},
         "systems": rows, "peers": peer_rows()}
