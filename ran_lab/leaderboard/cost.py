@@ -24,6 +24,7 @@ from ran_lab.common import LabError
 from .. import portable
 from ..common import paths
 from ..common.machine import available_cores, cpu_model
+from ..common.flags import without
 from ..common.paths import slug
 from ..reproduce.config import load_config
 from ..reproduce.logs import SPEED_RE
@@ -39,20 +40,7 @@ PEER_RUNS = "results/bench/peers/cpu-run*/peers.json"
 
 def _set(argv: List[str], flag: str, *values: str) -> List[str]:
     """``argv`` with ``flag`` set to ``values`` (replaced where present, else appended)."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] == flag:
-            i += 1
-            while i < len(argv) and not argv[i].startswith("--"):
-                i += 1
-            continue
-        out.append(argv[i])
-        i += 1
-    return out + [flag, *values]
-
-
-def _drop(argv: List[str], flag: str) -> List[str]:
-    return [a for a in _set(argv, flag) if a != flag]
+    return without(argv, {flag}) + [flag, *values]
 
 
 def timed(argv: List[str], log: Path, threads: int) -> dict:
@@ -82,7 +70,7 @@ def train_cost(result: dict, updates: int, threads: int, work: Path) -> dict:
     argv = _set(argv, "--save-dir", str(work / "train"))
     argv = _set(argv, "--max-update", str(updates))
     argv = _set(argv, "--log-interval", str(LOG_INTERVAL))
-    argv = _drop(argv, "--validate-interval-updates") + ["--disable-validation", "--no-save"]
+    argv = without(argv, {"--validate-interval-updates"}) + ["--disable-validation", "--no-save"]
     log = work / "train.log"
     run = timed(argv if argv[:1] == ["train"] else ["train", *argv], log, threads)
     speeds = [(int(u), float(w)) for w, u in
