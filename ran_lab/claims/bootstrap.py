@@ -23,6 +23,7 @@ resampled sentences (the seeds share the test set) and the seeds' differences av
 variance of that mean over the resamples is what the test set adds to the verdict's interval
 (:mod:`.seeds` adds the seeds').
 """
+import math
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
@@ -127,9 +128,16 @@ def draw(rng, n: int, size: int) -> np.ndarray:
 
 def wilson(c: int, n: int, level: float = MC_LEVEL) -> Tuple[float, float]:
     """The Wilson score interval of a proportion ``c / n`` at ``level``."""
-    from scipy.stats import binomtest
-    ci = binomtest(c, n).proportion_ci(level, method="wilson")
-    return float(ci.low), float(ci.high)
+    z = _z(level)
+    phat = c / n
+    centre = (phat + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _z(level: float) -> float:
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(0.5 + level / 2)
 
 
 def percentile_interval(values: np.ndarray, level: float) -> Tuple[float, float]:
