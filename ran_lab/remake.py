@@ -88,9 +88,6 @@ class Outcome:
 
 PAPER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 PAIR = re.compile(r"^[a-z]{2,3}-[a-z]{2,3}$")
-EXAMPLE = ('{"folder": "results/ran/gpu", "paper": "ran", "config": "configs/ran/gpu.json", '
-           '"pairs": ["de-en"], "systems": ["TransF"], "seeds": [1], "threads": 2, "jobs": 1, '
-           '"note": "..."}')
 
 
 def paper_problem(repo: Optional[Path], paper: str) -> Optional[str]:
@@ -135,12 +132,6 @@ def load_manifest(path: Path, repo: Optional[Path] = None) -> List[Entry]:
                                 "ran_lab/remake.py describes")
     except OSError as e:
         raise LabError(f"{path}: {e}") from None
-    if isinstance(data, list):
-        for i, item in enumerate(data):
-            if isinstance(item, dict) and "argv" in item:
-                raise LabError(f"{path}: entry {i + 1}: an entry names a paper and the "
-                                    f"values of its options, not a command ('argv'); write "
-                                    f"{EXAMPLE}; nothing was run")
     schema.check(data, schema.REMAKE, path, "the remake manifest")
     entries, seen = [], set()
     for i, item in enumerate(data):

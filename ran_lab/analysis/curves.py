@@ -11,7 +11,7 @@ writes OUT/valid-curve.csv and OUT/valid-curve.png (``--name`` changes the file 
 import argparse
 import sys
 from pathlib import Path
-from ran_text.textio import read_json
+from .results import read_results
 
 
 def validation_curves(results_dir, pair=None, systems=None):
@@ -19,9 +19,7 @@ def validation_curves(results_dir, pair=None, systems=None):
     ``results_dir``'s results.json, optionally of one ``pair`` and of ``systems`` (in that order).
     A validation logged twice at one update (a resumed training) is kept once, the later."""
     path = Path(results_dir) / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no {path}: pass the --out folder of a reproduction (--results)")
-    results = [r for r in read_json(path, "a reproduction's table data", shape=dict)["results"]
+    results = [r for r in read_results(results_dir)["results"]
                if pair is None or r["pair"] == pair]
     if not results:
         raise ValueError(f"{path} has no result for pair {pair} (--pair)")
@@ -41,7 +39,7 @@ def validation_curves(results_dir, pair=None, systems=None):
         for c in r.get("valid_curve") or []:
             if c.get("num_updates") is not None and c.get("loss") is not None:
                 points[c["num_updates"]] = c
-        rows += [{"pair": r["pair"], "system": r["system"], "seed": r.get("seed", 1),
+        rows += [{"pair": r["pair"], "system": r["system"], "seed": r["seed"],
                   "epoch": c.get("epoch"), "num_updates": u, "loss": c["loss"]}
                  for u, c in sorted(points.items())]
     if not rows:

@@ -22,12 +22,25 @@ class Outputs(NamedTuple):
     src_path: Path
 
 
-def _scores(result):
+def read_results(results_dir) -> dict:
+    """A reproduction's ``results.json``."""
+    path = Path(results_dir) / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path}: pass the --out folder of a reproduction (--results)")
+    return read_json(path, "a reproduction's table data", shape=dict)
+
+
+def main_scores(result: dict) -> dict:
     """The scores of the result's main (first) decoded subset: hyp_file and raw_ref."""
-    subsets = result.get("subsets")
-    if subsets:
-        return next(iter(subsets.values()))
-    return result
+    return next(iter(result["subsets"].values()))
+
+
+def hyp_path(results_dir, result: dict, subset: Optional[str] = None) -> Path:
+    """The hypotheses of a run of a results folder (``PAIR/SYSTEM/seedN/`` and the file its
+    ``subset``'s scores name; the main subset by default)."""
+    scores = result["subsets"][subset] if subset else main_scores(result)
+    return (Path(results_dir) / result["pair"] / slug(result["system"]) / f"seed{result['seed']}"
+            / scores["hyp_file"])
 
 
 def reproduction_outputs(results_dir, pair, seed=1, systems: Optional[Sequence[str]] = None
@@ -36,13 +49,11 @@ def reproduction_outputs(results_dir, pair, seed=1, systems: Optional[Sequence[s
     reproduction's results folder, with the references and sources they were scored against."""
     results_dir = Path(results_dir)
     path = results_dir / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no {path}: pass the --out folder of a reproduction (--results)")
     src, sep, tgt = pair.partition("-")
     if not (sep and src and tgt):
         raise ValueError(f"--pair must look like de-en, got {pair!r}")
-    results = [r for r in read_json(path, "a reproduction's table data", shape=dict)["results"]
-               if r["pair"] == pair and r.get("seed", 1) == seed]
+    results = [r for r in read_results(results_dir)["results"]
+               if r["pair"] == pair and r["seed"] == seed]
     found = [r["system"] for r in results]
     if not results:
         raise ValueError(f"{path} has no result for pair {pair} and seed {seed} (--pair, --seed)")
@@ -54,15 +65,11 @@ def reproduction_outputs(results_dir, pair, seed=1, systems: Optional[Sequence[s
         results = [next(r for r in results if r["system"] == s) for s in systems]
     hypotheses, ref_path = {}, None
     for r in results:
-        scores = _scores(r)
-        folder = results_dir / pair / slug(r["system"])
-        if (folder / f"seed{seed}").is_dir():
-            folder = folder / f"seed{seed}"
-        hyp_path = folder / scores.get("hyp_file", "hyp.detok.txt")
-        if not hyp_path.is_file():
-            raise FileNotFoundError(f"{hyp_path} is missing (the hypotheses of {r['system']!r})")
-        hypotheses[r["system"]] = read_lines(hyp_path)
-        refs = repo_path(scores["raw_ref"])  # relative to the checkout: this one's file
+        hyps = hyp_path(results_dir, r)
+        if not hyps.is_file():
+            raise FileNotFoundError(f"{hyps} is missing (the hypotheses of {r['system']!r})")
+        hypotheses[r["system"]] = read_lines(hyps)
+        refs = repo_path(main_scores(r)["raw_ref"])  # relative to the checkout: this one's file
         if ref_path is not None and refs != ref_path:
             raise ValueError(f"the results of {pair} were scored against different references: "
                              f"{ref_path} and {refs}")

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence
 from ran_lab.common.paths import repo_path
 from ran_text.evaluate import read_lines
 from . import length_bins
-from ran_text.textio import read_json
+from .results import hyp_path, main_scores, read_results
 
 PANELS = {"d": ("--encoder-embed-dim", "encoder_embed_dim", "token embedding size d"),
           "g": ("--growth-rate", "growth_rate", "growth rate g"),
@@ -84,19 +84,10 @@ def sweep_rows(results: Sequence[dict], pair: Optional[str] = None) -> List[dict
     return sorted(rows, key=lambda r: (r["pair"], order.index(r["panel"]), r["value"]))
 
 
-def read_results(results_dir) -> dict:
-    path = Path(results_dir) / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no {path}: pass the --out folder of a reproduction (--results)")
-    return read_json(path, "a reproduction's table data", shape=dict)
-
-
 def length_rows(results_dir, pair: str, systems: Sequence[str],
                 edges: Sequence[int] = length_bins.DEFAULT_EDGES) -> List[dict]:
     """Rows ``{system, bin, lo, hi, sentences, seeds, bleu, bleu_std}`` of Fig. 5: sacreBLEU per
     source-length bin (words of the raw source) of each system, mean and std over its seeds."""
-    from ran_lab.common.paths import slug  # the engine names the result folders
-
     results_dir = Path(results_dir)
     report = read_results(results_dir)
     src, _, tgt = pair.partition("-")
@@ -110,14 +101,9 @@ def length_rows(results_dir, pair: str, systems: Sequence[str],
             raise ValueError(f"{results_dir / 'results.json'} has no result for {system!r} on "
                              f"{pair}; it has {', '.join(found)} (--systems)")
         for r in runs:
-            folder = results_dir / pair / slug(system)
-            if "seed" in r:
-                folder = folder / f"seed{r['seed']}"
-            main = next(iter(r["subsets"].values())) if r.get("subsets") else {}
-            hyps = read_lines(folder / main.get("hyp_file", "hyp.detok.txt"))
+            hyps = read_lines(hyp_path(results_dir, r))
             # recorded paths name this checkout's files relative to it
-            ref_path = repo_path(main["raw_ref"]) if "raw_ref" in main else repo_path(
-                report["settings"]["data"].format(src=src, tgt=tgt)) / f"test.raw.{tgt}"
+            ref_path = repo_path(main_scores(r)["raw_ref"])
             if ref_path not in texts:
                 src_path = ref_path.with_name(ref_path.name[:-len(tgt)] + src)
                 texts[ref_path] = (read_lines(ref_path), read_lines(src_path))

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ran_lab.common.paths import REPO
-from ran_lab.common import schema
 from ran_text.textio import read_json, write_text_atomic
 from . import provenance, report
 from .engine import Verdict, evaluate
-from .results import Folder
+from .results import Folder, table_data
 from .spec import Claims, load
 
 __all__ = ["Claims", "Folder", "Verdict", "claims_file_of", "compute", "holds_of", "load",
@@ -26,11 +25,7 @@ __all__ = ["Claims", "Folder", "Verdict", "claims_file_of", "compute", "holds_of
 def claims_file_of(folder: Path, repo: Path = REPO) -> Path:
     """The claims file of a results folder: ``claims.json`` beside the paper file its
     results.json names."""
-    path = Path(folder) / "results.json"
-    settings = schema.check(read_json(path, "a results folder's table data", shape=dict),
-                            schema.TABLE_DATA, path, "a results folder's table data",
-                            "delete it: the reproduction command with --resume writes it again from the runs' result.json")["settings"]
-    return (repo / settings["paper_file"]).parent / "claims.json"
+    return (repo / table_data(folder)["settings"]["paper_file"]).parent / "claims.json"
 
 
 def _cache(folder: Path, key: str = "pvalues") -> List[dict]:
@@ -81,8 +76,7 @@ def write_claims(claims_file, folder, refs: Optional[dict] = None, repo: Path = 
 
 def holds_of(folder, repo: Path = REPO) -> List[str]:
     """What a results folder holds (:func:`.provenance.holds` of its results.json)."""
-    path = Path(repo) / folder / "results.json"
-    return provenance.holds(read_json(path, "a results folder's table data", shape=dict))
+    return provenance.holds(table_data(Path(repo) / folder))
 
 
 def verdicts_by_key(folder, repo: Path = REPO, compute_missing: bool = False) -> Dict[str, Verdict]:

@@ -34,19 +34,23 @@ BLOCK = 1000
 CAP = 100_000
 INTERVAL_SAMPLES = 10_000
 MC_LEVEL = 0.99
-METRICS = ("BLEU", "TER")
+METRICS = ("BLEU", "TER", "chrF")
+KEYS = {"sacrebleu": "BLEU", "ter": "TER", "chrf": "chrF"}  # results.json's names of them
 
 
 def metric_of(name: str, refs: Sequence[str]):
-    from sacrebleu.metrics import BLEU, TER
+    """sacreBLEU's metric ``name`` (or results.json's name of it) with its default settings."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+    name = KEYS.get(name, name)
     if name not in METRICS:
         raise ValueError(f"no paired bootstrap for {name!r}: one of {', '.join(METRICS)}")
-    return (BLEU if name == "BLEU" else TER)(references=[list(refs)])
+    return {"BLEU": BLEU, "TER": TER, "chrF": CHRF}[name](references=[list(refs)])
 
 
 def sentence_stats(hyps: Sequence[str], refs: Sequence[str], metric: str) -> np.ndarray:
     """Per-sentence sufficient statistics of ``hyps`` (sacreBLEU's, as its paired test takes them;
-    ``<unk>`` counted as one word, as :mod:`ran_text.evaluate` scores it)."""
+    ``<unk>`` counted as one word, as :mod:`ran_text.evaluate` scores it); ``metric`` as
+    :func:`metric_of` takes it."""
     from ran_text.evaluate import unk_as_one_word
     scorer = metric_of(metric, refs)
     return np.array(scorer._extract_corpus_statistics(unk_as_one_word(list(hyps)), None),
@@ -59,7 +63,7 @@ class Scorer:
     TER), checked against sacreBLEU's where a corpus falls outside the vectorised case."""
 
     def __init__(self, metric: str, refs: Sequence[str]):
-        self.name = metric
+        self.name = KEYS.get(metric, metric)
         self.metric = metric_of(metric, refs)
 
     def score(self, stats: np.ndarray) -> float:
@@ -68,6 +72,8 @@ class Scorer:
     def many(self, sums: np.ndarray) -> np.ndarray:
         """Scores of each row of ``sums`` (summed statistics)."""
         sums = sums.astype("float64")
+        if self.name == "chrF":
+            return np.array([self.score(s) for s in sums])
         if self.name == "TER":
             edits, length = sums[:, 0], sums[:, 1]
             if np.any(length <= 0):

@@ -48,15 +48,12 @@ from statistics import fmean, median, stdev
 from typing import Callable, Dict, Optional
 
 from .numbers import interval_text, num, pval
+from .results import table_data
 
 
 FIELDS = {"p": "p_value", "ter_p": "ter_p_value"}
 P_FIELDS = ("p", "ter_p")
 SPREAD_Z = 1.959963984540054
-
-
-def _results(repo: Path, folder: str) -> dict:
-    return json.loads((Path(repo) / folder / "results.json").read_text(encoding="utf-8"))
 
 
 def p_text(p: float) -> str:
@@ -180,7 +177,7 @@ def figure(folder: str, spec: str, repo: Path,
     if ".json:" in spec.partition("|")[0]:
         return recorded(folder, spec, repo)
     if spec == "samples":
-        return f"{_results(repo, folder)['settings']['significance']['samples']:,}"
+        return f"{table_data(Path(repo) / folder)['settings']['significance']['samples']:,}"
     parts = spec.split("/")
     if parts[0].startswith("paper:"):
         from . import claims_file_of
@@ -219,7 +216,7 @@ def figure(folder: str, spec: str, repo: Path,
             return num(c.difference)
         raise KeyError(f"not a verdict's figure: {what!r}")
     pair, system, which, rest = _split(parts)
-    report = _results(repo, folder)
+    report = table_data(Path(repo) / folder)
     if which == "apart":
         seeds, *rest = rest
         field = rest[0] if rest else "sacrebleu"

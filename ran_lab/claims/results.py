@@ -14,20 +14,29 @@ changed hypothesis file is tested again.
 """
 import hashlib
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ran_text import textio
 from ran_lab.common import LabError, schema
 from ran_text.textio import read_json
+from ..analysis.results import hyp_path
 from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
 
-BOOTSTRAP_METRIC = {"sacrebleu": "BLEU", "ter": "TER"}
 METHOD = "percentile"  # what a stored test or pooled variance was computed by
 
 
 def digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def table_data(folder) -> dict:
+    """A results folder's ``results.json``, checked as the verdicts read it."""
+    path = Path(folder) / "results.json"
+    return schema.check(
+        read_json(path, "a results folder's table data", shape=dict), schema.TABLE_DATA, path,
+        "a results folder's table data", "delete it: the reproduction command with --resume "
+        "writes it again from the runs' result.json")
 
 
 class Folder:
@@ -43,10 +52,7 @@ class Folder:
                  borrow: Optional[dict] = None):
         self.path = Path(path)
         self.repo = Path(repo) if repo else None
-        self.report = schema.check(
-            read_json(self.path / "results.json", "a results folder's table data", shape=dict),
-            schema.TABLE_DATA, self.path / "results.json",
-            "a results folder's table data", "delete it: the reproduction command with --resume writes it again from the runs' result.json")
+        self.report = table_data(self.path)
         self.settings = self.report["settings"]
         self.baseline = self.settings["baseline"]
         self.level = self.settings["significance"]["level"]
@@ -87,9 +93,7 @@ class Folder:
                 *sorted((entry["system"], entry["against"])))
 
     def hyp_file(self, pair, system, seed, subset) -> Path:
-        from ..common.paths import slug
-        scores = self.runs[(pair, system, seed)]["subsets"][subset]
-        return self.path / pair / slug(system) / f"seed{seed}" / scores["hyp_file"]
+        return hyp_path(self.path, self.runs[(pair, system, seed)], subset)
 
     def ref_file(self, pair, system, seed, subset) -> Path:
         if (pair, subset) in self.refs:
@@ -123,9 +127,9 @@ class Folder:
             cache_key = (str(f), metric)
             if cache_key not in self._stats:
                 self._stats[cache_key] = bootstrap.sentence_stats(textio.read_lines(f), refs,
-                                                                  BOOTSTRAP_METRIC[metric])
+                                                                  metric)
             stats[key] = self._stats[cache_key]
-        return stats, bootstrap.Scorer(BOOTSTRAP_METRIC[metric], refs)
+        return stats, bootstrap.Scorer(metric, refs)
 
     def test(self, pair, system, against, seed, subset, metric) -> dict:
         """The paired bootstrap between two runs of the same seed: ``p``, ``count``, ``samples``,
@@ -158,10 +162,6 @@ class Folder:
         lo, hi = entry["interval"]
         return {**entry, "system": entry["against"], "against": entry["system"],
                 "interval": [-hi, -lo]}
-
-    def p_value(self, pair, system, against, seed, subset, metric) -> float:
-        """The paired bootstrap's p-value between two runs of the same seed."""
-        return self.test(pair, system, against, seed, subset, metric)["p"]
 
     @staticmethod
     def _pooled_key(entry):
@@ -239,8 +239,7 @@ class Folder:
         """The system whose training run a run decodes (itself, or its ``checkpoint_of``)."""
         return self.runs[(pair, system, seed)].get("checkpoint_of") or system
 
-    def comparison_seeds(self, pair, system, against, subset, metric,
-                         p_value: Optional[Callable] = None) -> List[Seed]:
+    def comparison_seeds(self, pair, system, against, subset, metric) -> List[Seed]:
         """The seeds both systems ran on ``pair``/``subset``, each with its scores and p-value."""
         common = sorted(set(self.seeds(pair, system, subset)) &
                         set(self.seeds(pair, against, subset)))
@@ -248,10 +247,6 @@ class Folder:
         for seed in common:
             scores = (self.score(pair, system, seed, subset, metric),
                       self.score(pair, against, seed, subset, metric))
-            if p_value is not None:
-                out.append(Seed(seed, *scores, p_value(pair, system, against, seed, subset,
-                                                       metric)))
-                continue
             t = self.test(pair, system, against, seed, subset, metric)
             out.append(Seed(seed, *scores, t["p"], tuple(t["interval"]), t["settled"],
                             t["samples"]))

@@ -34,6 +34,17 @@ def set_flag(flags, flag, value):
     return flags
 
 
+def without(flags, drop):
+    """``flags`` less every flag in ``drop`` and its values (the items up to the next flag)."""
+    out, dropping = [], False
+    for item in flags:
+        if item.startswith("--"):
+            dropping = item in drop
+        if not dropping:
+            out.append(item)
+    return out
+
+
 def flag_pairs(flags):
     """``{flag: value}`` of a flat flag list (a flag without a value maps to None)."""
     out, i = {}, 0

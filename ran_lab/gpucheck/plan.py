@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ran_text import textio
 from ..common.errors import LabError
+from ..common.flags import without
 from ..common.paths import REPO, repo_path, slug
 
 DTYPE_FLAGS = {"float32": [], "float16": ["--fp16"], "bfloat16": ["--bf16"]}
@@ -24,18 +25,6 @@ class Job:
     @property
     def name(self):
         return f"{slug(self.system)}.{self.dtype}"
-
-
-def without(flags, drop):
-    """``flags`` less every flag in ``drop`` and its value (the next item, unless it is a flag)."""
-    out, i = [], 0
-    while i < len(flags):
-        if flags[i] in drop:
-            i += 2 if i + 1 < len(flags) and not flags[i + 1].startswith("--") else 1
-            continue
-        out.append(flags[i])
-        i += 1
-    return out
 
 
 def load(path):

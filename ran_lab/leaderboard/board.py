@@ -28,6 +28,7 @@ from ..common.paths import repo_path
 BOARD = "configs/leaderboard/board.json"
 KEYS = {"config", "page", "seeds", "seeds_of", "cost", "why"}
 COST_KEYS = {"pair", "seed", "train_updates", "threads"}
+MAX_LOAD = 1.0  # the load average above which the cost command does not measure (--max-load)
 
 
 @dataclass

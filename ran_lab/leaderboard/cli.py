@@ -11,7 +11,7 @@ import sys
 
 from ran_lab.common import LabError
 from ran_lab import checkout
-from .board import BOARD, load_board
+from .board import BOARD, MAX_LOAD, load_board
 
 
 def main(argv=None):
@@ -35,7 +35,7 @@ def main(argv=None):
     p.add_argument("--systems", help="cost: only these systems (comma-separated)")
     p.add_argument("--train-updates", type=int,
                    help="cost: updates of each timed training (default: the board's)")
-    p.add_argument("--max-load", type=float, default=1.0,
+    p.add_argument("--max-load", type=float, default=MAX_LOAD,
                    help="cost: refuse to start above this one-minute load average")
     args = p.parse_args(argv)
     from .page import write_page

@@ -22,11 +22,12 @@ from typing import Dict, List, Optional
 from ran_text import textio
 from ran_lab.common import LabError
 from ..common import paths
-from ..common.machine import available_cores
+from ..common.machine import available_cores, cpu_model
+from ..common.flags import without
 from ..common.paths import slug
 from ..reproduce.config import load_config
 from ..reproduce.logs import SPEED_RE
-from .board import Board
+from .board import MAX_LOAD, Board
 
 # fairseq-train's progress lines with --log-format simple: "... | train_inner | epoch 001: 20 / 498
 # loss=..., wps=2310.5, ..., num_updates=20, ..."
@@ -38,20 +39,7 @@ PEER_RUNS = "results/bench/peers/cpu-run*/peers.json"
 
 def _set(argv: List[str], flag: str, *values: str) -> List[str]:
     """``argv`` with ``flag`` set to ``values`` (replaced where present, else appended)."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] == flag:
-            i += 1
-            while i < len(argv) and not argv[i].startswith("--"):
-                i += 1
-            continue
-        out.append(argv[i])
-        i += 1
-    return out + [flag, *values]
-
-
-def _drop(argv: List[str], flag: str) -> List[str]:
-    return [a for a in _set(argv, flag) if a != flag]
+    return without(argv, {flag}) + [flag, *values]
 
 
 def timed(argv: List[str], log: Path, threads: int) -> dict:
@@ -81,7 +69,7 @@ def train_cost(result: dict, updates: int, threads: int, work: Path) -> dict:
     argv = _set(argv, "--save-dir", str(work / "train"))
     argv = _set(argv, "--max-update", str(updates))
     argv = _set(argv, "--log-interval", str(LOG_INTERVAL))
-    argv = _drop(argv, "--validate-interval-updates") + ["--disable-validation", "--no-save"]
+    argv = without(argv, {"--validate-interval-updates"}) + ["--disable-validation", "--no-save"]
     log = work / "train.log"
     run = timed(argv if argv[:1] == ["train"] else ["train", *argv], log, threads)
     speeds = [(int(u), float(w)) for w, u in
@@ -120,19 +108,6 @@ def load_average():
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-MAX_LOAD = 1.0
 
 
 def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Path] = None,
@@ -179,7 +154,7 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
         "threads": [str(t) for t in board.cost["threads"]],
         "sentences": first["decode"][str(board.cost["threads"][0])]["greedy"]["sentences"]
         if first else 0,
-        "machine": {"cpu": cpu_name(), "cores": available_cores(),
+        "machine": {"cpu": cpu_model(), "cores": available_cores(),
                     "date": time.strftime("%Y-%m-%d"), "load_average_before": before,
                     "load_average_after": after, "python": platform.python_version()},
         "systems": rows, "peers": peer_rows()}

@@ -17,11 +17,10 @@ from ..common.paths import shown
 from ..reproduce.config import load_config
 from ..tables import markdown_table
 from . import quality
-from .board import BOARD, Board
+from .board import BOARD, MAX_LOAD, Board
 
 SHORT_SPAN = re.compile(r"(<!-- leaderboard -->\n).*?(<!-- /leaderboard -->)", re.S)
 QUOTED_BY = ("README.md", "docs/results.md")
-QUIET_LOAD = 1.0  # the cost command's default --max-load
 
 
 def _num(x, digits=1, empty="—"):
@@ -143,9 +142,9 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
              f"sentences (model loading excluded); training {cost['train_updates']} updates of "
              f"the board's recipe (the first {cost['warmup_updates']} excluded).", ""]
     before = m.get("load_average_before")
-    if before is None or before > QUIET_LOAD:
+    if before is None or before > MAX_LOAD:
         lines = [f"**Measured beside other work** (load average {before} "
-                 f"before, above {QUIET_LOAD:g}): these figures are not the systems' cost; "
+                 f"before, above {MAX_LOAD:g}): these figures are not the systems' cost; "
                  f"measure again on a quiet machine.", ""] + lines
     head = ["system", "params", "train tok/s", "train peak RSS"]
     for t in threads:

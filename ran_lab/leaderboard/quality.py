@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ran_text import textio
+from ..analysis.results import hyp_path
 from ..claims import bootstrap
 from ..claims import seeds as seeds_mod
 from ..claims.engine import evaluate
@@ -38,32 +39,6 @@ from ..common import paths
 METRICS = ("sacrebleu", "chrf")
 RESAMPLES = 2000
 SEED = bootstrap.SEED
-
-
-def chrf_metric(refs):
-    """sacreBLEU's chrF with the engine's settings (:func:`ran_text.evaluate.score`: the
-    defaults)."""
-    from sacrebleu.metrics import CHRF
-    return CHRF(references=[list(refs)])
-
-
-def sentence_stats(hyps: Sequence[str], refs: Sequence[str], metric: str) -> np.ndarray:
-    """Per-sentence statistics of ``metric`` (``sacrebleu`` or ``chrf``), ``<unk>`` counted as
-    one word as the engine scores it."""
-    if metric == "sacrebleu":
-        return bootstrap.sentence_stats(hyps, refs, "BLEU")
-    from ran_text.evaluate import unk_as_one_word
-    scorer = chrf_metric(refs)
-    return np.array(scorer._extract_corpus_statistics(unk_as_one_word(list(hyps)), None),
-                    dtype="float64")
-
-
-def corpus_scores(metric: str, refs: Sequence[str], sums: np.ndarray) -> np.ndarray:
-    """Corpus scores of each row of summed statistics."""
-    if metric == "sacrebleu":
-        return bootstrap.Scorer("BLEU", refs).many(sums)
-    scorer = chrf_metric(refs)
-    return np.array([scorer._compute_score_from_stats(list(row)).score for row in sums])
 
 
 def resample_counts(sentences: int, samples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
@@ -107,14 +82,9 @@ def interval(scores: Sequence[float], test_var: float, sigma2: float, sigma_df: 
 def test_set_variance(stats_by_seed: Sequence[np.ndarray], metric: str, refs: Sequence[str],
                       counts: np.ndarray) -> float:
     """The variance over resamples of the mean over seeds of the corpus score."""
-    means = np.mean([corpus_scores(metric, refs, counts @ stats) for stats in stats_by_seed],
-                    axis=0)
+    scorer = bootstrap.Scorer(metric, refs)
+    means = np.mean([scorer.many(counts @ stats) for stats in stats_by_seed], axis=0)
     return float(np.var(means, ddof=1))
-
-
-def hyp_path(runs: Path, result: dict) -> Path:
-    return runs / result["pair"] / slug(result["system"]) / f"seed{result['seed']}" / \
-        result["subsets"]["test"]["hyp_file"]
 
 
 def system_intervals(runs: Path, results: List[dict], level: float,
@@ -131,7 +101,7 @@ def system_intervals(runs: Path, results: List[dict], level: float,
             rs = sorted(rs, key=lambda r: r["seed"])
             refs = textio.read_lines(refs_of[pair])
             counts = resample_counts(len(refs))
-            stats = [sentence_stats(textio.read_lines(hyp_path(runs, r)), refs, metric)
+            stats = [bootstrap.sentence_stats(textio.read_lines(hyp_path(runs, r, "test")), refs, metric)
                      for r in rs]
             scores = [r["subsets"]["test"][metric] for r in rs]
             out.setdefault((pair, system), {})[metric] = interval(

@@ -6,6 +6,7 @@ import math
 import pytest
 
 import helpers
+from ran_lab.claims import bootstrap
 from ran_lab.leaderboard import quality
 from ran_lab.leaderboard.board import Board
 from ran_lab.leaderboard.page import fill_quotes, short_form
@@ -48,7 +49,7 @@ def test_the_test_set_share_shrinks_with_more_seeds_of_independent_errors():
     rng = np.random.default_rng(0)
     refs = ["a b c d"] * 200
     hyps = [["a b c d" if rng.random() < 0.5 else "a x c y" for _ in refs] for _ in range(4)]
-    stats = [quality.sentence_stats(h, refs, "sacrebleu") for h in hyps]
+    stats = [bootstrap.sentence_stats(h, refs, "sacrebleu") for h in hyps]
     counts = quality.resample_counts(len(refs), samples=300)
     one = quality.test_set_variance(stats[:1], "sacrebleu", refs, counts)
     four = quality.test_set_variance(stats, "sacrebleu", refs, counts)

@@ -20,13 +20,14 @@ import sys
 from pathlib import Path
 
 from .. import plots, sweeps
+from ..results import read_results
 from ..tables import write_csv
 
 FIG5_SYSTEMS = "max-attn,RNNsearch,Transformer,ConvS2S"  # Table 3's rows (Fig. 5)
 
 
 def fig4(args):
-    rows = sweeps.sweep_rows(sweeps.read_results(args.results)["results"], args.pair)
+    rows = sweeps.sweep_rows(read_results(args.results)["results"], args.pair)
     fields = ["pair", "panel", "parameter", "value", "system", "seeds", "bleu", "bleu_std"]
     return (write_csv(args.out / f"{args.name}.csv", rows, fields),
             plots.plot_sweeps(rows, args.out / f"{args.name}.png"))
