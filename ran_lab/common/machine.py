@@ -1,12 +1,10 @@
 """The machine a measurement ran on, as the engine's results and the benchmark's reports record
 it."""
 import datetime
-import importlib.metadata
 import os
 import platform
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from .paths import REPO
@@ -38,31 +36,15 @@ def git_commit(repo=REPO):
     return git.stdout.strip() if git.returncode == 0 else None
 
 
-def torch_version():
-    """torch's ``__version__``: the imported module's, else its installed package's (importing
-    torch only for it would cost the engine a second or two of CPU at every invocation)."""
-    if "torch" not in sys.modules:
-        try:
-            return importlib.metadata.version("torch")
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    import torch
-
-    return torch.__version__
-
-
 def machine_info(device, threads):
     """Where a reproduction's runs are made: the device and its name (the CUDA device's, else the
     CPU's), cores, threads per process, torch and Python, the load average, the date, and the
     code: the checkout's commit (None outside a git checkout)."""
-    if device == "cuda":
-        import torch
+    import torch
 
-        device_name = torch.cuda.get_device_name()
-    else:
-        device_name = cpu_model()
-    return {"device": device, "device_name": device_name,
-            "cores": available_cores(), "threads": threads, "torch": torch_version(),
+    return {"device": device,
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_model(),
+            "cores": available_cores(), "threads": threads, "torch": torch.__version__,
             "python": platform.python_version(), "load_average": os.getloadavg()[0],
             "date": utc_now(), "git_commit": git_commit()}
 

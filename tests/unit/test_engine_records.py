@@ -4,13 +4,9 @@ refused by the engine and by ran-claims; each score records the SHA-256 of its h
 references and the data-bin's recipe, and --resume refuses a changed one naming the file (--rescore
 scores the run against it on purpose). The engine runs in-process with a stand-in for fairseq."""
 import json
-import subprocess
-import sys
 
 import pytest
-import torch
 
-import helpers
 from test_engine import FakeFairseq, argv, data, engine  # noqa: F401  (data: a fixture)
 
 
@@ -126,14 +122,3 @@ def test_a_result_made_before_the_sha256_were_recorded_gains_them(tmp_path, data
 def test_rescore_needs_resume(tmp_path, data, capsys):  # noqa: F811
     assert engine(argv(tmp_path, data, "--rescore"), FakeFairseq()) == 2
     assert "--rescore scores finished runs again: give it with --resume" in capsys.readouterr().err
-
-
-def test_the_machine_record_names_torchs_version_without_importing_torch():
-    """A run's machine record names torch's version as torch does, read without importing torch
-    on the CPU (the engine would spend a second or two of CPU on it at every invocation)."""
-    probe = ("import sys; from ran_lab.common.machine import machine_info; "
-             "print(machine_info('cpu', 1)['torch'], 'torch' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          cwd=helpers.REPO, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [torch.__version__, "False"]
