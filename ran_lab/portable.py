@@ -1,13 +1,12 @@
-"""Portable records: what the reproduction engine and the benchmark write names files relative to
-the checkout, never by the absolute path of the machine that made it.
+"""Portable logs: what the reproduction engine and the benchmark keep names no machine's paths.
 
-A record (result.json, results.json, train_argv.json, bench.json) is written with a path inside
-the checkout as ``{repo}/PATH`` (``{repo}/data-bin/multi30k.de-en``, :func:`record`), and read
-with ``{repo}`` expanded to the checkout it runs in (:func:`expand`); a path outside the checkout
-(a ``--checkpoints`` or ``--data`` elsewhere) stays as given. A log the engine or the benchmark
-keeps (fairseq's train.log, fairseq-generate's output, bench.log) is kept with these placeholders
-in place of the absolute paths fairseq and Python print (:func:`log_text`), line by line as it is
-written (:func:`copy_log`):
+Their records (result.json, results.json, train_argv.json, bench.json) need nothing of this
+module: their commands run in the checkout, so they name its files relative to it
+(``data-bin/multi30k.de-en``), from the moment they are written, and a reader opens them relative
+to its own checkout (``paths.repo_path``); a path outside the checkout (a ``--checkpoints`` or
+``--data`` elsewhere) is absolute. A log the engine or the benchmark keeps (fairseq's train.log,
+fairseq-generate's output, bench.log) is kept with placeholders in place of the absolute paths
+fairseq and Python print (:func:`log_text`), line by line as it is written (:func:`copy_log`):
 
 ``{repo}``
     the checkout's root folder (where ``ran_fairseq/`` and ``scripts/`` are);
@@ -57,42 +56,6 @@ def prefix_pattern(path) -> "re.Pattern":
     """A pattern of ``path`` as the whole beginning of a path in text."""
     return re.compile(_BEFORE + re.escape(str(path).rstrip("/")) + _AFTER)
 
-
-# ----------------------------------------------------------------------------------------------
-# Records (JSON values): {repo} in and out
-# ----------------------------------------------------------------------------------------------
-
-def _walk(value, change):
-    if isinstance(value, str):
-        return change(value)
-    if isinstance(value, dict):
-        return {key: _walk(item, change) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_walk(item, change) for item in value]
-    return value
-
-
-def record(value, repo=None):
-    """``value`` (a string, or a JSON value of them) with each path inside the checkout ``repo``
-    (default: this one) written ``{repo}/PATH``."""
-    pattern = prefix_pattern(Path(repo or REPO))
-    return _walk(value, lambda text: pattern.sub(lambda _: REPO_MARK, text))
-
-
-def expand(value, repo=None):
-    """``value`` with ``{repo}`` replaced by the checkout ``repo`` (default: this one)."""
-    root = str(Path(repo or REPO))
-    return _walk(value, lambda text: text.replace(REPO_MARK, root))
-
-
-def expand_path(text, repo=None) -> Path:
-    """A recorded path as a path of this machine."""
-    return Path(expand(str(text), repo))
-
-
-# ----------------------------------------------------------------------------------------------
-# Logs (text): every machine path fairseq and Python print
-# ----------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def site_dirs() -> Tuple[str, ...]:

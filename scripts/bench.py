@@ -15,7 +15,7 @@ sentences/s and generated tokens/s (top hypothesis lengths, EOS included, as fai
 counts them); peak memory of training and of decoding (CUDA: ``max_memory_allocated``; CPU: the
 resident set high-water mark) and its increment over the memory in use when the phase began.
 The parent writes ``OUT/bench.json`` and ``OUT/bench.md`` (every figure also as a ratio to the
-baseline system; a path inside the checkout written ``{repo}/PATH``) and prints the table.
+baseline system; a path inside the checkout written relative to it) and prints the table.
 ``--decode-breakdown`` adds one more decoding pass with timers around the encoder, the decoder
 layers' parts, the output projection and the cache reorder, and a second table of each part's
 share of that pass.

@@ -113,7 +113,7 @@ def multi30k_references(raw, root):
 def references_of(results_folder, references):
     """``{(pair, subset): file}`` for every (pair, subset) of a results folder's table, each file
     the one of ``references`` (the folder of :func:`multi30k_references`) with the name of the
-    references its runs recorded (``{repo}/data-bin/multi30k*.SRC-TGT/SUBSET.raw.TGT``), for
+    references its runs recorded (``data-bin/multi30k*.SRC-TGT/SUBSET.raw.TGT``), for
     ``ran_lab.claims.results.Folder``'s ``refs``; None if a run recorded other references."""
     import json
 

@@ -59,29 +59,37 @@ class _StatisticsBuffer:
 
 
 class _FeatureStatistics(torch.autograd.Function):
-    """x itself; its forward writes x's statistics into the buffer (:meth:`_StatisticsBuffer.
-    moments`), its backward adds ∂L/∂m·∂m/∂x + ∂L/∂q·∂q/∂x = (G_m + x·G_s)/N, summed over every
-    layer that read them, to the gradient of x (one per-cell pass, torch's batch-norm kernel as the
-    affine map). Autograd runs it after the backward of every layer that reads x, which are those
-    that read its statistics. x is zero at padded cells and its producer's backward zeroes them."""
+    """x itself, or x·keep with the real-cell mask ``keep`` (B, 1, T, S) (0 or 1, so the product
+    is exact in any order); its forward writes the statistics of that output into the buffer
+    (:meth:`_StatisticsBuffer.moments`), its backward adds ∂L/∂m·∂m/∂x + ∂L/∂q·∂q/∂x = (G_m +
+    x·G_s)/N, summed over every layer that read them, to the gradient of x (one per-cell pass,
+    torch's batch-norm kernel as the affine map), then zeroes padded cells in place where it masked
+    (the product's backward, without an autograd node and a tensor of its own). Autograd runs it
+    after the backward of every layer that reads x, which are those that read its statistics.
+    Without ``keep``, x is zero at padded cells and its producer's backward zeroes them."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, stats: _StatisticsBuffer, start: int):
-        stats.moments(x, start)
-        ctx.save_for_backward(x)
+    def forward(ctx, x: Tensor, stats: _StatisticsBuffer, start: int,
+                keep: Optional[Tensor] = None):
+        out = x * keep if keep is not None else x.view_as(x)
+        stats.moments(out, start)
+        ctx.save_for_backward(out, keep)
         ctx.stats, ctx.start = stats, start
-        return x.view_as(x)
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, = ctx.saved_tensors
+        x, keep = ctx.saved_tensors
         stats, start = ctx.stats, ctx.start
         end = start + x.size(1)
         rows = stats.rows
         affine = torch.batch_norm(x, rows[_GRAD_SCALE, start:end], rows[_GRAD_MEAN, start:end],
                                   rows[_ZEROS, start:end],
                                   rows[_ONES, start:end], False, 0.0, 0.0, False)
-        return affine.add_(grad), None, None
+        affine = affine.add_(grad)
+        if keep is not None:
+            affine = affine.mul_(keep)
+        return affine, None, None, None
 
 
 class _SharedBatchNormReLU(torch.autograd.Function):
@@ -141,3 +149,12 @@ class _SharedBatchNormReLU(torch.autograd.Function):
         grad_features = (grad_x.split([f.size(1) for f in features], dim=1) if need_x
                          else [None] * len(features))
         return (grad_w, grad_b, None, None, None, None, None, *grad_features)
+
+
+def masked_feature(x: Tensor, stats: _StatisticsBuffer, start: int, keep: Optional[Tensor],
+                   product_first: bool = False) -> Tensor:
+    """x·keep (x where ``keep`` is None) with its statistics written into columns start.. of
+    ``stats``; ``product_first``: the product as an autograd node of its own (the reference)."""
+    if keep is not None and product_first:
+        return _FeatureStatistics.apply(x * keep, stats, start)
+    return _FeatureStatistics.apply(x, stats, start, keep)

@@ -24,9 +24,11 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ._torch_ops import batch_norm_eval_backward, relu_backward
-from .batch_norm_statistics import (_MEAN, _UNBIASED, _FeatureStatistics, _SharedBatchNormReLU,
-                                    _StatisticsBuffer)
+from .batch_norm_statistics import (_MEAN, _UNBIASED, _SharedBatchNormReLU, _StatisticsBuffer,
+                                    masked_feature)
 from .masked_conv2d import MaskedConv2d
+from .grid_cells import (bottleneck_on_rows, dropout_channels_first,  # noqa: F401
+                         real_cell_mask, real_cell_rows)
 
 # True: batch-norm statistics and BN → ReLU in training are differentiated by autograd
 # (masked_moments_eager, batch_norm_relu_eager), the reference of _MaskedMoments and
@@ -58,8 +60,7 @@ def _fast(x: Tensor) -> bool:
 
 def _channel_affine(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
     """scale_c · x + shift_c per channel c of x (B, C, T, S), in one pass: torch's evaluation-mode
-    batch-norm kernel with mean 0, variance 1 and ε = 0 (on a CPU several times faster than
-    ``addcmul`` with broadcast (1, C, 1, 1) operands)."""
+    batch-norm kernel with mean 0, variance 1, ε = 0 (on a CPU faster than a broadcast addcmul)."""
     if not _fast(x):
         return torch.addcmul(shift.view(1, -1, 1, 1), x, scale.view(1, -1, 1, 1))
     zeros = torch.zeros_like(scale)
@@ -211,6 +212,13 @@ class _BatchNormReLU(torch.autograd.Function):
                          else [None] * len(features))
         return (grad_mean, grad_var, grad_w, grad_b, None, None, None, *grad_features)
 
+
+# A feature's product with the real-cell mask done by the node that writes its statistics, whose
+# backward masks in place (batch_norm_statistics.masked_feature); False: a node of its own.
+MASK_WITH_STATISTICS = True
+# With padding, each layer's 1×1 convolution and the batch norm after it on the real cells only
+# (grid_cells.py; torch's batch norm on them); False: on every cell, masked (the reference).
+COMPACT_BOTTLENECK = True
 
 # One statistics buffer per training pass instead of each feature's moments as autograd tensors,
 # concatenated again for every reading layer (2(L + 1) small concatenations, and autograd's sums of
@@ -422,26 +430,32 @@ class DenseLayer2d(nn.Module):
                                from_output=from_output)
 
     def shared_forward(self, features: List[Tensor], stats: _StatisticsBuffer,
-                       keep: Optional[Tensor], from_output: bool) -> Tensor:
+                       keep: Optional[Tensor], from_output: bool,
+                       rows: Optional[Tensor] = None) -> Tensor:
         """:meth:`forward` in training with the features' statistics in ``stats`` (columns
         from 0), and the bottleneck's too unless torch's batch norm takes it (no padding,
-        :data:`NATIVE_UNPADDED_NORM`)."""
+        :data:`NATIVE_UNPADDED_NORM`; ``rows``, the real cells, :data:`COMPACT_BOTTLENECK`)."""
         x = self.norm1.shared_relu(features, stats, 0, None, from_output, first=False)
+        if rows is not None:  # COMPACT_BOTTLENECK: the real cells' rows
+            x = bottleneck_on_rows(x, self.conv1.weight, rows, self.gate_bottleneck,
+                                   lambda h: self.norm2._native_training(h, True).relu_())
+            return self._masked_convolution(x, keep)
         x = self.conv1(x)
         if self.gate_bottleneck:
             x = F.glu(x, dim=1)
         if keep is None and NATIVE_UNPADDED_NORM:
             x = self.norm2._native_training(x, True).relu_()
         else:
-            if keep is not None:
-                x = x * keep
             start = stats.column(x.size(1))
-            x = _FeatureStatistics.apply(x, stats, start)
+            x = masked_feature(x, stats, start, keep, not MASK_WITH_STATISTICS)
             x = self.norm2.shared_relu([x], stats, start, keep, from_output, first=True)
+        return self._masked_convolution(x, keep)
+
+    def _masked_convolution(self, x: Tensor, keep: Optional[Tensor]) -> Tensor:
         h = self.conv2(x)
         if self.gate_masked:
             h = F.glu(h, dim=1)
-        if keep is not None:
+        if keep is not None and not MASK_WITH_STATISTICS:  # else the caller's masked_feature
             h = h * keep
         return dropout_channels_first(h, self.dropout, self.training)
 
@@ -477,22 +491,6 @@ class DenseLayer2d(nn.Module):
         if keep is not None:
             h = h * keep
         return dropout_channels_first(h, self.dropout, self.training)
-
-
-def dropout_channels_first(x: Tensor, p: float, training: bool) -> Tensor:
-    """``F.dropout(x, p, training)`` with its random mask drawn in the channels-first order of x's
-    elements whatever x's memory layout (torch draws in memory order): a grid in channels-last
-    memory drops the same cells, from the same seed, as in channels-first memory."""
-    if not training or p == 0 or p == 1 or x.is_contiguous():
-        return F.dropout(x, p, training)
-    noise = torch.empty(x.shape, dtype=x.dtype, device=x.device).bernoulli_(1 - p)
-    return x * noise.div_(1 - p)  # as F.dropout: the mask scaled by 1/(1 - p), then the product
-
-
-def real_cell_mask(pad: Tensor, dtype: torch.dtype) -> Tensor:
-    """1 at real cells and 0 at padded ones (``pad`` True), in ``dtype``: padding is zeroed by a
-    product, which on a CPU is several times faster than ``masked_fill`` with a broadcast mask."""
-    return (~pad).to(dtype)
 
 
 def _cells(x: Tensor, pad: Optional[Tensor]) -> int:
@@ -580,15 +578,16 @@ class DenseNet2d(nn.Module):
         if count < 1:
             raise ValueError("batch normalization in training needs at least one real grid "
                              "cell; the batch is all padding")
-        own = 0 if keep is None and NATIVE_UNPADDED_NORM else \
+        own = 0 if (NATIVE_UNPADDED_NORM if keep is None else COMPACT_BOTTLENECK) else \
             sum(layer.norm2.num_features for layer in self.layers)
         stats = _StatisticsBuffer(x, self.out_channels + own, count, self.norm.eps)
         stats.used = self.out_channels  # the features' columns come first, in order
-        features = [_FeatureStatistics.apply(x * keep if keep is not None else x, stats, 0)]
+        features = [masked_feature(x, stats, 0, keep, not MASK_WITH_STATISTICS)]
+        rows = real_cell_rows(keep) if keep is not None and COMPACT_BOTTLENECK else None
         start = self.in_channels
         for layer in self.layers:
-            h = layer.shared_forward(features, stats, keep, from_output)
-            features.append(_FeatureStatistics.apply(h, stats, start))
+            h = layer.shared_forward(features, stats, keep, from_output, rows)
+            features.append(masked_feature(h, stats, start, keep, not MASK_WITH_STATISTICS))
             start += h.size(1)
         return self.norm.shared_relu(features, stats, 0, keep, from_output, first=True)
 

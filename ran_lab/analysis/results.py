@@ -9,8 +9,7 @@ data-bin's ``SUBSET.raw.TGT`` / ``SUBSET.raw.SRC``), so that analyses such as BL
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
-from ran_lab.common.paths import slug  # the engine names the result folders
-from ran_lab.portable import expand_path
+from ran_lab.common.paths import repo_path, slug  # the engine names the result folders
 from ran_text.evaluate import read_lines
 from ran_text.textio import read_json
 
@@ -63,7 +62,7 @@ def reproduction_outputs(results_dir, pair, seed=1, systems: Optional[Sequence[s
         if not hyp_path.is_file():
             raise FileNotFoundError(f"{hyp_path} is missing (the hypotheses of {r['system']!r})")
         hypotheses[r["system"]] = read_lines(hyp_path)
-        refs = expand_path(scores["raw_ref"])  # {repo}/PATH: this checkout's file
+        refs = repo_path(scores["raw_ref"])  # relative to the checkout: this one's file
         if ref_path is not None and refs != ref_path:
             raise ValueError(f"the results of {pair} were scored against different references: "
                              f"{ref_path} and {refs}")

@@ -17,7 +17,7 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from ran_lab.portable import expand, expand_path
+from ran_lab.common.paths import repo_path
 from ran_text.evaluate import read_lines
 from . import length_bins
 from ran_text.textio import read_json
@@ -115,9 +115,9 @@ def length_rows(results_dir, pair: str, systems: Sequence[str],
                 folder = folder / f"seed{r['seed']}"
             main = next(iter(r["subsets"].values())) if r.get("subsets") else {}
             hyps = read_lines(folder / main.get("hyp_file", "hyp.detok.txt"))
-            # recorded paths name this checkout's files as {repo}/PATH
-            ref_path = expand_path(main["raw_ref"]) if "raw_ref" in main else Path(
-                expand(report["settings"]["data"]).format(src=src, tgt=tgt)) / f"test.raw.{tgt}"
+            # recorded paths name this checkout's files relative to it
+            ref_path = repo_path(main["raw_ref"]) if "raw_ref" in main else repo_path(
+                report["settings"]["data"].format(src=src, tgt=tgt)) / f"test.raw.{tgt}"
             if ref_path not in texts:
                 src_path = ref_path.with_name(ref_path.name[:-len(tgt)] + src)
                 texts[ref_path] = (read_lines(ref_path), read_lines(src_path))

@@ -10,11 +10,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ran_lab import portable
 from ran_lab.common.launcher import launched
 from ran_lab.common.flags import GPU_ONLY_FLAG, check_device_flags, flag_names
 from ran_lab.common.machine import bench_machine_info
-from ran_lab.common.paths import REPO, slug
+from ran_lab.common.paths import REPO, shown, slug
 
 from .report import add_ratios, markdown, progress_line, sweep_rows
 from .settings import LIVE_MEMORY_MMAP_THRESHOLD, SWEEP_FIELDS, WORKER_SETTINGS
@@ -68,7 +67,8 @@ def check_device(args, common, selected, device):
 
 def fairseq_argv(data, system, common, args, device):
     """The fairseq-train command line (without the program name) for one system."""
-    argv = [str(data), "--user-dir", str(USER_DIR), "--task", "translation",
+    # the checkout's files relative to it (the worker runs in it), so bench.json names them so
+    argv = [shown(data), "--user-dir", shown(USER_DIR), "--task", "translation",
             "--arch", system["arch"], "--max-tokens", str(args.max_tokens),
             "--seed", str(args.seed), "--num-workers", "0"]
     if args.source_lang and args.target_lang:
@@ -85,7 +85,7 @@ def system_checkpoint(pattern, name):
     path = Path(pattern.replace("{system}", slug(name)))
     if not path.is_file():
         raise LabError(f"system {name!r}: no checkpoint at {path} (--checkpoint)")
-    return str(path.resolve())
+    return shown(path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def run_worker_process(spec, workdir):
     cmd, env = [sys.executable, "-m", "ran_lab.bench.worker", str(spec_path)], worker_env(spec)
     if not spec["live_memory"]:  # glibc reads the mmap threshold when a new interpreter starts
         cmd = launched(cmd, env)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
     result_path = Path(spec["result_path"])
     if proc.returncode != 0 or not result_path.is_file():
         raise LabError(
@@ -153,7 +153,7 @@ def run_systems(selected, data, common, args, device, settings):
 def bench_settings(args, data, baseline, common, device):
     """The settings bench.json records (WORKER_SETTINGS among them)."""
     return {
-        "data": str(data), "systems_file": str(Path(args.systems).resolve()),
+        "data": shown(data), "systems_file": shown(args.systems),
         "baseline": baseline, "common_flags": common,
         "train_flags_of": args.train_flags_of, "config_flags": args.config_flags,
         "config_arch": args.config_arch,
@@ -203,8 +203,6 @@ def run_benchmark(args, out):
                                "returned to the system)")
     report = {"machine": bench_machine_info(device, args.threads, env, load_before),
               "settings": settings, "systems": results}
-    # the checkout's files as {repo}/PATH (ran_lab.portable), not this machine's paths
-    report = portable.record(report, REPO)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)

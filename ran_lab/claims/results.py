@@ -19,7 +19,6 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ran_text import textio
 from ran_lab.common import LabError, schema
 from ran_text.textio import read_json
-from ..portable import expand_path
 from . import bootstrap, seeds as seeds_mod
 from .rule import Seed
 
@@ -95,9 +94,8 @@ class Folder:
     def ref_file(self, pair, system, seed, subset) -> Path:
         if (pair, subset) in self.refs:
             return Path(self.refs[(pair, subset)])
-        # {repo}/PATH: the same file of this checkout (ran_lab.portable)
-        return expand_path(self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"],
-                           self.repo)
+        # recorded relative to the checkout: the same file of this one
+        return Path(self.repo) / self.runs[(pair, system, seed)]["subsets"][subset]["raw_ref"]
 
     def _hyps(self, pair, names, seeds, subset) -> Dict[tuple, Path]:
         hyps = {(name, seed): self.hyp_file(pair, name, seed, subset)

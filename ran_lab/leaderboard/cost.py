@@ -21,7 +21,6 @@ from typing import Dict, List, Optional
 
 from ran_text import textio
 from ran_lab.common import LabError
-from .. import portable
 from ..common import paths
 from ..common.machine import available_cores
 from ..common.paths import slug
@@ -78,7 +77,7 @@ def timed(argv: List[str], log: Path, threads: int) -> dict:
 def train_cost(result: dict, updates: int, threads: int, work: Path) -> dict:
     """Training target tokens/s of the board's recipe for ``updates`` updates (the first log
     interval left out) and the training's peak resident memory."""
-    argv = portable.expand(result["train_argv"], paths.REPO)
+    argv = result["train_argv"]  # (run in the checkout: its paths are relative to it)
     argv = _set(argv, "--save-dir", str(work / "train"))
     argv = _set(argv, "--max-update", str(updates))
     argv = _set(argv, "--log-interval", str(LOG_INTERVAL))
@@ -97,7 +96,7 @@ def train_cost(result: dict, updates: int, threads: int, work: Path) -> dict:
 
 
 def decode_cost(result: dict, beam: int, threads: int, work: Path) -> dict:
-    argv = portable.expand(result["generate_argv"], paths.REPO)
+    argv = result["generate_argv"]
     argv = _set(argv, "--beam", str(beam))
     argv = _set(argv, "--nbest", "1")
     log = work / f"generate.beam{beam}.t{threads}.txt"

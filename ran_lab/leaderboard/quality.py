@@ -33,7 +33,6 @@ from ..claims.engine import evaluate
 from ..claims.results import Folder
 from ..claims.spec import Claims, validate
 from ..common.paths import slug
-from .. import portable
 from ..common import paths
 
 METRICS = ("sacrebleu", "chrf")
@@ -144,7 +143,7 @@ def refs_of(results: List[dict], repo: Path) -> Dict[str, Path]:
     """Each direction's raw test references, from the runs' records."""
     out = {}
     for r in results:
-        out.setdefault(r["pair"], portable.expand_path(r["subsets"]["test"]["raw_ref"], repo))
+        out.setdefault(r["pair"], Path(repo) / r["subsets"]["test"]["raw_ref"])
     return out
 
 

@@ -32,9 +32,9 @@ Writes OUT/PAIR/SYSTEM/seedN/{train.log, generate[.SUBSET].txt, hyp.detok[.SUBSE
 (a postprocessed run keeps its decoding as generate[.SUBSET].txt.gz instead, so that
 ``--redo-postprocess`` (:mod:`.redo`) can postprocess it again without the checkpoint),
 OUT/results.json (every result, with settings and machine) and OUT/TABLE.md (mean ± std over seeds
-where there are several). What it writes names a path inside the checkout as ``{repo}/PATH``, and
-the logs it keeps have the machine's paths replaced likewise (``ran_lab.portable``): results
-made in one checkout are taken by ``--resume`` in another.
+where there are several). What it writes names a path inside the checkout relative to it (its commands
+run there), and the logs it keeps have the machine's paths as placeholders (``ran_lab.portable``):
+results made in one checkout are taken by ``--resume`` in another.
 
 The modules, in the order of a run: :mod:`.config` (the Paper, the scale config and its systems),
 :mod:`.runs` (one run's commands), :mod:`.locks`, :mod:`.store` (stored results, ``--resume`` and

@@ -1,14 +1,12 @@
 """One run's work, wherever it runs (here, or in its Slurm job): trained (unless it decodes another
-run's checkpoint), decoded, postprocessed and scored, measured, and recorded with the checkout's
-paths as placeholders (:func:`finished_result`). The scheduler is :mod:`.schedule`; where the work
-runs, :mod:`.launch`."""
+run's checkpoint), decoded, postprocessed and scored, measured, and recorded
+(:func:`finished_result`). The scheduler is :mod:`.schedule`; where the work runs, :mod:`.launch`."""
 import gzip
 import shutil
 import time
 
 from ran_text import textio
-from .. import portable
-from ..common import paths
+from ..common.paths import shown
 from . import inputs
 from .checkpoints import selected_checkpoint
 from ran_lab.common import LabError
@@ -20,11 +18,11 @@ from .training import train
 
 def finished_result(run, env, trained, paper_measure, machine):
     """``run``'s result as it is stored: :func:`execute`, the machine that made it, the paper's
-    own measurements (``paper_measure``, or None), with the checkout's files as {repo}/PATH."""
+    own measurements (``paper_measure``, or None)."""
     result = dict(execute(run, env, trained), machine=machine)
     if paper_measure is not None:
         result.update(paper_measure(run, result))
-    return portable.record(result, paths.REPO)
+    return result
 
 
 def execute(run, env, trained):
@@ -150,7 +148,7 @@ def score_output(run, subset, env, label):
         "ter": sacre["ter"][0], "signatures": {k: v[1] for k, v in sacre.items()},
         "ref_unk_words": ref_unks, "ref_words": sum(len(line.split()) for line in tok_refs),
         "hyp_unk_words": sum(line.split().count("<unk>") for line in hyps_tok),
-        "hyp_file": run.hyp_file[subset].name, "raw_ref": str(run.raw_ref[subset]),
+        "hyp_file": run.hyp_file[subset].name, "raw_ref": shown(run.raw_ref[subset]),
         "sha256": digests,
     }, post_record
 

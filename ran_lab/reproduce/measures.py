@@ -18,7 +18,7 @@ def pervasive_measure(run, result):
     from ran_lab.analysis.plots import plot_alignments
 
     argv = run.generate_argv[run.subsets[0]]
-    task, model = checkpoints.load_checkpoint(flag_value(argv, "--path"), str(run.data))
+    task, model = checkpoints.load_checkpoint(str(run.checkpoint), str(run.data))
     subset = flag_value(argv, "--gen-subset")
     task.load_dataset(subset)
     dataset = task.dataset(subset)

@@ -2,10 +2,9 @@
 import json
 from pathlib import Path
 
-from .. import portable
 from ..common import paths
 from ..common.flags import flag_pairs, set_flag
-from ..common.paths import repo_path, slug
+from ..common.paths import repo_path, shown, slug
 
 # a config's select -> the checkpoint file decoded; "bleu" also adds fairseq's validation BLEU
 # (selection_flags)
@@ -32,8 +31,10 @@ class Run:
             "config": cont["config"],
             "save_dir": repo_path(cont["checkpoints"]) / self.pair / slug(trained) / f"seed{seed}",
             "dir": repo_path(cont["out"]) / self.pair / slug(trained) / f"seed{seed}"}
+        # the commands name the checkout's files relative to it (they run in it), so a record
+        # of them is the same in every checkout; a file outside it by its absolute path
         user_dir = paths.REPO / "ran_fairseq"  # the plugin, in the checkout the engine runs in
-        common = [str(data), "--user-dir", str(user_dir), "--task", "translation",
+        common = [shown(data), "--user-dir", shown(user_dir), "--task", "translation",
                   "--source-lang", src, "--target-lang", tgt]
         device = ["--cpu"] if config["device"] == "cpu" else []
         train_flags = config["train_flags"]
@@ -41,7 +42,7 @@ class Run:
             train_flags = set_flag(train_flags, "--max-update", args.max_update)
         bpe = config.get("bpe", "subword_nmt")
         generate_flags = config["generate_flags"] + system["generate_flags"]
-        self.train_argv = (common + ["--arch", system["arch"], "--save-dir", str(self.save_dir)]
+        self.train_argv = (common + ["--arch", system["arch"], "--save-dir", shown(self.save_dir)]
                            + device + train_flags + system["flags"] + ["--seed", str(seed)]
                            + selection_flags(config["select"], generate_flags, bpe, tgt))
         self.subsets = config["subsets"]
@@ -51,7 +52,7 @@ class Run:
         for subset in self.subsets:
             suffix = "" if subset == self.subsets[0] else f".{subset}"
             self.generate_argv[subset] = (
-                common + ["--path", str(self.checkpoint), "--gen-subset", subset,
+                common + ["--path", shown(self.checkpoint), "--gen-subset", subset,
                           "--required-batch-size-multiple", "1"]
                 + (["--post-process", bpe] if bpe else []) + device + generate_flags)
             self.raw_src[subset] = Path(data) / f"{subset}.raw.{src}"
@@ -65,11 +66,11 @@ class Run:
             self.hyp_file[subset] = self.dir / f"hyp.detok{suffix}.txt"
             self.postprocess[subset] = None
             if system["postprocess"]:
-                fields = {"generate": self.output[subset],
-                          "output": self.post_output[subset], "data": data,
-                          "src": src, "tgt": tgt, "raw_src": self.raw_src[subset],
-                          "raw_ref": self.raw_ref[subset], "subset": subset}
-                self.postprocess[subset] = [part.format(**{k: str(v) for k, v in fields.items()})
+                fields = {"generate": shown(self.output[subset]),
+                          "output": shown(self.post_output[subset]), "data": shown(data),
+                          "src": src, "tgt": tgt, "raw_src": shown(self.raw_src[subset]),
+                          "raw_ref": shown(self.raw_ref[subset]), "subset": subset}
+                self.postprocess[subset] = [part.format(**fields)
                                             for part in system["postprocess"]]
 
     def __getstate__(self):
@@ -85,10 +86,9 @@ class Run:
         return cmds
 
     def recorded(self):
-        """What makes a stored result this run's: every command it runs, as a result records
-        them (the checkout's files as ``{repo}/PATH``)."""
-        return portable.record({"train": self.train_argv, "generate": self.generate_argv,
-                                "postprocess": self.postprocess}, paths.REPO)
+        """What makes a stored result this run's: every command it runs."""
+        return {"train": self.train_argv, "generate": self.generate_argv,
+                "postprocess": self.postprocess}
 
 
 def selection_flags(select, generate_flags, bpe, tgt):

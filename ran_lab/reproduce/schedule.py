@@ -9,8 +9,6 @@ import threading
 import time
 
 from ran_text import textio
-from .. import portable
-from ..common import paths
 from ran_lab.common import LabError
 from .process import CHILDREN
 from . import replace
@@ -116,7 +114,7 @@ def make_all(runs, args, launcher, env, name):
                 # no device needed: its machine stays the one that decoded it
                 say(f"{run_label(run)}: postprocessed again from its kept decoding "
                     f"(--redo-postprocess) ...")
-                result = portable.record(redo_postprocess(run, env, stored), paths.REPO)
+                result = redo_postprocess(run, env, stored)
             else:
                 if not run.data.is_dir():  # (--data: nothing was prepared)
                     raise LabError(f"{run_label(run)}: its data-bin {run.data} does not "

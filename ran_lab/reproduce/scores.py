@@ -4,9 +4,7 @@ import sys
 from pathlib import Path
 
 from ran_text import textio
-from .. import portable
-from ..common import paths
-from ..common.paths import slug
+from ..common.paths import repo_path, slug
 
 
 def detokenize(hyps, src, tgt):
@@ -86,7 +84,7 @@ def add_significance(results, baseline, significance, out, refs=None):
             base_hyps = (run_dir / slug(baseline) / f"seed{r['seed']}" /
                          base["subsets"][subset]["hyp_file"])
             ref_file = Path((refs or {}).get((r["pair"], subset))
-                            or portable.expand_path(scores["raw_ref"], paths.REPO))
+                            or repo_path(scores["raw_ref"]))
             if not (hyps.is_file() and base_hyps.is_file() and ref_file.is_file()):
                 if hyps.is_file() and base_hyps.is_file() and (r["pair"], subset) not in unscored:
                     unscored.add((r["pair"], subset))

@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 from ran_text import textio
-from .. import portable
-from ..common import paths, schema
+from ..common import schema
 from ..common.flags import flag_pairs
 from ..common.paths import shown, slug
 from .config import parse_pairs
@@ -49,7 +48,7 @@ def flags_difference(old, new, most=4):
 
 def difference(run, old):
     """None if the stored result ``old`` was made by ``run``'s commands (on any device, in any
-    checkout: both sides name the checkout's files as ``{repo}/PATH``), else what differs, e.g.
+    checkout: both name the checkout's files relative to it), else what differs, e.g.
     'training: --max-update 1300 → 300'."""
     mine, theirs = device_free(run.recorded()), device_free(old.get("commands"))
     if mine == theirs:
@@ -74,14 +73,12 @@ def stored_train_argv(run):
     fix = (f"delete it if the checkpoints beside it were trained by this run's command "
            f"({shown(run.save_dir)}), else delete the folder")
     what = "the training command of the folder's checkpoints"
-    argv = schema.check(textio.read_json(path, what, fix, shape=list), schema.FLAGS, path, what,
+    return schema.check(textio.read_json(path, what, fix, shape=list), schema.FLAGS, path, what,
                         fix)
-    return portable.expand(argv, paths.REPO)
 
 
 def read_result(run):
-    """``run``'s stored result.json (None if there is none), checked, its paths as recorded
-    (``{repo}/PATH``)."""
+    """``run``'s stored result.json (None if there is none), checked."""
     path = run.dir / "result.json"
     if not path.is_file():
         return None
@@ -107,32 +104,18 @@ def check_place(run, result, path):
                          f"{FIX_RESULT}")
 
 
-def previous_result(run, old, force=False):
-    """``old``, the stored result of ``run`` (or None), if it was made by the same commands (on
-    any device); error if by others, or, with ``force``, None (the run is made again)."""
-    if old is None:
-        return None
-    diff = difference(run, old)
-    if diff is not None:
-        if force:
-            return None
+def stored_result(run, old, force=False, again=False):
+    """(``old``, ``run``'s stored result as read, rescored by :func:`rescore`, True if that changed
+    it), or (None, False) where it has none (or, with ``force``, one made by other commands, which
+    is made again); error if made by other commands (on any device)."""
+    diff = None if old is None else difference(run, old)
+    if diff is not None and not force:
         raise LabError(f"{run.dir / 'result.json'} was made with other settings ({diff}); it is "
-                         f"kept: rerun with --force to replace it, or pick another --out"
-                         f"{replace.aside_note([run])}")
-    return old
-
-
-def stored_result(run, stored, force=False, again=False):
-    """(``stored``, ``run``'s stored result as read, rescored in place and on disk by
-    :func:`rescore`, True if that changed it), or (None, False) where it has none (or, with
-    ``force``, one made by other commands); error if made by other commands."""
-    old = previous_result(run, stored, force)
-    if old is None:
+                       f"kept: rerun with --force to replace it, or pick another --out"
+                       f"{replace.aside_note([run])}")
+    if old is None or diff is not None:
         return None, False
-    rescored = rescore(run, old, again)
-    if rescored:
-        textio.write_json(run.dir / "result.json", old)
-    return old, rescored
+    return old, rescore(run, old, again)
 
 
 FIX_REPORT = "delete it: the engine writes it again from the runs' result.json"
@@ -199,8 +182,7 @@ def finished_beside(args, config, runs, data_template, name):
             print(f"{name}: {shown(run.dir / 'result.json')} left out of the table: made with "
                   f"other settings ({diff})", file=sys.stderr)
             continue
-        if rescore(run, old, getattr(args, "rescore", False)):
-            textio.write_json(run.dir / "result.json", old)
+        rescore(run, old, getattr(args, "rescore", False))
         found.append((run, old))
     return found
 
@@ -301,8 +283,8 @@ def tokenized_output(run, subset):
 
 def rescore(run, old, again=False):
     """Recompute a stored result's sacreBLEU, chrF and TER from its hypotheses with this checkout's
-    scoring (so a fix to scoring reaches finished runs through ``--resume``), in place; True if a
-    value changed. A subset whose hypotheses or references are not here keeps its scores. Each
+    scoring (so a fix to scoring reaches finished runs through ``--resume``), in place and in its
+    result.json; True if a value changed. A subset whose hypotheses or references are not here keeps its scores. Each
     subset's inputs are checked against the SHA-256 it records (:mod:`.inputs`): a changed one
     is an error naming it, unless ``again`` (``--rescore``): the subset is then scored against the
     files here, its tokenized BLEU too, and their SHA-256 recorded. A subset that records none (a
@@ -346,4 +328,6 @@ def rescore(run, old, again=False):
     if changed and main is not None:
         old.update({k: main[k] for k in ("tok_bleu", "sacrebleu", "chrf", "ter", "signatures")
                     if k in main})
+    if changed:
+        textio.write_json(run.dir / "result.json", old)
     return changed

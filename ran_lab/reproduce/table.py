@@ -3,8 +3,6 @@ OUT/TABLE.md and (where the paper has claims) OUT/CLAIMS.md."""
 import sys
 
 from ran_text import textio
-from .. import portable
-from ..common import paths
 from ..common.machine import machine_info
 from ..common.paths import repo_path, shown
 from .markdown import markdown
@@ -44,7 +42,7 @@ def tabulate(paper, args, config, runs, results, not_run, data_template, name):
         "settings": {
             "config": shown(config["path"]), "test_set": config["test_set"],
             "paper_file": shown(repo_path(config["paper"])), "baseline": config["baseline"],
-            "data": portable.record(data_template, paths.REPO), "pairs": list(pair_order),
+            "data": shown(data_template), "pairs": list(pair_order),
             "systems": [name for name in config["systems"]
                         if any(run.system["name"] == name for run in every)],
             "seeds": sorted({run.seed for run in every}),
@@ -61,7 +59,6 @@ def tabulate(paper, args, config, runs, results, not_run, data_template, name):
         "machine": next((r["machine"] for r in results if "machine" in r), None)
         or machine_info("cpu" if config["device"] == "cuda" else config["device"], args.threads),
         "paper": config["paper_numbers"], "results": results}
-    report = portable.record(report, paths.REPO)  # the checkout's files as {repo}/PATH
     args.out.mkdir(parents=True, exist_ok=True)
     textio.write_json(args.out / "results.json", report)
     table = markdown(paper, report)

@@ -4,8 +4,6 @@ import sys
 import time
 
 from ran_text import textio
-from .. import portable
-from ..common import paths
 from ..common.flags import flag_pairs
 from ..common import schema
 from ..common.paths import shown
@@ -52,8 +50,7 @@ def start_from_continued(run, label):
     elif not old_log.is_file():
         why = f"{old_log} is missing"
     else:
-        old = portable.expand(
-            read_finished(finished, "the continued training's record")["argv"], paths.REPO)
+        old = read_finished(finished, "the continued training's record")["argv"]
         if comparable(old) != comparable(run.train_argv):
             diff = sorted(set(comparable(old).items()) ^ set(comparable(run.train_argv).items()),
                           key=str)
@@ -113,15 +110,14 @@ def train(run, env, label):
         raise LabError(f"{run.save_dir} holds checkpoints trained with other flags; they "
                          f"are kept: rerun with --force to train there again, or pass "
                          f"--checkpoints DIR")
-    textio.write_json(run.save_dir / "train_argv.json",
-                      portable.record(run.train_argv, paths.REPO), indent=None)
+    textio.write_json(run.save_dir / "train_argv.json", run.train_argv, indent=None)
     if run.continues and not (run.save_dir / "checkpoint_last.pt").is_file():
         start_from_continued(run, label)
     # A finished training is not restarted: fairseq-train, given a checkpoint at its
     # --max-update, would still take one more step before it stops.
     finished = run.save_dir / "train_finished.json"
     record = read_finished(finished) if finished.is_file() else {}
-    if portable.expand(record.get("argv"), paths.REPO) == run.train_argv:
+    if record.get("argv") == run.train_argv:
         seconds = record["seconds"]
     else:
         seconds = finished_at_budget(run, label)
@@ -131,8 +127,7 @@ def train(run, env, label):
                        run.dir / "train.log",
                        env, f"fairseq-train {label}", append=True, pass_fds=run.lock_fds)
             seconds = time.perf_counter() - start
-        textio.write_json(finished, {"argv": portable.record(run.train_argv, paths.REPO),
-                                     "seconds": seconds}, indent=None)
+        textio.write_json(finished, {"argv": run.train_argv, "seconds": seconds}, indent=None)
     log = (run.dir / "train.log").read_text(encoding="utf-8", errors="replace")
     params = PARAMS_RE.search(log)
     if not params:

@@ -119,14 +119,14 @@ def test_markdown_has_a_row_per_system(bench_out):
 
 
 def test_bench_json_names_the_checkouts_files_relative_to_it(bench_out, data_bin):
-    """bench.json and bench.md hold no path of this checkout: its files are written {repo}/PATH
-    (the plugin's folder in every fairseq command); a data-bin elsewhere keeps its path."""
+    """bench.json and bench.md hold no path of this checkout: its files are written relative to
+    it (the plugin's folder in every fairseq command); a data-bin elsewhere keeps its path."""
     out, report, _ = bench_out
     for name in ("bench.json", "bench.md"):
         assert str(helpers.REPO) not in (out / name).read_text(), name
     for r in report["systems"]:
         argv = r["fairseq_argv"]
-        assert argv[argv.index("--user-dir") + 1] == "{repo}/ran_fairseq"
+        assert argv[argv.index("--user-dir") + 1] == "ran_fairseq"
         assert argv[0] == str(data_bin.resolve())
     assert report["settings"]["data"] == str(data_bin.resolve())
 

@@ -377,7 +377,6 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
     the pairs they train): the engine prepares en-de too, or a fresh checkout's table would lose
     those runs' p-values; a table without a pair's references says so instead of leaving them
     empty in silence."""
-    from ran_lab import portable
     from ran_lab.reproduce import cli, scores
     from ran_lab.reproduce.config import load_config
     from ran_lab.reproduce.runs import Run
@@ -393,7 +392,7 @@ def test_the_engine_prepares_the_pairs_of_the_stored_runs_it_tabulates(tmp_path,
     (stored.dir / "result.json").write_text(json.dumps(
         {"pair": "en-de", "system": "RAN-ALL", "seed": 1, "tok_bleu": 1.0, "sacrebleu": 1.0,
          "chrf": 1.0, "ter": 1.0, "subsets": {},
-         "commands": portable.record(stored.recorded())}))
+         "commands": stored.recorded()}))
     prepared = []
 
     class Prepared(Exception):

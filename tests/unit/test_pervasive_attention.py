@@ -277,8 +277,10 @@ def test_memory_efficient_mode_gives_the_plain_gradients(gated):
     (out_p, gx_p, gp_p, buf_p), (out_e, gx_e, gp_e, buf_e) = results
     torch.testing.assert_close(out_e, out_p)
     torch.testing.assert_close(gx_e, gx_p)
-    for name in gp_p:
-        torch.testing.assert_close(gp_e[name], gp_p[name], msg=name)
+    for name in gp_p:  # the plain mode's 1×1 convolutions of a padded batch sum over the real
+        # cells' rows (COMPACT_BOTTLENECK), the memory-efficient one's over every cell: float32
+        # rounding apart (in float64 they agree to 1e-14)
+        torch.testing.assert_close(gp_e[name], gp_p[name], rtol=1e-5, atol=1e-4, msg=name)
     for name in buf_p:  # running statistics moved once, not again in the recomputation
         torch.testing.assert_close(buf_e[name], buf_p[name], msg=name)
 

@@ -15,11 +15,15 @@ from fairseq.data import Dictionary
 import ran_fairseq.models.pervasive_attention as pervasive
 import ran_fairseq.modules.densenet2d as densenet2d
 from ran_fairseq.modules.aggregators import max_pool
-from ran_fairseq.modules.densenet2d import DenseNet2d, MaskedBatchNorm2d, dropout_channels_first
+from ran_fairseq.modules.densenet2d import (DenseNet2d, MaskedBatchNorm2d,
+                                            batch_norm_relu_eager, dropout_channels_first,
+                                            masked_moments_eager)
+from ran_fairseq.modules.grid_cells import bottleneck_on_rows, real_cell_rows
 
 VOCAB = 14
 SWITCHES = [(pervasive, "CHANNELS_LAST_GRID"), (densenet2d, "NORMALIZED_FROM_OUTPUT"),
-            (densenet2d, "NATIVE_UNPADDED_NORM"), (densenet2d, "SHARED_STATISTICS")]
+            (densenet2d, "NATIVE_UNPADDED_NORM"), (densenet2d, "SHARED_STATISTICS"),
+            (densenet2d, "MASK_WITH_STATISTICS"), (densenet2d, "COMPACT_BOTTLENECK")]
 
 
 class _Task:
@@ -147,6 +151,44 @@ def test_the_shared_statistics_pass_gradcheck(padded):
     x = torch.randn(2, 3, 3, 4, dtype=torch.float64, requires_grad=True)
     assert densenet2d.SHARED_STATISTICS
     assert torch.autograd.gradcheck(lambda grid: net(grid, padding), (x,), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("gate", [False, True], ids=["plain", "gated"])
+def test_the_bottleneck_on_the_real_rows_equals_the_masked_one(gate):
+    """COMPACT_BOTTLENECK: the 1×1 convolution (and GLU) and the batch norm → ReLU after it on
+    the real cells' rows only (as many rows as real cells), scattered into zeros, give the masked
+    computation's values and gradients over the whole grid (float64)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 5, 4, 6, dtype=torch.float64, generator=g)
+    x = x.contiguous(memory_format=torch.channels_last).requires_grad_()
+    weight = torch.randn(8 if gate else 4, 5, 1, 1, dtype=torch.float64, generator=g,
+                         requires_grad=True)
+    norm_w = torch.rand(4, dtype=torch.float64, generator=g).add_(0.5).requires_grad_()
+    norm_b = torch.rand(4, dtype=torch.float64, generator=g).sub_(0.5).requires_grad_()
+    pad = torch.zeros(3, 1, 4, 6, dtype=torch.bool)
+    pad[1, :, 3:] = True
+    pad[2, :, :, 2:] = True
+    keep = (~pad).double()
+    count = int(keep.sum())
+    seen = []
+
+    def norm_relu(h):
+        seen.append(h.size(0))
+        return F.batch_norm(h, None, None, norm_w, norm_b, True, 0.0, 1e-5).relu()
+
+    rows = real_cell_rows(keep)
+    got = bottleneck_on_rows(x, weight, rows, gate, norm_relu)
+    assert seen == [count] and rows.numel() == count
+    h = F.conv2d(x, weight)
+    h = (F.glu(h, dim=1) if gate else h) * keep
+    mean, meansq = masked_moments_eager(h, pad, count)
+    expected = batch_norm_relu_eager(mean, meansq, norm_w, norm_b, 1e-5, keep, h)
+    assert torch.allclose(got, expected, atol=1e-12)
+    inputs = (x, weight, norm_w, norm_b)
+    out_grad = torch.randn(got.shape, dtype=torch.float64, generator=g)
+    for a, b in zip(torch.autograd.grad(got, inputs, out_grad),
+                    torch.autograd.grad(expected, inputs, out_grad)):
+        assert torch.allclose(a, b, atol=1e-12)
 
 
 def test_the_normalized_input_is_not_taken_from_the_output_where_a_weight_is_zero():
@@ -298,8 +340,9 @@ def kernels_per_step(model, padded):
 # The DenseNet of pervasive_attention_small, the peer benchmark's pa-cpu case (8 layers, g = 16,
 # k = 3; the embedding sizes do not change the count): aten operators of a training step without
 # and with padding, at most. With SHARED_STATISTICS alone off the step ran 701 and 1,077, with
-# every switch off 962 and 1,010 (torch 2.13).
-KERNELS_SMALL = {False: 433, True: 649}
+# every switch off 962 and 1,010; before the padded features' masks were taken with their
+# statistics and the bottleneck on the real cells only, 649 with padding (torch 2.13).
+KERNELS_SMALL = {False: 425, True: 498}
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])

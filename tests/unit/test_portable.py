@@ -1,6 +1,6 @@
-"""Portable records (ran_lab.portable): what the engine and the benchmark write names the
-checkout's files as {repo}/PATH and keeps logs without the machine's paths; and the check that no
-committed result or config holds an absolute path of the machine it was made on."""
+"""Portable records and logs: what the engine and the benchmark write names the checkout's files
+relative to it, and keeps logs without the machine's paths (ran_lab.portable); and the check that
+no committed result or config holds an absolute path of the machine it was made on."""
 import io
 import json
 import re
@@ -15,21 +15,21 @@ from ran_lab import portable
 REPO = helpers.REPO
 
 
-def test_record_and_expand_turn_the_checkout_into_a_placeholder_and_back(tmp_path):
+def test_a_record_names_the_checkouts_files_relative_to_it_and_others_by_their_path(
+        tmp_path, monkeypatch):
+    """A path is recorded as ``shown`` writes it, and opened where ``repo_path`` finds it: the
+    checkout's files relative to it (the same record in any checkout), others absolute."""
+    from ran_lab.common import paths
+
     checkout = tmp_path / "checkout"
-    value = {"argv": [f"{checkout}/data-bin/x", "--user-dir", f"{checkout}/ran_fairseq",
-                      f"--out={checkout}", f"{checkout}-old/x", f"/mnt{checkout}/x"],
-             "n": 3, "none": None}
-    recorded = portable.record(value, checkout)
-    assert recorded == {"argv": ["{repo}/data-bin/x", "--user-dir", "{repo}/ran_fairseq",
-                                 "--out={repo}", f"{checkout}-old/x", f"/mnt{checkout}/x"],
-                        "n": 3, "none": None}
-    assert portable.expand(recorded, checkout) == value
+    monkeypatch.setattr(paths, "REPO", checkout)
+    recorded = [paths.shown(p) for p in (checkout / "data-bin" / "x", checkout / "ran_fairseq",
+                                         tmp_path / "checkout-old" / "x")]
+    assert recorded == ["data-bin/x", "ran_fairseq", f"{tmp_path}/checkout-old/x"]
     elsewhere = tmp_path / "elsewhere"
-    assert portable.expand(recorded, elsewhere)["argv"][:3] == [
-        f"{elsewhere}/data-bin/x", "--user-dir", f"{elsewhere}/ran_fairseq"]
-    assert portable.expand_path("{repo}/data-bin/x/test.raw.en", elsewhere) == \
-        elsewhere / "data-bin" / "x" / "test.raw.en"
+    monkeypatch.setattr(paths, "REPO", elsewhere)
+    assert [paths.repo_path(p) for p in recorded] == [
+        elsewhere / "data-bin" / "x", elsewhere / "ran_fairseq", tmp_path / "checkout-old" / "x"]
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -124,7 +124,7 @@ def test_no_result_or_config_holds_an_absolute_path_of_a_machine():
         if paths:
             found[str(path.relative_to(REPO))] = paths[:3]
     assert not found, (f"{len(found)} files hold a machine's absolute path (write it as "
-                       f"{{repo}}/PATH): {dict(list(found.items())[:10])}")
+                       f"relative to the checkout): {dict(list(found.items())[:10])}")
 
 
 def test_the_check_finds_the_paths_of_the_machines_records_were_made_on():

@@ -18,7 +18,6 @@ import zlib
 from pathlib import Path
 
 from ran_text import textio
-from ... import portable
 from ...common import paths
 from ...common.flags import flag_pairs, set_flag
 from ...common.machine import machine_info
@@ -191,7 +190,7 @@ def must_train(run):
             record = read_finished(finished)
         except LabError:
             record = {}
-        if portable.expand(record.get("argv"), paths.REPO) == run.train_argv:
+        if record.get("argv") == run.train_argv:
             return False
     last = run.save_dir / "checkpoint_last.pt"
     budget = int(flag_pairs(run.train_argv).get("--max-update") or 0)
@@ -243,7 +242,7 @@ class Slurm:
                 textio.write_json(run.dir / "trained.json", trained)
             job = submit(run, self.args, RunJob(run, self.paper.key, self.args.threads))
             record = {"job_id": str(job.job_id), "submitted": time.time(),
-                      "folder": portable.record(str(run.dir / "slurm"), paths.REPO),
+                      "folder": paths.shown(run.dir / "slurm"),
                       "resources": run.slurm}
             textio.write_json(run.dir / RECORD, record)
             say(f"{label(run)}: submitted as Slurm job {job.job_id}")
