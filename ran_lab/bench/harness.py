@@ -10,6 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ran_lab.common.launcher import launched
 from ran_lab.common.flags import GPU_ONLY_FLAG, check_device_flags, flag_names
 from ran_lab.common.machine import bench_machine_info
 from ran_lab.common.paths import REPO, shown, slug
@@ -115,8 +116,10 @@ def run_worker_process(spec, workdir):
     spec_path, result_path = worker_files(workdir, spec["name"])
     spec["result_path"] = str(result_path)
     spec_path.write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, "-m", "ran_lab.bench.worker", str(spec_path)],
-                          env=worker_env(spec), capture_output=True, text=True, cwd=REPO)
+    cmd, env = [sys.executable, "-m", "ran_lab.bench.worker", str(spec_path)], worker_env(spec)
+    if not spec["live_memory"]:  # glibc reads the mmap threshold when a new interpreter starts
+        cmd = launched(cmd, env)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
     result_path = Path(spec["result_path"])
     if proc.returncode != 0 or not result_path.is_file():
         raise LabError(

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..common.launcher import launched
 from ..common.paths import REPO
 from ..portable import copy_log, kept_log
 
@@ -103,7 +104,7 @@ def run(jobs, concurrent, deadline, logs_dir, threads=1, poll=1.0):
         while pending and len(running) < concurrent and time.time() < deadline:
             job = pending.pop(0)
             log = open(logs_dir / f"{job.name}.log", "w")
-            cmd = [sys.executable, "-m", "ran_lab.run_fairseq", "train", *job.argv]
+            cmd = launched([sys.executable, "-m", "ran_lab.run_fairseq", "train", *job.argv], env)
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, errors="replace")
             copying = threading.Thread(target=copy_log, args=(proc.stdout, log))  # as it comes

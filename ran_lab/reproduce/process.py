@@ -13,6 +13,7 @@ from ran_text import textio
 from .runguard import Children
 from .. import portable
 from ..common import paths
+from ..common.launcher import LAUNCHER, launched  # noqa: F401  (the engine's, and its tests')
 from ran_lab.common import LabError
 from . import preparations
 
@@ -20,21 +21,6 @@ from . import preparations
 # The fairseq processes the engine starts: each in its own process group, SIGTERMed when the
 # engine dies (even by SIGKILL), and sent the engine's SIGTERM or SIGINT (runguard).
 CHILDREN = Children()
-
-
-# A command line (split as a shell splits it) that, given ``MODULE ARGS``, runs what
-# ``python -m MODULE ARGS`` runs, in its stead. The tests set it to run the engine's fairseq
-# commands through a fork server that has imported torch and fairseq once (tests/cli_client.py);
-# unset, as for users, each command is a new interpreter.
-LAUNCHER = "RAN_LAB_MODULE_LAUNCHER"
-
-
-def launched(cmd, env):
-    """``cmd`` (``[python, -m, MODULE, ...]``) as the launcher of ``env`` runs it, if it names one."""
-    launcher = (os.environ if env is None else env).get(LAUNCHER)
-    if launcher and cmd[:2] == [sys.executable, "-m"]:
-        return [*shlex.split(launcher), *cmd[2:]]
-    return cmd
 
 
 class Processes:

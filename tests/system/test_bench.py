@@ -1,6 +1,7 @@
 """scripts/bench.py (ran_lab.bench): one run of the harness on the synthetic data-bin with
 a tiny transformer (baseline) and a tiny LSTM, checked for complete, finite, consistent figures;
-and its errors."""
+and its errors. Its workers are forked from a server that has imported torch and fairseq
+(``bench_env``)."""
 import csv
 import json
 import math
@@ -47,13 +48,20 @@ def systems_file(tmp_path_factory):
     return path
 
 
+def bench_env():
+    """The benchmark's environment: its workers (``python -m ran_lab.bench.worker``, except under
+    --live-memory) forked from a server that has imported torch and fairseq once, each about 3
+    CPU-seconds less (``RAN_LAB_MODULE_LAUNCHER``, as the engine's tests run its commands)."""
+    return dict(helpers.fairseq_env(), **{helpers.MODULE_LAUNCHER: helpers.module_launcher()})
+
+
 def run_bench(data, systems, out, *extra):
     cmd = [sys.executable, str(BENCH), "--data", str(data), "--systems", str(systems),
            "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
            "--train-updates", "2", "--warmup-updates", "1", "--max-tokens", "400",
            "--beam", "2", "--decode-batch-size", "4", "--decode-sentences", "8",
            "--device", "cpu", "--threads", "1", *extra]
-    return subprocess.run(cmd, env=helpers.fairseq_env(), capture_output=True, text=True,
+    return subprocess.run(cmd, env=bench_env(), capture_output=True, text=True,
                           timeout=300)
 
 
@@ -359,7 +367,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
              "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
              "--train-flags-of", str(path), "--systems-only", "transformer", "--train-updates",
              "1", "--warmup-updates", "0", "--beam", "1", "--decode-sentences", "2", "--device",
-             "cpu", "--threads", "1"], env=helpers.fairseq_env(), capture_output=True, text=True,
+             "cpu", "--threads", "1"], env=bench_env(), capture_output=True, text=True,
             timeout=300)
 
     proc = bench_with_config()
@@ -389,7 +397,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
         [sys.executable, str(BENCH), "--data", str(data_bin), "--systems", str(systems_file),
          "--out", str(out), "--source-lang", helpers.SRC, "--target-lang", helpers.TGT,
          "--train-flags-of", str(helpers.REPO / "configs/recurrent_cross/full-wmt16-ro-en.json"),
-         "--device", "cpu"], env=helpers.fairseq_env(), capture_output=True, text=True,
+         "--device", "cpu"], env=bench_env(), capture_output=True, text=True,
         timeout=120)
     assert proc.returncode != 0 and "trains with --fp16" in proc.stderr, proc.stderr[-2000:]
     assert "--device cuda" in proc.stderr
@@ -397,7 +405,7 @@ def test_train_flags_of_a_reproduction_config_leave_out_what_the_harness_sets(
     path.write_text(json.dumps(dict(cfg, set_train_flags={"--seed": "3"})))
     proc = subprocess.run([sys.executable, str(BENCH), "--data", str(data_bin), "--systems",
                            str(systems_file), "--out", str(out), "--train-flags-of", str(path)],
-                          env=helpers.fairseq_env(), capture_output=True, text=True, timeout=120)
+                          env=bench_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "--train-flags-of: config" in proc.stderr and "set_train_flags sets --seed" in proc.stderr
 

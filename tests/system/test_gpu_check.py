@@ -18,9 +18,12 @@ SCRIPT = REPO / "scripts" / "gpu-check.sh"
 
 
 def gpu_check(*args, timeout=600, env=None):
+    """The script, its trainings (``python -m ran_lab.run_fairseq train``) forked from a server
+    that has imported torch and fairseq once (``RAN_LAB_MODULE_LAUNCHER``)."""
+    env = dict(helpers.fairseq_env(), PYTHON=sys.executable, **(env or {}),
+               **{helpers.MODULE_LAUNCHER: helpers.module_launcher()})
     return subprocess.run(["bash", str(SCRIPT), *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout,
-                          env=dict(helpers.fairseq_env(), PYTHON=sys.executable, **(env or {})))
+                          text=True, timeout=timeout, env=env)
 
 
 # joined_databin (tests/conftest.py): the recipes share their embeddings

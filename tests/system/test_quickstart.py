@@ -1,13 +1,15 @@
 """scripts/quickstart.sh (make demo) end to end on a tiny Multi30k-shaped corpus and a tiny model:
 what the terminal shows (step headers, fairseq's progress lines, scores, examples, where the logs
 are), what it leaves to the logs (config dump, DEBUG lines, Python warnings) and demo.json, all in
-the git-ignored demo-out/; a failing step shows its log's tail."""
+the git-ignored demo-out/; a failing step shows its log's tail. The script's VENV is a folder of
+commands whose fairseq-train, fairseq-generate and `python -m` fork their modules from a server
+that has imported torch and fairseq once (``helpers.module_server``)."""
 import gzip
 import json
 import re
+import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -38,10 +40,31 @@ NOISE = [re.compile(p) for p in (r"\| DEBUG \|", r"Warning:", r"'_name':", r"^\s
                                  r"^INFO:", r"tensorboardX")]
 
 
-def quickstart(workdir, raw, config, *flags, average=2, cap=None):
-    venv = Path(sys.executable).parent.parent
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A VENV for the script (SETUP=0 uses it as it is: it puts its bin/ first on the PATH) whose
+    commands run their modules as the test's environment would, forked from a server: the
+    console scripts of fairseq, and `python -m MODULE` (also as PYTHON, which the data scripts run);
+    any other `python` is this interpreter."""
+    launcher, server = helpers.module_server()
+    root = tmp_path_factory.mktemp("quickstart-venv")
+    (root / "bin").mkdir()
+    commands = {f"fairseq-{name}": f'exec {launcher} fairseq_cli.{name} "$@"'
+                for name in ("train", "generate")}
+    commands["python"] = commands["python3"] = (
+        f'if [ "$1" = -m ]; then shift; exec {launcher} "$@"; fi\n'
+        f'exec {shlex.quote(sys.executable)} "$@"')
+    for command, body in commands.items():
+        (root / "bin" / command).write_text(f"#!/bin/sh\n{body}\n")
+        (root / "bin" / command).chmod(0o755)
+    yield root
+    helpers.stop_module_server(server)
+
+
+def quickstart(venv, workdir, raw, config, *flags, average=2, cap=None):
     env = dict(helpers.fairseq_env(), WORKDIR=str(workdir), MULTI30K_DIR=str(raw),
-               CONFIG=str(config), VENV=str(venv), SETUP="0", AVERAGE_LAST=str(average))
+               CONFIG=str(config), VENV=str(venv), PYTHON=str(venv / "bin" / "python"),
+               SETUP="0", AVERAGE_LAST=str(average))
     env.pop("TIME_CAP_MINUTES", None)
     env.pop("OMP_NUM_THREADS", None)  # the demo measures what the machine can give
     if cap is not None:
@@ -51,7 +74,7 @@ def quickstart(workdir, raw, config, *flags, average=2, cap=None):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(tmp_path_factory, venv):
     root = tmp_path_factory.mktemp("quickstart")
     plain = helpers.make_synthetic_corpus(root / "plain", n_train=200, n_valid=16, n_test=16)
     raw = root / "raw"
@@ -63,11 +86,11 @@ def demo(tmp_path_factory):
     config = root / "tiny.args"
     config.write_text(TINY)
     work = root / "work"
-    return work, raw, config, quickstart(work, raw, config)
+    return venv, work, raw, config, quickstart(venv, work, raw, config)
 
 
 def test_demo_shows_steps_progress_scores_and_examples(demo):
-    work, _, _, proc = demo
+    _, work, _, _, proc = demo
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for step in range(1, 6):
@@ -95,7 +118,7 @@ def test_demo_shows_steps_progress_scores_and_examples(demo):
 
 def test_demo_json_records_steps_scores_and_machine(demo):
     """demo.json: the seconds of each step, the scores and the machine, for results/quickstart/."""
-    work, _, config, proc = demo
+    _, work, _, config, proc = demo
     assert proc.returncode == 0
     record = json.loads((work / "demo-out" / "quickstart.de-en" / "demo.json").read_text())
     assert set(record["seconds"]) == {"setup", "prepare", "train", "translate", "score"}
@@ -113,17 +136,17 @@ def test_demo_json_records_steps_scores_and_machine(demo):
 
 
 def test_failed_step_shows_its_log_tail(demo):
-    work, raw, config, first = demo
+    venv, work, raw, config, first = demo
     assert first.returncode == 0
-    proc = quickstart(work, raw, config, "--arch", "no_such_arch")
+    proc = quickstart(venv, work, raw, config, "--arch", "no_such_arch")
     assert proc.returncode != 0
     assert "FAILED" in proc.stderr and "train.log" in proc.stderr
     assert "invalid choice: 'no_such_arch'" in proc.stderr  # fairseq's own error, from the tail
 
 
 def test_bad_average_count_is_named(demo):
-    work, raw, config, _ = demo
-    proc = quickstart(work, raw, config, average="0")
+    venv, work, raw, config, _ = demo
+    proc = quickstart(venv, work, raw, config, average="0")
     assert proc.returncode == 2 and "AVERAGE_LAST" in proc.stderr
 
 
@@ -131,9 +154,9 @@ def test_demo_stopped_by_its_time_cap_says_so(demo):
     """A time cap that ends training early: the closing lines say at which update of how many it
     stopped, why (the cap, the rate, the load measured) and how to run it to the end; demo.json
     records both counts."""
-    work, raw, config, first = demo
+    venv, work, raw, config, first = demo
     assert first.returncode == 0
-    proc = quickstart(work, raw, config, "--max-update", "100000", average=1, cap="0.02")
+    proc = quickstart(venv, work, raw, config, "--max-update", "100000", average=1, cap="0.02")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     record = json.loads((work / "demo-out" / "quickstart.de-en" / "demo.json").read_text())
     reached = record["updates"]["reached"]
@@ -147,6 +170,6 @@ def test_demo_stopped_by_its_time_cap_says_so(demo):
 
 
 def test_bad_time_cap_is_named(demo):
-    work, raw, config, _ = demo
-    proc = quickstart(work, raw, config, cap="five")
+    venv, work, raw, config, _ = demo
+    proc = quickstart(venv, work, raw, config, cap="five")
     assert proc.returncode == 2 and "TIME_CAP_MINUTES" in proc.stderr

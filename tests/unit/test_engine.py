@@ -187,6 +187,35 @@ def test_a_launcher_in_the_environment_runs_the_python_m_commands_only(tmp_path)
     assert log.read_text() == "launched ran_lab.run_fairseq train\n"
 
 
+@pytest.mark.parametrize("live_memory", [False, True])
+def test_the_benchmarks_workers_go_through_the_launcher_but_under_live_memory(
+        tmp_path, monkeypatch, live_memory):
+    """The benchmark's workers (``python -m ran_lab.bench.worker``) go through the same launcher,
+    except under --live-memory, whose mmap threshold glibc reads only in a new interpreter."""
+    from ran_lab.bench import harness
+    from ran_lab.common.launcher import LAUNCHER
+
+    monkeypatch.setenv(LAUNCHER, "/bin/py /client.py /s.sock")
+    ran = []
+
+    def run(cmd, env, **kwargs):
+        ran.append((cmd, env))
+        spec = json.loads(Path(cmd[-1]).read_text())
+        Path(spec["result_path"]).write_text('{"name": "x"}')
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(harness.subprocess, "run", run)
+    spec = {"name": "x", "arch": "transformer", "argv": [], "threads": 1,
+            "live_memory": live_memory}
+    assert harness.run_worker_process(spec, tmp_path) == {"name": "x"}
+    (cmd, env), = ran
+    worker = ["ran_lab.bench.worker", cmd[-1]]
+    if live_memory:
+        assert cmd == [sys.executable, "-m", *worker] and "MALLOC_MMAP_THRESHOLD_" in env
+    else:
+        assert cmd == ["/bin/py", "/client.py", "/s.sock", *worker]
+
+
 # ---- the store: a finished run is never deleted before its replacement is whole -------------
 # The same command again without --resume is refused (naming --resume and --force); with --force
 # the finished run's folders stay, set aside in one step, until the new result.json is written,
