@@ -116,7 +116,8 @@ def parse_cli(paper, argv, prog=None):
                         "it a changed input is refused, naming the file), and record their "
                         "SHA-256")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the commands and run nothing")
+                   help="print the commands (run from the checkout: its files are named relative "
+                        "to it) and run nothing")
     launch.add_arguments(p)  # --launcher and its options (ran_lab.reproduce.launch)
     args = p.parse_args(argv)
     launch.check_arguments(p, args, argv)

@@ -95,7 +95,8 @@ def test_full_settings_print_base_model_commands(paper, name, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"# {src}-{tgt} prev-weight")
     train, *generates = lines[1:]
-    assert train.startswith(f"fairseq-train {helpers.REPO / data} ")
+    # the checkout's files relative to it: the commands run from the checkout
+    assert train.startswith(f"fairseq-train {data} ")
     assert "--arch recurrent_cross_transformer " in train
     assert f"--source-lang {src} --target-lang {tgt}" in train
     assert f"--dropout {dropout} " in train and "--cpu" not in train
@@ -104,7 +105,7 @@ def test_full_settings_print_base_model_commands(paper, name, capsys):
     assert " --cross-attention prev-weight" in train
     assert len(generates) == len(subsets)
     for generate, subset in zip(generates, subsets):
-        assert generate.startswith(f"fairseq-generate {helpers.REPO / data} ")
+        assert generate.startswith(f"fairseq-generate {data} ")
         assert f"--gen-subset {subset} " in generate
         assert "--beam 4" in generate and "--cpu" not in generate
 
