@@ -32,7 +32,8 @@ def main(argv=None):
     p.add_argument("--data", help="run, page: an existing data-bin ({src} and {tgt} replaced "
                                   "per direction) instead of the config's prepared one")
     p.add_argument("--dry-run", action="store_true", help="run: print the engine's commands")
-    p.add_argument("--systems", help="cost: only these systems (comma-separated)")
+    p.add_argument("--systems", help="cost: only these systems (comma-separated); the rows "
+                                     "measured before for the others are kept")
     p.add_argument("--train-updates", type=int,
                    help="cost: updates of each timed training (default: the board's)")
     p.add_argument("--max-load", type=float, default=MAX_LOAD,

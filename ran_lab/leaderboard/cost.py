@@ -24,7 +24,7 @@ from ran_lab.common import LabError
 from ..common import paths
 from ..common.machine import available_cores, cpu_model
 from ..common.flags import without
-from ..common.paths import slug
+from ..common.paths import shown, slug
 from ..reproduce.config import load_config
 from ..reproduce.logs import SPEED_RE
 from .board import MAX_LOAD, Board
@@ -112,10 +112,12 @@ def load_average():
 
 def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Path] = None,
             updates: Optional[int] = None, max_load: float = MAX_LOAD) -> Path:
-    """Measure every system's cost on the board's checkpoints (``cost.pair``, ``cost.seed``)
-    into ``PAGE/cost.json`` (or ``out``). Refused where the machine's one-minute load average
-    is above ``max_load`` before it starts: numbers timed beside other work are not the
-    systems' cost."""
+    """Measure the systems' cost on the board's checkpoints (``cost.pair``, ``cost.seed``) into
+    ``PAGE/cost.json`` (or ``out``): every system with a finished run, or only ``systems``. The
+    rows of systems not measured this time are kept where the file was measured with the same
+    settings on the same kind of machine, so the columns fill in as the board's runs finish; each
+    row records its date and load. Refused where the machine's one-minute load average is above
+    ``max_load`` before it starts: numbers timed beside other work are not the systems' cost."""
     load = load_average()
     if load is not None and load > max_load:
         raise LabError(f"the machine's load average is {load:g}, above {max_load:g}: the cost "
@@ -126,10 +128,14 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
     pair, seed = board.cost["pair"], board.cost["seed"]
     updates = updates or board.cost["train_updates"]
     counts = _thread_counts(board.cost["threads"])
-    names = systems or list(config["systems"])
-    before = load_average()
+    path = Path(out) if out else paths.repo_path(board.page) / "cost.json"
+    data = {"pair": pair, "seed": seed, "train_updates": updates,
+            "warmup_updates": LOG_INTERVAL, "threads": [str(t) for t in board.cost["threads"]],
+            "machine": {"cpu": cpu_model(), "cores": available_cores(),
+                        "python": platform.python_version()}}
+    kept = _kept_rows(path, data, systems)
     rows = []
-    for name in names:
+    for name in systems or list(config["systems"]):
         result_file = runs / pair / slug(name) / f"seed{seed}" / "result.json"
         if not result_file.is_file():
             print(f"leaderboard cost: {name}: no {pair} seed {seed} run yet, skipped",
@@ -137,6 +143,7 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
             continue
         result = textio.read_json_file(result_file, "a board run's result")
         print(f"leaderboard cost: {name} ...", file=sys.stderr, flush=True)
+        before = load_average()
         with tempfile.TemporaryDirectory(prefix="leaderboard-cost-") as tmp:
             work = Path(tmp)
             row = {"system": name, "params": result.get("params"),
@@ -146,22 +153,34 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
                     "threads": threads,
                     "greedy": decode_cost(result, 1, threads, work),
                     "beam5": decode_cost(result, 5, threads, work)}
+        row["measured"] = {"date": time.strftime("%Y-%m-%d"), "load_average_before": before,
+                           "load_average_after": load_average()}
         rows.append(row)
-    after = load_average()
+    order = list(config["systems"])
+    rows = sorted(kept + rows, key=lambda r: order.index(r["system"])
+                  if r["system"] in order else len(order))
     first = next(iter(rows), None)
-    data = {
-        "pair": pair, "seed": seed, "train_updates": updates, "warmup_updates": LOG_INTERVAL,
-        "threads": [str(t) for t in board.cost["threads"]],
-        "sentences": first["decode"][str(board.cost["threads"][0])]["greedy"]["sentences"]
-        if first else 0,
-        "machine": {"cpu": cpu_model(), "cores": available_cores(),
-                    "date": time.strftime("%Y-%m-%d"), "load_average_before": before,
-                    "load_average_after": after, "python": platform.python_version()},
-        "systems": rows, "peers": peer_rows()}
-    path = Path(out) if out else paths.repo_path(board.page) / "cost.json"
+    data.update(sentences=first["decode"][data["threads"][0]]["greedy"]["sentences"]
+                if first else 0, systems=rows, peers=peer_rows())
     path.parent.mkdir(parents=True, exist_ok=True)
     textio.write_json(path, data)
     return path
+
+
+def _kept_rows(path: Path, settings: dict, measured: Optional[List[str]]) -> List[dict]:
+    """The rows of ``path`` (an earlier cost.json) that this measurement keeps: those of systems
+    it does not measure, where the file's settings and machine are this measurement's (else
+    every system is measured again: a table mixes no two recipes or machines)."""
+    if measured is None or not path.is_file():
+        return []
+    old = textio.read_json_file(path, "the cost measurements")
+    same = all(old.get(k) == settings[k] for k in ("pair", "seed", "train_updates", "threads")) \
+        and {k: old.get("machine", {}).get(k) for k in ("cpu", "cores")} \
+        == {k: settings["machine"][k] for k in ("cpu", "cores")}
+    if not same:
+        raise LabError(f"{shown(path)} was measured with other settings or on another machine: "
+                       f"measure every system again (leave out --systems)")
+    return [r for r in old.get("systems", []) if r["system"] not in measured]
 
 
 def peer_rows(pattern: str = PEER_RUNS) -> List[dict]:

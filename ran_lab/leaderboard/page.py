@@ -133,19 +133,22 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
         return ["**Cost columns: pending.** They are measured on the board's checkpoints with "
                 "nothing else running on the machine (`scripts/reproduce-leaderboard.sh cost`); "
                 "numbers timed on a busy machine are not shown.", ""]
-    m = cost["machine"]
-    threads = cost["threads"]
-    lines = [f"Measured {m.get('date', '?')} on {m.get('cpu', '?')} ({m.get('cores', '?')} "
-             f"cores), load average {m.get('load_average_before', '?')} before and "
-             f"{m.get('load_average_after', '?')} after; the checkpoints of "
+    m, threads = cost["machine"], cost["threads"]
+    measured = [c["measured"] for c in cost["systems"]]
+    dates = sorted({w["date"] for w in measured})
+    loads = [w["load_average_before"] for w in measured]
+    lines = [f"Measured {', '.join(dates)} on {m['cpu']} ({m['cores']} cores), one system after "
+             f"another, load average {_span(loads)} before each and "
+             f"{_span([w['load_average_after'] for w in measured])} after; the checkpoints of "
              f"{cost['pair']} seed {cost['seed']}; decoding the {cost['sentences']:,} test "
              f"sentences (model loading excluded); training {cost['train_updates']} updates of "
              f"the board's recipe (the first {cost['warmup_updates']} excluded).", ""]
-    before = m.get("load_average_before")
-    if before is None or before > MAX_LOAD:
-        lines = [f"**Measured beside other work** (load average {before} "
-                 f"before, above {MAX_LOAD:g}): these figures are not the systems' cost; "
-                 f"measure again on a quiet machine.", ""] + lines
+    busy = [c["system"] for c, load in zip(cost["systems"], loads)
+            if load is None or load > MAX_LOAD]
+    if busy:
+        lines = [f"**Measured beside other work** ({', '.join(busy)}: load average above "
+                 f"{MAX_LOAD:g} before): these figures are not the systems' cost; measure them "
+                 f"again on a quiet machine.", ""] + lines
     head = ["system", "params", "train tok/s", "train peak RSS"]
     for t in threads:
         head += [f"greedy sent/s ({t} thr)", f"beam 5 sent/s ({t} thr)"]
@@ -169,6 +172,14 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
         cells.append(f"{max(peaks):,.0f} MiB" if peaks else "—")
         rows.append(cells)
     return lines + markdown_table(head, rows) + [""]
+
+
+def _span(values) -> str:
+    """'0.12' or '0.05–0.31' (None: unknown)."""
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return "unknown"
+    return f"{known[0]:g}" if known[0] == known[-1] else f"{known[0]:g}–{known[-1]:g}"
 
 
 def peer_table() -> List[str]:

@@ -7,6 +7,7 @@ import pytest
 
 import helpers
 from ran_lab.claims import bootstrap
+from ran_lab.common import LabError
 from ran_lab.leaderboard import quality
 from ran_lab.leaderboard.board import Board
 from ran_lab.leaderboard.page import fill_quotes, short_form
@@ -100,3 +101,73 @@ def test_the_short_form_fills_the_quoting_files_between_their_markers(tmp_path):
     assert "](../results/leaderboard/TABLE.md)" in (tmp_path / "docs" / "results.md").read_text()
     assert "](TABLE.md)" in short_form(TABLE) and "runs made" not in short_form(TABLE, runs=(5, 5))
     assert short_form(TABLE, runs=(1, 5)).endswith("; 1 of 5 runs made.\n")  # an incomplete board
+
+
+def fake_cost(monkeypatch, tmp_path, systems):
+    """A board whose runs exist for ``systems`` (result.json only) and cost functions that time
+    nothing: the measurement's bookkeeping without a training."""
+    import json
+
+    from ran_lab.leaderboard import cost
+
+    config = {"systems": ["A", "B", "C"], "out": str(tmp_path / "runs")}
+    monkeypatch.setattr(cost, "load_config", lambda path: config)
+    for name in systems:
+        run = tmp_path / "runs" / "de-en" / name / "seed1"
+        run.mkdir(parents=True)
+        (run / "result.json").write_text(json.dumps({"params": len(name)}))
+    monkeypatch.setattr(cost, "train_cost", lambda result, updates, threads, work: {
+        "train_tokens_per_s": 100.0 * result["params"], "train_peak_rss_mib": 1.0})
+    monkeypatch.setattr(cost, "decode_cost", lambda result, beam, threads, work: {
+        "sentences": 3, "sentences_per_s": float(beam), "peak_rss_mib": 2.0})
+    monkeypatch.setattr(cost, "peer_rows", lambda: [])
+    board = Board(path="board.json", config="cpu.json", page=str(tmp_path / "page"),
+                  seeds={"de-en": [1]}, seeds_of={},
+                  cost={"pair": "de-en", "seed": 1, "train_updates": 20, "threads": [1]})
+    return cost, board
+
+
+def test_cost_keeps_the_rows_it_does_not_measure_again(monkeypatch, tmp_path):
+    import json
+
+    cost, board = fake_cost(monkeypatch, tmp_path, ["A", "C"])
+    path = cost.measure(board, max_load=1e9)  # B has no run yet: skipped
+    first = json.loads(path.read_text())
+    assert [r["system"] for r in first["systems"]] == ["A", "C"]
+    (tmp_path / "runs" / "de-en" / "B" / "seed1").mkdir(parents=True)
+    (tmp_path / "runs" / "de-en" / "B" / "seed1" / "result.json").write_text('{"params": 7}')
+    monkeypatch.setattr(cost, "train_cost", lambda result, updates, threads, work: {
+        "train_tokens_per_s": 1000.0 * result["params"], "train_peak_rss_mib": 1.0})
+    cost.measure(board, ["B"], max_load=1e9)  # A and C are not timed again
+    second = json.loads(path.read_text())
+    assert [r["system"] for r in second["systems"]] == ["A", "B", "C"]  # the config's order
+    assert second["systems"][0] == first["systems"][0] and second["systems"][2] == first["systems"][1]
+    assert second["systems"][1]["train_tokens_per_s"] == 7000.0
+    assert set(second["systems"][1]["measured"]) == {"date", "load_average_before",
+                                                     "load_average_after"}
+    # another recipe: nothing is mixed into the table
+    board.cost["train_updates"] = 40
+    with pytest.raises(LabError, match="leave out --systems"):
+        cost.measure(board, ["B"], max_load=1e9)
+    assert json.loads(path.read_text()) == second
+
+
+def test_the_cost_table_marks_the_systems_measured_beside_other_work():
+    from ran_lab.leaderboard.page import cost_table
+
+    def row(name, load):
+        return {"system": name, "params": 1000, "train_tokens_per_s": 10.0,
+                "train_peak_rss_mib": 5.0, "decode": {"1": {
+                    "greedy": {"sentences_per_s": 1.0, "peak_rss_mib": 3.0},
+                    "beam5": {"sentences_per_s": 0.5, "peak_rss_mib": 4.0}}},
+                "measured": {"date": "2026-01-02", "load_average_before": load,
+                             "load_average_after": 0.1}}
+
+    cost = {"pair": "de-en", "seed": 1, "train_updates": 20, "warmup_updates": 10,
+            "threads": ["1"], "sentences": 3, "machine": {"cpu": "X", "cores": 2},
+            "systems": [row("A", 0.02), row("B", 0.3)]}
+    text = "\n".join(cost_table(plan(), cost, ["A", "B"]))
+    assert "load average 0.02–0.3 before each" in text and "Measured beside" not in text
+    cost["systems"][1]["measured"]["load_average_before"] = 3.5
+    text = "\n".join(cost_table(plan(), cost, ["A", "B"]))
+    assert text.startswith("**Measured beside other work** (B: load average above")
