@@ -177,13 +177,6 @@ def main(argv=None, prog=None):
     """Run the benchmark; ``prog``: the program name usage and help show (default: the script's)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv[:1] == ["--worker"]:  # the worker protocol of earlier versions of bench.py
-            checkout.require(prog or "ran-bench")
-            if len(argv) != 2:
-                raise LabError("usage: bench.py --worker SPEC.json (run by the parent)")
-            from .worker import main as worker_main
-
-            return worker_main(argv[1:])
         run_parent(parse_cli(argv, prog, command=prog or "ran-bench"))
     except LabError as e:
         sys.exit(f"{prog or 'ran-bench'}: error: {e}")
