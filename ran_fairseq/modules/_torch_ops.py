@@ -99,8 +99,17 @@ def fused_batch_norm_backward_available() -> bool:
     return _THRESHOLD_BACKWARD is not None and _BATCH_NORM_BACKWARD is not None
 
 
+# A gradient whose memory layout is not its output's (channels last from a 1×1 product over the
+# grid's rows, grid_cells.bottleneck_on_rows, against a channels-first output) copied to the
+# output's contiguous layout first: the element-wise kernels (this one, then the batch norm's
+# backward) on mixed strides are several times slower than the copy. False: as it comes.
+MATCH_GRADIENT_LAYOUT = True
+
+
 def relu_backward(grad: Tensor, out: Tensor) -> Tensor:
     """The gradient through a ReLU from its output ``out``: ``grad`` where out > 0, else 0."""
+    if MATCH_GRADIENT_LAYOUT and out.is_contiguous() and not grad.is_contiguous():
+        grad = grad.contiguous()
     if _THRESHOLD_BACKWARD is not None:
         return _THRESHOLD_BACKWARD(grad, out, 0)
     return _relu_backward_public(grad, out)
