@@ -398,3 +398,15 @@ REMAKE = List(Obj(required={"folder": Str(nonempty=True, line=True),
                             "seeds": List(Int(0, SEED_MAX), min_len=1, unique=True),
                             "threads": Int(1), "jobs": Int(1)},
                   optional={"note": Str()}, description="an object (a table folder)"))
+
+# configs/leaderboard/board.json: the board's plan; ran_lab.leaderboard.board checks that
+# seeds_of and cost name directions of seeds
+SEEDS = List(Int(0, SEED_MAX), min_len=1, unique=True)
+BOARD = Obj(required={"config": Str(nonempty=True), "page": Str(nonempty=True),
+                      "seeds": Map(SEEDS),
+                      "cost": Obj(required={"pair": Str(nonempty=True), "seed": Int(0, SEED_MAX),
+                                            "train_updates": Int(1),
+                                            "threads": List(OneOf(Int(1), Str(choices=("all",))),
+                                                            min_len=1)})},
+            optional={"seeds_of": Map(Map(List(Int(0, SEED_MAX), unique=True))),
+                      "why": Map(Str())})
