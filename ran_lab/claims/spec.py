@@ -51,33 +51,10 @@ from typing import List, Optional
 from ran_lab.common import LabError, schema
 from ran_text import textio
 
-from .rule import OPS, RELATIONS, SIZE_TESTS
-
-METRICS = ("sacrebleu", "ter")
-SUBSETS = ("test", "valid")
 COMPARISONS = (">", "<", "≈", "≥", "≤")
-KEYS = {"id", "where", "claim", "relation", "system", "systems", "against", "groups", "metric",
-        "subset", "pairs", "paper", "note", "measure", "tests", "own", "margin", "size",
-        "same_as", "checkpoints", "by_construction"}
-SIZE_KEYS = {"text", "value", "values", "test", "comparable"}
-MEASURES = {
-    "histogram_share": {"kind", "file", "side", "below"},
-    "length_bins": {"kind", "file", "by", "min_sentences", "skip_last"},
-    "bench": {"kind", "files", "metric", "baseline", "aggregate", "passes"},
-    "params": {"kind"},
-    "entropy": {"kind", "file", "side", "stat"},
-    "js": {"kind", "file", "side", "pairs"},
-    "none": {"kind", "why"},
-}
-TEST_KEYS = {"label", "system", "of", "op", "limit", "times", "files", "aggregate", "side",
-             "of_side", "stat"}
 # Test keys only some measures read: a test naming one for another measure is refused.
 TEST_KEYS_OF = {"files": ("bench",), "aggregate": ("bench",), "side": ("entropy", "js"),
                 "of_side": ("entropy", "js"), "stat": ("entropy",)}
-SIDES = ("enc", "dec")
-STATS = ("mean", "last_minus_first")
-JS_PAIRS = ("adjacent", "all")
-
 
 class Claims:
     """A loaded claims file: ``paper``, ``path``, ``paper_file``, ``claims`` (dicts with the
@@ -114,32 +91,10 @@ def _check(ok, where, message):
         raise LabError(f"{where}: {message}")
 
 
-def _check_measure(measure, where):
-    _check(isinstance(measure, dict) and measure.get("kind") in MEASURES, where,
-           f"'measure' needs a 'kind', one of {', '.join(MEASURES)}")
-    extra = set(measure) - MEASURES[measure["kind"]]
-    _check(not extra, where, f"unknown key(s) {sorted(extra)} in a {measure['kind']} measure")
-    if measure["kind"] == "bench":
-        _check(measure.get("metric") in ("decode_tokens_per_s", "train_time"), where,
-               "a bench measure's metric is decode_tokens_per_s or train_time")
-    if measure["kind"] in ("entropy", "js"):
-        _check(isinstance(measure.get("file"), str), where,
-               f"the {measure['kind']} measure needs a 'file'")
-        _check(measure.get("side") in SIDES, where, f"a measure's side is one of {', '.join(SIDES)}")
-        _check(measure.get("stat", "mean") in STATS, where,
-               f"an entropy measure's stat is one of {', '.join(STATS)}")
-        _check(measure.get("pairs", "adjacent") in JS_PAIRS, where,
-               f"a js measure's pairs is one of {', '.join(JS_PAIRS)}")
-
-
 def _check_tests(tests, measure, where):
-    _check(isinstance(tests, list) and tests, where, "a threshold claim needs a list of 'tests'")
+    _check(tests is not None, where, "a threshold claim needs a list of 'tests'")
     labels = set()
     for t in tests:
-        extra = set(t) - TEST_KEYS
-        _check(not extra, where, f"unknown key(s) {sorted(extra)} in a test")
-        _check(t.get("op") in OPS, where, f"a test's 'op' is one of {', '.join(OPS)}")
-        _check("system" in t and "label" in t, where, "a test names its 'label' and 'system'")
         _check(("limit" in t) != ("times" in t), where,
                "a test has either a 'limit' or 'times' (a factor of system 'of')")
         _check("times" not in t or "of" in t, where, "'times' needs 'of'")
@@ -149,22 +104,14 @@ def _check_tests(tests, measure, where):
             _check(key not in t or measure["kind"] in kinds, where,
                    f"a test's {key!r} is read only by {' and '.join(kinds)} measures, "
                    f"not by a {measure['kind']} measure")
-        for key in ("side", "of_side"):
-            _check(t.get(key, "enc") in SIDES, where, f"a test's {key!r} is one of "
-                   f"{', '.join(SIDES)}")
-        _check(t.get("stat", "mean") in STATS, where,
-               f"a test's 'stat' is one of {', '.join(STATS)}")
         if measure["kind"] in ("length_bins", "params"):
             _check("of" in t and "times" not in t, where,
                    f"a {measure['kind']} test compares 'system' with 'of' against a 'limit'")
 
 
 def _check_paper(numbers, where, paper_numbers):
-    _check(isinstance(numbers, list), where, "'paper' is a list of {label, values}")
     columns = {c["key"]: c for c in (paper_numbers or {}).get("columns", [])}
     for entry in numbers:
-        _check(isinstance(entry.get("values"), dict) and "label" in entry, where,
-               "each 'paper' entry has a 'label' and 'values'")
         key = entry.get("column")
         if key is None:
             continue
@@ -187,93 +134,57 @@ def _size_value(x) -> bool:
 def _check_margin_size(claim, here):
     relation = claim["relation"]
     if relation in ("≈", "≥", "≤"):
-        margin = claim.get("margin")
-        _check(isinstance(margin, dict) and _number(margin.get("value")) and margin["value"] >= 0
-               and isinstance(margin.get("why"), str) and margin["why"], here,
+        _check("margin" in claim, here,
                f"a {relation} comparison needs 'margin': {{\"value\": δ >= 0, \"why\": ...}}")
     size = claim.get("size")
     if size is None:
         return
-    _check(relation in COMPARISONS and isinstance(size, dict), here,
-           "'size' belongs to a comparison and is an object")
-    extra = set(size) - SIZE_KEYS
-    _check(not extra, here, f"unknown key(s) {sorted(extra)} in 'size'")
+    _check(relation in COMPARISONS, here, "'size' belongs to a comparison")
     _check(("value" in size) != ("values" in size), here, "'size' has 'value' or 'values'")
-    values = [size["value"]] if "value" in size else list((size.get("values") or {}).values())
+    values = [size["value"]] if "value" in size else list(size["values"].values())
     _check(values and all(map(_size_value, values)), here,
            "a size's value is a number or [low, high]")
-    _check(isinstance(size.get("comparable", False), bool), here,
-           "a size's 'comparable' is true or false")
-    _check(size.get("test", "inside") in SIZE_TESTS, here,
-           f"a size's test is one of {', '.join(SIZE_TESTS)}")
-
-
-def _check_annotations(data: dict, where: str):
-    """``seed_variance`` and ``weak_baselines`` (see the module's text)."""
-    borrow = data.get("seed_variance", {})
-    _check(isinstance(borrow, dict), where, "'seed_variance' maps a folder to {from, why}")
-    for folder, entry in borrow.items():
-        _check(isinstance(entry, dict) and set(entry) == {"from", "why"}
-               and isinstance(entry["from"], str) and entry["from"] != folder
-               and isinstance(entry["why"], str) and entry["why"], f"{where}: seed_variance",
-               f"{folder!r} needs exactly 'from' (another folder) and 'why'")
-    weak = data.get("weak_baselines", {})
-    _check(isinstance(weak, dict), where, "'weak_baselines' maps a folder to a list")
-    for folder, entries in weak.items():
-        _check(isinstance(entries, list) and all(
-            isinstance(e, dict) and set(e) == {"system", "why"} and isinstance(e["why"], str)
-            and e["why"] for e in entries), f"{where}: weak_baselines",
-            f"{folder!r} lists objects with exactly 'system' and 'why'")
 
 
 def validate(data: dict, where: str, paper_numbers: Optional[dict] = None) -> List[dict]:
     """The claims of ``data`` with the defaults applied; LabError on the first fault."""
-    _check(isinstance(data, dict) and isinstance(data.get("claims"), list) and "paper" in data,
-           where, "a claims file is an object with 'paper' and a list of 'claims'")
-    _check_annotations(data, where)
+    schema.check(data, schema.CLAIMS, where, "claims file")
+    for folder, entry in data.get("seed_variance", {}).items():
+        _check(entry["from"] != folder, f"{where}: seed_variance",
+               f"{folder!r} needs 'from' another folder than itself")
     defaults = data.get("defaults", {})
     seen, claims = set(), []
-    for raw in data["claims"]:
+    for i, raw in enumerate(data["claims"]):
         claim = {**defaults, **raw}
         here = f"{where}: claim {raw.get('id', '?')!r}"
-        extra = set(claim) - KEYS
-        _check(not extra, here, f"unknown key(s) {sorted(extra)}")
-        for key in ("id", "where", "claim", "relation"):
-            _check(isinstance(claim.get(key), str) and claim[key], here, f"needs {key!r}")
+        schema.check(claim, schema.CLAIM, here, key=f"claims[{i}]")
         _check(claim["id"] not in seen, here, "the id is used twice")
-        _check(isinstance(claim.get("own", False), bool), here, "'own' is true or false")
         seen.add(claim["id"])
         relation = claim["relation"]
-        _check(relation in RELATIONS, here, f"relation is one of {', '.join(RELATIONS)}")
         if relation in COMPARISONS:
             _check(("system" in claim) != ("systems" in claim), here,
                    "a comparison names 'system' or 'systems'")
-            _check(isinstance(claim.get("against"), str), here, "a comparison names 'against'")
+            _check("against" in claim, here, "a comparison names 'against'")
         _check_margin_size(claim, here)
         _check("same_as" not in claim or relation == "threshold", here,
                "'same_as' belongs to a threshold claim")
-        _check("by_construction" not in claim or relation == "threshold"
-               and isinstance(claim["by_construction"], str) and claim["by_construction"], here,
+        _check("by_construction" not in claim or relation == "threshold", here,
                "'by_construction' belongs to a threshold claim and says why")
         if relation == "order":
-            groups = claim.get("groups")
-            _check(isinstance(groups, list) and len(groups) >= 2
-                   and all(isinstance(g, list) and g for g in groups), here,
+            _check(len(claim.get("groups", ())) >= 2, here,
                    "an order has 'groups': two or more lists of systems, best first")
-            names = [s for g in groups for s in g]
+            names = [s for g in claim["groups"] for s in g]
             _check(len(names) == len(set(names)), here, "a system appears twice in the order")
         if relation in COMPARISONS + ("order",):
-            _check(claim.get("metric") in METRICS, here, f"metric is one of {', '.join(METRICS)}")
-            _check(claim.get("subset") in SUBSETS, here, f"subset is one of {', '.join(SUBSETS)}")
-            _check(isinstance(claim.get("pairs"), list) and claim["pairs"], here,
-                   "needs 'pairs' (the directions to check)")
+            for key in ("metric", "subset", "pairs"):
+                _check(key in claim, here, f"needs {key!r}")
         if relation == "threshold":
-            _check_measure(claim.get("measure"), here)
-            if claim["measure"]["kind"] == "none":
-                _check(isinstance(claim["measure"].get("why"), str), here,
-                       "a claim without a measure says 'why' it has none")
-            else:
-                _check_tests(claim.get("tests"), claim["measure"], here)
+            measure = claim.get("measure", {})
+            _check(measure.get("kind") in schema.MEASURES, here,
+                   f"'measure' needs a 'kind', one of {', '.join(schema.MEASURES)}")
+            schema.check(measure, schema.MEASURES[measure["kind"]], here, key="measure")
+            if measure["kind"] != "none":
+                _check_tests(claim.get("tests"), measure, here)
         _check_paper(claim.get("paper", []), here, paper_numbers)
         claims.append(claim)
     ids = {c["id"] for c in claims}

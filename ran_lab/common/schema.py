@@ -59,7 +59,8 @@ class Str(Spec):
 
     def __init__(self, choices=None, nonempty=False, line=False):
         self.choices, self.nonempty, self.line = choices, nonempty, line
-        self.description = (f"one of {', '.join(map(json.dumps, choices))}" if choices else
+        shown = ", ".join(json.dumps(c, ensure_ascii=False) for c in choices or ())
+        self.description = (f"one of {shown}" if choices else
                             "a non-empty string" if nonempty else "a string")
         if line:
             self.description += " on one line (no newline or control character)"
@@ -226,11 +227,12 @@ def plural(description):
     return description
 
 
-def check(value, spec, path, what=None, fix=None):
-    """``value`` (read from the file ``path``) if it fits ``spec``; else a LabError of one line:
-    the file (``what`` it is), the key, what was expected and what it holds, and ``fix``."""
+def check(value, spec, path, what=None, fix=None, key=""):
+    """``value`` (read from the file ``path``, at ``key``) if it fits ``spec``; else a LabError of
+    one line: the file (``what`` it is), the key, what was expected and what it holds, and
+    ``fix``."""
     try:
-        return spec.check(value, "")
+        return spec.check(value, key)
     except Invalid as e:
         where = f"{path}" + (f" ({what})" if what else "")
         place = f'"{e.key}"' if e.key else "the file"
@@ -335,12 +337,55 @@ TABLE_DATA = Obj(
               "results": List(TABLE_ROW, unique_by=RUN_KEY)},
     extra=True)
 
-# a paper's claims file (configs/PAPER/claims.json): its shape; ran_lab.claims.spec checks each
-# claim's relation and the fields that relation needs
-CLAIMS = Obj(required={"paper": Str(nonempty=True),
+# a paper's claims file (configs/PAPER/claims.json): its shape and each claim's (with the
+# defaults applied) and measure's; ran_lab.claims.spec checks what a relation needs
+NAMED = Str(nonempty=True)
+CLAIMS = Obj(required={"paper": NAMED,
                        "claims": List(Obj(extra=True, description="an object (a claim)"))},
-             optional={"paper_file": Str(nonempty=True), "defaults": Obj(extra=True)},
+             optional={"paper_file": NAMED, "defaults": Obj(extra=True),
+                       "seed_variance": Map(Obj(required={"from": NAMED, "why": NAMED})),
+                       "weak_baselines": Map(List(Obj(required={"system": NAMED,
+                                                                "why": NAMED})))},
              extra=True)
+SIDE = Str(choices=("enc", "dec"))
+STAT = Str(choices=("mean", "last_minus_first"))
+CLAIM = Obj(
+    required={"id": NAMED, "where": NAMED, "claim": NAMED,
+              "relation": Str(choices=(">", "<", "≈", "≥", "≤", "order", "threshold"))},
+    optional={"system": NAMED, "systems": List(NAMED, min_len=1), "against": NAMED,
+              "groups": List(List(NAMED, min_len=1)),
+              "metric": Str(choices=("sacrebleu", "ter")), "subset": Str(choices=("test", "valid")),
+              "pairs": List(NAMED, min_len=1), "paper": List(Obj(
+                  required={"label": Str(), "values": Map(Any())},
+                  optional={"column": Str(), "text": Str()})),
+              "note": Str(), "own": Bool(), "measure": Obj(extra=True),
+              "tests": List(Obj(required={"label": Str(), "system": NAMED,
+                                          "op": Str(choices=("<", "<=", ">", ">="))},
+                                optional={"of": NAMED, "limit": Num(), "times": Num(),
+                                          "files": Any(), "aggregate": Any(), "side": SIDE,
+                                          "of_side": SIDE, "stat": STAT}), min_len=1),
+              "margin": Obj(required={"value": Num(0, math.inf), "why": NAMED}),
+              "size": Obj(optional={"text": Str(), "value": Any(), "values": Map(Any()),
+                                    "test": Str(choices=("inside", "at_least", "at_most")),
+                                    "comparable": Bool()}),
+              "same_as": NAMED, "checkpoints": NAMED, "by_construction": NAMED},
+    description="an object (a claim)")
+# a threshold claim's measure, by its kind
+MEASURES = {
+    "histogram_share": Obj(required={"kind": Str(), "file": NAMED},
+                           optional={"side": Any(), "below": Any()}),
+    "length_bins": Obj(required={"kind": Str(), "file": NAMED},
+                       optional={"by": Any(), "min_sentences": Any(), "skip_last": Any()}),
+    "bench": Obj(required={"kind": Str(), "metric": Str(choices=("decode_tokens_per_s",
+                                                                 "train_time"))},
+                 optional={"files": Any(), "baseline": Any(), "aggregate": Any(),
+                           "passes": Any()}),
+    "params": Obj(required={"kind": Str()}),
+    "entropy": Obj(required={"kind": Str(), "file": NAMED, "side": SIDE}, optional={"stat": STAT}),
+    "js": Obj(required={"kind": Str(), "file": NAMED, "side": SIDE},
+              optional={"pairs": Str(choices=("adjacent", "all"))}),
+    "none": Obj(required={"kind": Str(), "why": NAMED}),
+}
 
 # results/REMAKE.json: the table folders, each with the paper and the options that remake it;
 # ran_lab.remake checks the paper, the config and the names
@@ -353,3 +398,15 @@ REMAKE = List(Obj(required={"folder": Str(nonempty=True, line=True),
                             "seeds": List(Int(0, SEED_MAX), min_len=1, unique=True),
                             "threads": Int(1), "jobs": Int(1)},
                   optional={"note": Str()}, description="an object (a table folder)"))
+
+# configs/leaderboard/board.json: the board's plan; ran_lab.leaderboard.board checks that
+# seeds_of and cost name directions of seeds
+SEEDS = List(Int(0, SEED_MAX), min_len=1, unique=True)
+BOARD = Obj(required={"config": Str(nonempty=True), "page": Str(nonempty=True),
+                      "seeds": Map(SEEDS),
+                      "cost": Obj(required={"pair": Str(nonempty=True), "seed": Int(0, SEED_MAX),
+                                            "train_updates": Int(1),
+                                            "threads": List(OneOf(Int(1), Str(choices=("all",))),
+                                                            min_len=1)})},
+            optional={"seeds_of": Map(Map(List(Int(0, SEED_MAX), unique=True))),
+                      "why": Map(Str())})

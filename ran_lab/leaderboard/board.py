@@ -22,12 +22,10 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ran_text import textio
-from ran_lab.common import LabError
+from ran_lab.common import LabError, schema
 from ..common.paths import repo_path
 
 BOARD = "configs/leaderboard/board.json"
-KEYS = {"config", "page", "seeds", "seeds_of", "cost", "why"}
-COST_KEYS = {"pair", "seed", "train_updates", "threads"}
 MAX_LOAD = 1.0  # the load average above which the cost command does not measure (--max-load)
 
 
@@ -76,44 +74,18 @@ class Board:
                 for s in g.systems]
 
 
-def _seed_list(value, where):
-    if not (isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool)
-                                            and x >= 0 for x in value)
-            and len(set(value)) == len(value)):
-        raise LabError(f"{where}: a list of distinct non-negative seeds, not {value!r}")
-    return value
-
-
 def load_board(path=None) -> Board:
     path = Path(path) if path else repo_path(BOARD)
-    data = textio.read_json_file(path, "the board's plan")
-    if not isinstance(data, dict) or not {"config", "page", "seeds", "cost"} <= set(data) \
-            or set(data) - KEYS:
-        raise LabError(f"{path}: an object with config, page, seeds and cost (and optionally "
-                         f"seeds_of, why), got {sorted(data) if isinstance(data, dict) else data}")
-    seeds = data["seeds"]
-    if not (isinstance(seeds, dict) and seeds):
+    data = schema.check(textio.read_json_file(path, "the board's plan"), schema.BOARD, path,
+                        "the board's plan")
+    seeds, seeds_of, cost = data["seeds"], data.get("seeds_of", {}), data["cost"]
+    if not seeds:
         raise LabError(f"{path}: 'seeds' maps each direction to its seeds")
-    seeds = {pair: _seed_list(v, f"{path}: seeds of {pair}") for pair, v in seeds.items()}
-    if any(not v for v in seeds.values()):
-        raise LabError(f"{path}: every direction of 'seeds' has a seed")
-    seeds_of = data.get("seeds_of", {})
-    if not isinstance(seeds_of, dict):
-        raise LabError(f"{path}: 'seeds_of' maps a system to {{PAIR: [seeds]}}")
     for system, by_pair in seeds_of.items():
-        if not isinstance(by_pair, dict) or set(by_pair) - set(seeds):
+        if set(by_pair) - set(seeds):
             raise LabError(f"{path}: seeds_of {system!r} maps directions of 'seeds' "
-                             f"({', '.join(seeds)}) to seeds, not {by_pair!r}")
-        for pair, v in by_pair.items():
-            _seed_list(v, f"{path}: seeds_of {system!r} {pair}")
-    cost = data["cost"]
-    if not isinstance(cost, dict) or set(cost) != COST_KEYS or cost["pair"] not in seeds:
-        raise LabError(f"{path}: 'cost' is {{{', '.join(sorted(COST_KEYS))}}} with a pair of "
-                         f"'seeds', not {cost!r}")
-    if not (isinstance(cost["threads"], list) and cost["threads"] and all(
-            t == "all" or (isinstance(t, int) and t >= 1) for t in cost["threads"])):
-        raise LabError(f"{path}: cost threads is a list of thread counts or \"all\"")
-    why = data.get("why", {})
-    if not (isinstance(why, dict) and all(isinstance(v, str) for v in why.values())):
-        raise LabError(f"{path}: 'why' maps a choice to a sentence")
-    return Board(path, data["config"], data["page"], seeds, seeds_of, cost, why)
+                           f"({', '.join(seeds)}) to seeds, not {by_pair!r}")
+    if cost["pair"] not in seeds:
+        raise LabError(f"{path}: 'cost' has a pair of 'seeds' ({', '.join(seeds)}), not "
+                       f"{cost['pair']!r}")
+    return Board(path, data["config"], data["page"], seeds, seeds_of, cost, data.get("why", {}))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from scipy.stats import rankdata
 
 from ran_text import textio
 from ..analysis.results import hyp_path
@@ -153,12 +154,7 @@ def not_separated(verdict_list) -> Dict[Tuple[str, str], List[str]]:
 
 def ranks(means: Dict[str, float]) -> Dict[str, int]:
     """Competition ranks (1, 2, 2, 4) by mean, higher first."""
-    order = sorted(means, key=lambda s: -means[s])
-    out = {}
-    for i, system in enumerate(order):
-        out[system] = i + 1 if i == 0 or means[system] != means[order[i - 1]] else \
-            out[order[i - 1]]
-    return out
+    return dict(zip(means, rankdata([-m for m in means.values()], method="min").tolist()))
 
 
 def curve_stand(result: dict, last: int = 250) -> Optional[dict]:

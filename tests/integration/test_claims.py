@@ -259,20 +259,20 @@ def claim(**kw):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"relation": "=="}, "relation is one of"),
-    ({"metric": "chrf"}, "metric is one of"),
-    ({"surprise": 1}, "unknown key"),
+    ({"relation": "=="}, '"claims\[0\].relation": expected one of ">", "<", "≈"'),
+    ({"metric": "chrf"}, '"claims\[0\].metric": expected one of "sacrebleu", "ter"'),
+    ({"surprise": 1}, '"claims\[0\].surprise": expected no such key'),
     ({"relation": "order", "groups": [["a"]]}, "two or more"),
     ({"relation": "threshold", "measure": {"kind": "bench", "metric": "x", "files": []}},
-     "metric is decode_tokens_per_s or train_time"),
+     '"measure.metric": expected one of "decode_tokens_per_s", "train_time"'),
     ({"relation": "threshold", "measure": {"kind": "params"},
       "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, "compares 'system'"),
 
     ({"relation": "threshold", "measure": {"kind": "entropy", "file": "e.csv", "side": "top"},
-      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, "side is one of"),
+      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, '"measure.side": expected one of "enc", "dec"'),
     ({"relation": "threshold", "measure": {"kind": "entropy", "file": "e.csv", "side": "enc",
                                            "stat": "median"},
-      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, "stat is one of"),
+      "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1}]}, '"measure.stat": expected one of "mean", "last_minus_first"'),
     ({"relation": "threshold", "measure": {"kind": "js", "file": "j.csv", "side": "dec"},
       "tests": [{"label": "a", "system": "a", "op": "<", "limit": 1, "stat": "mean"}]},
      "read only by entropy measures"),
@@ -284,6 +284,16 @@ def test_a_faulty_claim_is_refused(tmp_path, bad, message):
     path = write_claims_file(tmp_path, [claim(**bad)])
     with pytest.raises(LabError, match=message):
         spec.load(path, tmp_path)
+
+
+def test_the_claims_schema_offers_what_the_rule_judges():
+    from ran_lab.common import schema
+
+    claim = schema.CLAIM.optional
+    assert schema.CLAIM.required["relation"].choices == rule.RELATIONS
+    assert set(claim["tests"].item.required["op"].choices) == set(rule.OPS)
+    assert claim["size"].optional["test"].choices == rule.SIZE_TESTS
+    assert set(schema.MEASURES) == set(analysis.READERS) | {"none"}
 
 
 def test_duplicate_ids_and_wrong_paper_numbers_are_refused(tmp_path):

@@ -286,6 +286,21 @@ def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, text, expected):
     assert_read_error(tmp_path / "claims.json", text, load, LabError, expected)
 
 
+@pytest.mark.parametrize("edit, expected", [
+    ({"seeds": {"de-en": [1, 1]}}, '"seeds.de-en": expected a non-empty list of integers'),
+    ({"cost": {"pair": "de-en", "seed": 1, "train_updates": 60, "threads": [0]}},
+     '"cost.threads[0]": expected an integer >= 1 or one of "all"'),
+    ({"surprise": 1}, '"surprise": expected no such key'),
+], ids=["seed-twice", "threads-zero", "unknown-key"])
+def test_a_board_plan_of_the_wrong_shape_is_one_line(tmp_path, edit, expected):
+    from ran_lab.common import LabError
+    from ran_lab.leaderboard.board import load_board
+
+    plan = {**json.loads((REPO / "configs/leaderboard/board.json").read_text()), **edit}
+    assert_read_error(tmp_path / "board.json", json.dumps(plan), lambda p, _: load_board(p),
+                      LabError, expected)
+
+
 @pytest.mark.parametrize("text, expected", [
     ('[{"folder": "results/ran/short", "paper": "ran", "config": "configs/ran/cpu.json", '
      '"pairs": "de-en", "systems": ["x"], "seeds": [1], "threads": 1, "jobs": 1}]',
