@@ -116,7 +116,9 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
     ``PAGE/cost.json`` (or ``out``): every system with a finished run, or only ``systems``. The
     rows of systems not measured this time are kept where the file was measured with the same
     settings on the same kind of machine, so the columns fill in as the board's runs finish; each
-    row records its date and load. Refused where the machine's one-minute load average is above
+    row records its date and the load average before the command started its first timing (the
+    machine's other work: its own timings raise the load for the next system) and after its
+    last. Refused where the machine's one-minute load average is above
     ``max_load`` before it starts: numbers timed beside other work are not the systems' cost."""
     load = load_average()
     if load is not None and load > max_load:
@@ -143,7 +145,6 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
             continue
         result = textio.read_json_file(result_file, "a board run's result")
         print(f"leaderboard cost: {name} ...", file=sys.stderr, flush=True)
-        before = load_average()
         with tempfile.TemporaryDirectory(prefix="leaderboard-cost-") as tmp:
             work = Path(tmp)
             row = {"system": name, "params": result.get("params"),
@@ -153,9 +154,11 @@ def measure(board: Board, systems: Optional[List[str]] = None, out: Optional[Pat
                     "threads": threads,
                     "greedy": decode_cost(result, 1, threads, work),
                     "beam5": decode_cost(result, 5, threads, work)}
-        row["measured"] = {"date": time.strftime("%Y-%m-%d"), "load_average_before": before,
-                           "load_average_after": load_average()}
+        row["measured"] = {"date": time.strftime("%Y-%m-%d"), "load_average_before": load}
         rows.append(row)
+    after = load_average()
+    for row in rows:
+        row["measured"]["load_average_after"] = after
     order = list(config["systems"])
     rows = sorted(kept + rows, key=lambda r: order.index(r["system"])
                   if r["system"] in order else len(order))

@@ -138,8 +138,9 @@ def cost_table(board: Board, cost: Optional[dict], names: List[str]) -> List[str
     dates = sorted({w["date"] for w in measured})
     loads = [w["load_average_before"] for w in measured]
     lines = [f"Measured {', '.join(dates)} on {m['cpu']} ({m['cores']} cores), one system after "
-             f"another, load average {_span(loads)} before each and "
-             f"{_span([w['load_average_after'] for w in measured])} after; the checkpoints of "
+             f"another, the machine's load average {_span(loads)} before and "
+             f"{_span([w['load_average_after'] for w in measured])} after (its own timings "
+             f"included); the checkpoints of "
              f"{cost['pair']} seed {cost['seed']}; decoding the {cost['sentences']:,} test "
              f"sentences (model loading excluded); training {cost['train_updates']} updates of "
              f"the board's recipe (the first {cost['warmup_updates']} excluded).", ""]

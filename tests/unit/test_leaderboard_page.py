@@ -167,7 +167,7 @@ def test_the_cost_table_marks_the_systems_measured_beside_other_work():
             "threads": ["1"], "sentences": 3, "machine": {"cpu": "X", "cores": 2},
             "systems": [row("A", 0.02), row("B", 0.3)]}
     text = "\n".join(cost_table(plan(), cost, ["A", "B"]))
-    assert "load average 0.02–0.3 before each" in text and "Measured beside" not in text
+    assert "load average 0.02–0.3 before and 0.1 after" in text and "Measured beside" not in text
     cost["systems"][1]["measured"]["load_average_before"] = 3.5
     text = "\n".join(cost_table(plan(), cost, ["A", "B"]))
     assert text.startswith("**Measured beside other work** (B: load average above")
